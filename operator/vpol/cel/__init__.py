@@ -1,0 +1,1 @@
+"""CEL for ValidatingPolicies: environment, libraries, compiler and type checker."""
