@@ -1,0 +1,130 @@
+"""Parsing YAML/JSON text into documents that remember where each field was.
+
+PyYAML's composer gives every node a start mark; we walk the node tree once
+and record the position of each value by its field path, so later problems
+(a bad field, a CEL error) can point at a line and column in the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from vpol.model.problems import InputError, Position, Problem
+
+#: Refuse documents larger than this (bytes) before parsing: a YAML bomb or a
+#: stray binary file should be an error, not a memory spike.
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Document:
+    data: Any
+    file: str = ""
+    index: int = 0  # position in a multi-document stream
+    positions: dict[str, Position] = field(default_factory=dict)
+
+    def position(self, path: str) -> Position | None:
+        return self.positions.get(path)
+
+
+def _join(prefix: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without the YAML 1.1 quirks that bite Kubernetes users.
+
+    ``on``/``off``/``yes``/``no`` stay strings (Kubernetes parses YAML 1.2
+    style); timestamps stay strings, as in Kubernetes objects.
+    """
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:timestamp",)]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_BOOL_RX = __import__("re").compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+for _first in list(_Loader.yaml_implicit_resolvers):
+    _Loader.yaml_implicit_resolvers[_first] = [
+        (tag, (_BOOL_RX if tag == "tag:yaml.org,2002:bool" else rx))
+        for tag, rx in _Loader.yaml_implicit_resolvers[_first]
+    ]
+
+
+def _walk(node: yaml.Node, path: str, out: dict[str, Position], loader: _Loader) -> Any:
+    out[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        loader.flatten_mapping(node)
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a scalar", key_node.start_mark)
+            key_s = key if isinstance(key, str) else str(key)
+            child = _join(path, key_s)
+            result[key_s] = _walk(value_node, child, out, loader)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_walk(item, _join(path, i), out, loader) for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def _value_start(node: yaml.ScalarNode) -> Position:
+    mark = node.start_mark
+    if node.style in ("'", '"'):
+        return Position(mark.line + 1, mark.column + 2)
+    if node.style in ("|", ">"):
+        # The content begins on the next line; column is its indentation.
+        return Position(mark.line + 2, 1)
+    return Position(mark.line + 1, mark.column + 1)
+
+
+def parse_documents(text: str, file: str = "") -> list[Document]:
+    """Parse a YAML (or JSON) stream. Raises InputError naming file, line and column."""
+    if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
+        raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file=file))
+    docs: list[Document] = []
+    loader = _Loader(text)
+    try:
+        index = 0
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            positions: dict[str, Position] = {}
+            data = _walk(node, "", positions, loader)
+            # Scalars: point at where the text itself starts.
+            _fix_scalar_positions(node, "", positions)
+            if data is not None:
+                docs.append(Document(data=data, file=file, index=index, positions=positions))
+            index += 1
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        pos = Position(mark.line + 1, mark.column + 1) if mark else None
+        reason = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
+        raise InputError(Problem(f"invalid YAML: {reason}", file=file, position=pos)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(Problem(f"invalid YAML: {exc}", file=file)) from None
+    except RecursionError:
+        raise InputError(Problem("invalid YAML: nesting too deep", file=file)) from None
+    finally:
+        loader.dispose()
+    return docs
+
+
+def _fix_scalar_positions(node: yaml.Node, path: str, out: dict[str, Position]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else ""
+            _fix_scalar_positions(value_node, _join(path, key), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _fix_scalar_positions(item, _join(path, i), out)
+    elif isinstance(node, yaml.ScalarNode):
+        out[path] = _value_start(node)

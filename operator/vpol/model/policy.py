@@ -1,0 +1,197 @@
+"""The typed ValidatingPolicy (and NamespacedValidatingPolicy) model with Kyverno's defaults.
+
+Everything above this layer works on these classes, never on raw dicts.
+``raw`` keeps the object as written, for the two places that need the text
+itself: the pod-controller autogen rewrite and VAP generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GROUP = "policies.kyverno.io"
+VERSIONS = ("v1", "v1beta1", "v1alpha1")
+KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
+
+ACTION_DENY, ACTION_WARN, ACTION_AUDIT = "Deny", "Warn", "Audit"
+VALIDATION_ACTIONS = (ACTION_DENY, ACTION_WARN, ACTION_AUDIT)
+FAILURE_POLICIES = ("Fail", "Ignore")
+MODES = ("Kubernetes", "JSON")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT", "*")
+SCOPES = ("*", "Cluster", "Namespaced")
+
+#: Pod controllers Kyverno generates rules for when none are listed.
+DEFAULT_POD_CONTROLLERS = ("daemonsets", "deployments", "replicasets", "statefulsets", "jobs", "cronjobs")
+
+ANNOTATION_SEVERITY = "policies.kyverno.io/severity"
+ANNOTATION_CATEGORY = "policies.kyverno.io/category"
+ANNOTATION_SCORED = "policies.kyverno.io/scored"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A resource rule (admissionregistration's NamedRuleWithOperations)."""
+
+    api_groups: tuple[str, ...] = ()
+    api_versions: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    operations: tuple[str, ...] = ()
+    resource_names: tuple[str, ...] = ()
+    scope: str = "*"
+
+
+@dataclass(frozen=True)
+class MatchResources:
+    resource_rules: tuple[Rule, ...] = ()
+    exclude_resource_rules: tuple[Rule, ...] = ()
+    namespace_selector: LabelSelector | None = None
+    object_selector: LabelSelector | None = None
+    match_policy: str = "Equivalent"
+
+
+@dataclass(frozen=True)
+class NamedExpression:
+    name: str
+    expression: str
+
+
+@dataclass(frozen=True)
+class Validation:
+    expression: str
+    message: str = ""
+    message_expression: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AuditAnnotation:
+    key: str
+    value_expression: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    admission_enabled: bool = True
+    background_enabled: bool = True
+    mode: str = "Kubernetes"
+
+
+@dataclass(frozen=True)
+class Autogen:
+    #: None: the default set of controllers; () : none.
+    pod_controllers: tuple[str, ...] | None = None
+    vap_enabled: bool = False
+
+    def controllers(self) -> tuple[str, ...]:
+        return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    match_constraints: MatchResources | None = None
+    match_conditions: tuple[NamedExpression, ...] = ()
+    variables: tuple[NamedExpression, ...] = ()
+    validations: tuple[Validation, ...] = ()
+    audit_annotations: tuple[AuditAnnotation, ...] = ()
+    validation_actions: tuple[str, ...] = (ACTION_DENY,)
+    failure_policy: str = "Fail"
+    evaluation: Evaluation = Evaluation()
+    autogen: Autogen = Autogen()
+    webhook_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class ValidatingPolicy:
+    name: str
+    spec: PolicySpec
+    kind: str = "ValidatingPolicy"
+    api_version: str = f"{GROUP}/v1"
+    namespace: str = ""  # set for NamespacedValidatingPolicy
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    annotations: dict[str, str] = field(default_factory=dict, compare=False)
+    #: The object as written (after parsing), for text rewrites and output.
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Where it came from (file name) when read from disk.
+    source: str = field(default="", compare=False)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def severity(self) -> str:
+        return self.annotations.get(ANNOTATION_SEVERITY, "")
+
+    @property
+    def category(self) -> str:
+        return self.annotations.get(ANNOTATION_CATEGORY, "")
+
+    @property
+    def scored(self) -> bool:
+        return self.annotations.get(ANNOTATION_SCORED, "true") != "false"
+
+    @property
+    def json_mode(self) -> bool:
+        return self.spec.evaluation.mode == "JSON"
+
+    def expressions(self) -> list[tuple[str, str, str]]:
+        """Every CEL expression as (field path, source, role), in evaluation order."""
+        out: list[tuple[str, str, str]] = []
+        s = self.spec
+        for i, mc in enumerate(s.match_conditions):
+            out.append((f"spec.matchConditions[{i}].expression", mc.expression, "matchCondition"))
+        for i, var in enumerate(s.variables):
+            out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
+        for i, val in enumerate(s.validations):
+            out.append((f"spec.validations[{i}].expression", val.expression, "validation"))
+            if val.message_expression:
+                out.append((f"spec.validations[{i}].messageExpression", val.message_expression, "messageExpression"))
+        for i, aa in enumerate(s.audit_annotations):
+            out.append((f"spec.auditAnnotations[{i}].valueExpression", aa.value_expression, "auditAnnotation"))
+        return out
+
+
+@dataclass(frozen=True)
+class PolicyRef:
+    name: str
+    kind: str = "ValidatingPolicy"
+
+
+@dataclass(frozen=True)
+class PolicyException:
+    """A Kyverno PolicyException (policies.kyverno.io) for CEL policies."""
+
+    name: str
+    namespace: str = ""
+    policy_refs: tuple[PolicyRef, ...] = ()
+    match_conditions: tuple[NamedExpression, ...] = ()
+    allowed_images: tuple[str, ...] = ()
+    allowed_values: tuple[str, ...] = ()
+    #: Kyverno's reportResult: "skip" (default) or "pass".
+    report_result: str = "skip"
+    source: str = field(default="", compare=False)
+
+    def applies_to(self, policy: ValidatingPolicy) -> bool:
+        return any(
+            ref.name == policy.name and (not ref.kind or ref.kind == policy.kind) for ref in self.policy_refs
+        )
