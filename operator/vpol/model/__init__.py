@@ -1,0 +1,1 @@
+"""Typed policy objects, their defaults, and parsing of YAML/JSON documents into them."""
