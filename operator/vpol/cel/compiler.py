@@ -1,0 +1,225 @@
+"""Compiling every CEL expression of a policy, with every error reported.
+
+Rules enforced (besides syntax and types):
+- variables compile in order; each may use only the variables declared
+  before it (``variables`` is typed as a message holding exactly those, so
+  a later or unknown name is a type error at its position);
+- result types: validations and matchConditions yield bool,
+  messageExpression yields string, auditAnnotations' valueExpression yields
+  string or null (``dyn`` is accepted and checked again at run time);
+- every error names the field path, the line:column inside the expression
+  and carries the caret excerpt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cel_expr_python import cel
+from google.protobuf import descriptor_pb2
+
+from vpol.cel import types
+from vpol.cel.environment import EnvSpec, environment
+from vpol.model.policy import ValidatingPolicy
+from vpol.model.problems import Position, Problem
+
+T = cel.Type
+
+#: Deepest nesting of brackets we hand to the parser. cel-cpp's own limit is
+#: 32 recursion levels in places and it reports those well, but very deep input
+#: can exhaust the C++ stack before that check; refusing early keeps the
+#: process safe.
+MAX_NESTING = 64
+
+_ERROR_RX = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
+_UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 'vpol\.vars\.V[0-9a-f]+'")
+_VAR_REF_RX = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)|\bvariables\s*\[\s*\??\s*['\"]([^'\"]+)['\"]")
+
+#: Expected result type per expression role: (allowed type names, description).
+_RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
+    "validation": (("bool",), "bool"),
+    "matchCondition": (("bool",), "bool"),
+    "messageExpression": (("string",), "string"),
+    "auditAnnotation": (("string", "null_type"), "string or null"),
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    """A compiled expression and what it needs at run time."""
+
+    path: str
+    source: str
+    role: str
+    expression: cel.Expression
+    #: Names of policy variables this expression refers to.
+    uses: frozenset[str] = frozenset()
+    result_type: str = "dyn"
+
+
+@dataclass
+class CompiledPolicy:
+    policy: ValidatingPolicy
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+    #: (validation index, expression, messageExpression or None)
+    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
+    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
+    """Split cel-expr-python's error text into (position, message, caret excerpt) items."""
+    text = re.sub(r"\s*\[[A-Z_]+\]\s*$", "", text.strip())
+    text = re.sub(r"^[A-Z_]+: ", "", text)
+    matches = list(_ERROR_RX.finditer(text))
+    if not matches:
+        return [(None, text.strip(), "")]
+    out = []
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = text[m.end():end].rstrip()
+        message, _, excerpt = body.partition("\n")
+        message = _UNDECLARED_VAR_RX.sub(r"undeclared variable '\1' (a variable can only use variables declared before it)", message.strip())
+        out.append((Position(int(m.group(1)), int(m.group(2))), message, excerpt))
+    return out
+
+
+def _type_name(t: cel.Type) -> str:
+    name = t.name().lower()
+    return {"null": "null_type"}.get(name, name)
+
+
+def _nesting(src: str) -> int:
+    depth = best = 0
+    quote = ""
+    escaped = False
+    for ch in src:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return best
+
+
+def variable_references(src: str) -> frozenset[str]:
+    return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
+
+
+_SCALAR_FIELDS = {
+    "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+    "int": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+    "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+    "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
+}
+
+
+def variables_message(declared: Sequence[tuple[str, str]]) -> str:
+    """A message type whose fields are the given (name, result type) variables.
+
+    Scalar results keep their type, anything else is ``google.protobuf.Value``
+    (dyn). Deduplicated by content.
+    """
+    key = hashlib.sha1(repr(tuple(declared)).encode()).hexdigest()[:16]
+    full = f"vpol.vars.V{key}"
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=f"vpol/vars/{key}.proto", package="vpol.vars", syntax="proto3",
+        dependency=["google/protobuf/struct.proto"],
+    )
+    msg = fdp.message_type.add(name=f"V{key}")
+    for number, (name, typ) in enumerate(declared, start=1):
+        f = msg.field.add(name=name, number=number, label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+        if typ in _SCALAR_FIELDS:
+            f.type = _SCALAR_FIELDS[typ]
+        else:
+            f.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+            f.type_name = ".google.protobuf.Value"
+    types.add_file(fdp)
+    return full
+
+
+def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[Program | None, list[Problem]]:
+    """Compile one expression in the environment ``spec``; check its result type."""
+    if not src.strip():
+        return None, [Problem("expression is empty", path=path)]
+    if _nesting(src) > MAX_NESTING:
+        return None, [Problem(f"expression nests deeper than {MAX_NESTING} levels", path=path)]
+    try:
+        expr = environment(spec).compile(src)
+    except RuntimeError as exc:
+        return None, [
+            Problem(msg, path=path, expression_position=pos, excerpt=excerpt)
+            for pos, msg, excerpt in parse_cel_errors(str(exc))
+        ]
+    except Exception as exc:  # noqa: BLE001 - the engine must never take the caller down
+        return None, [Problem(f"expression cannot be compiled: {exc}", path=path)]
+    result = _type_name(expr.return_type())
+    expected = _RESULT_TYPES.get(role)
+    if expected and result not in expected[0] and result != "dyn":
+        return None, [Problem(f"expression must evaluate to {expected[1]}, not {result}", path=path,
+                              expression_position=Position(1, 1))]
+    return Program(path, src, role, expr, variable_references(src), result), []
+
+
+def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompiledPolicy:
+    """Compile every expression of ``policy`` (all errors, not just the first)."""
+    out = CompiledPolicy(policy)
+    mode = policy.spec.evaluation.mode
+    declared: list[tuple[str, str]] = []
+
+    def spec_now() -> EnvSpec:
+        return EnvSpec(mode=mode, kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+
+    def add(src: str, path: str, role: str, env_spec: EnvSpec) -> Program | None:
+        prog, problems = compile_expression(src, path, role, env_spec)
+        out.problems.extend(problems)
+        return prog
+
+    s = policy.spec
+    for i, var in enumerate(s.variables):
+        prog = add(var.expression, f"spec.variables[{i}].expression", "variable", spec_now())
+        # A variable that does not compile is still declared (as dyn), so its
+        # users are not reported a second time for it.
+        declared.append((var.name, prog.result_type if prog else "dyn"))
+        if prog:
+            out.variables.append((var.name, prog))
+    full = spec_now()
+    # matchConditions may use variables too (they are lazy, as in the API server).
+    for i, mc in enumerate(s.match_conditions):
+        prog = add(mc.expression, f"spec.matchConditions[{i}].expression", "matchCondition", full)
+        if prog:
+            out.match_conditions.append((mc.name, prog))
+    for i, val in enumerate(s.validations):
+        prog = add(val.expression, f"spec.validations[{i}].expression", "validation", full)
+        msg = None
+        if val.message_expression:
+            msg = add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression", full)
+        if prog:
+            out.validations.append((i, prog, msg))
+    for i, aa in enumerate(s.audit_annotations):
+        prog = add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation", full)
+        if prog:
+            out.audit_annotations.append((aa.key, prog))
+    out.problems = [p.located(object=policy.ref, file=policy.source) for p in out.problems]
+    return out

@@ -1,0 +1,1 @@
+"""The pure policy engine: matching, exceptions, evaluation and pod-controller autogen."""

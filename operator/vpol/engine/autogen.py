@@ -1,0 +1,145 @@
+"""Pod-controller autogen: the Deployment/Job/CronJob... variants of a pod policy.
+
+Kyverno's rule (NOTES.md section 3): only a policy whose matchConstraints is
+exactly one rule on core v1 ``pods`` (no resourceNames, no exclusions, no
+objectSelector) gets variants. ``spec.autogen.podControllers.controllers``
+absent means all of daemonsets, deployments, replicasets, statefulsets,
+jobs, cronjobs; present and empty means none. Two configs result:
+
+- ``defaults`` (every controller but cronjobs): ``object.spec`` becomes
+  ``object.spec.template.spec`` and ``object.metadata`` becomes
+  ``object.spec.template.metadata`` (same for ``oldObject``);
+- ``cronjobs``: the same paths under ``spec.jobTemplate.spec.template``.
+
+The rewrite is textual over every string of the spec, except that
+``<object>.metadata.namespace`` stays (a pod template has no namespace).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vpol.model.parse import parse_policy
+from vpol.model.policy import ValidatingPolicy
+
+#: controller resource -> (group, version, kind)
+CONTROLLERS: dict[str, tuple[str, str, str]] = {
+    "daemonsets": ("apps", "v1", "DaemonSet"),
+    "deployments": ("apps", "v1", "Deployment"),
+    "replicasets": ("apps", "v1", "ReplicaSet"),
+    "statefulsets": ("apps", "v1", "StatefulSet"),
+    "jobs": ("batch", "v1", "Job"),
+    "cronjobs": ("batch", "v1", "CronJob"),
+}
+
+_PREFIX = {
+    "defaults": "spec.template",
+    "cronjobs": "spec.jobTemplate.spec.template",
+}
+
+_PATH_RX = re.compile(r"\b(object|oldObject)\.(spec|metadata)\b(?!\.namespace\b)")
+
+
+@dataclass(frozen=True)
+class Target:
+    group: str
+    version: str
+    resource: str
+    kind: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"group": self.group, "version": self.version, "resource": self.resource, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class AutogenConfig:
+    name: str  # "defaults" or "cronjobs"
+    targets: tuple[Target, ...]
+    #: The rewritten spec (as a dict, for status and VAP generation).
+    spec: dict[str, Any]
+    #: The rewritten policy, ready to compile and evaluate.
+    policy: ValidatingPolicy
+
+
+def can_autogen(policy: ValidatingPolicy) -> bool:
+    m = policy.spec.match_constraints
+    if m is None or policy.json_mode or len(m.resource_rules) != 1:
+        return False
+    if m.exclude_resource_rules or (m.object_selector is not None and not m.object_selector.empty):
+        return False
+    rule = m.resource_rules[0]
+    return (
+        rule.api_groups == ("",)
+        and rule.api_versions in (("v1",), ("*",))
+        and rule.resources == ("pods",)
+        and not rule.resource_names
+    )
+
+
+def rewrite_text(text: str, config: str) -> str:
+    prefix = _PREFIX[config]
+    return _PATH_RX.sub(lambda m: f"{m.group(1)}.{prefix}.{m.group(2)}", text)
+
+
+def _rewrite(value: Any, config: str) -> Any:
+    if isinstance(value, str):
+        return rewrite_text(value, config)
+    if isinstance(value, list):
+        return [_rewrite(v, config) for v in value]
+    if isinstance(value, dict):
+        return {k: _rewrite(v, config) for k, v in value.items()}
+    return value
+
+
+def _rules(targets: tuple[Target, ...], template: dict[str, Any]) -> list[dict[str, Any]]:
+    by_group: dict[tuple[str, str], list[str]] = {}
+    for t in targets:
+        by_group.setdefault((t.group, t.version), []).append(t.resource)
+    rules = []
+    for (group, version), resources in sorted(by_group.items()):
+        rule = {k: copy.deepcopy(v) for k, v in template.items() if k not in ("apiGroups", "apiVersions", "resources")}
+        rules.append({"apiGroups": [group], "apiVersions": [version], "resources": sorted(resources), **rule})
+    return rules
+
+
+def autogen_configs(policy: ValidatingPolicy) -> list[AutogenConfig]:
+    """The autogen variants of ``policy`` (empty when it does not qualify)."""
+    if not can_autogen(policy):
+        return []
+    controllers = [c for c in policy.spec.autogen.controllers() if c in CONTROLLERS]
+    groups = {
+        "defaults": tuple(c for c in controllers if c != "cronjobs"),
+        "cronjobs": tuple(c for c in controllers if c == "cronjobs"),
+    }
+    raw_spec = policy.raw.get("spec", {})
+    rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
+    out = []
+    for name, members in groups.items():
+        if not members:
+            continue
+        targets = tuple(sorted((Target(CONTROLLERS[c][0], CONTROLLERS[c][1], c, CONTROLLERS[c][2]) for c in members),
+                               key=lambda t: (t.group, t.resource)))
+        spec = _rewrite(copy.deepcopy(raw_spec), name)
+        spec.setdefault("matchConstraints", {})["resourceRules"] = _rules(targets, rule_template)
+        # The variant is a policy of its own; it never autogenerates again.
+        variant_spec = copy.deepcopy(spec)
+        variant_spec.setdefault("autogen", {})["podControllers"] = {"controllers": []}
+        raw = {**policy.raw, "spec": variant_spec}
+        variant, _problems = parse_policy(raw)
+        if variant is None:
+            continue
+        variant = ValidatingPolicy(
+            name=policy.name, spec=variant.spec, kind=policy.kind, api_version=policy.api_version,
+            namespace=policy.namespace, uid=policy.uid, generation=policy.generation, labels=policy.labels,
+            annotations=policy.annotations, raw=raw, source=policy.source,
+        )
+        out.append(AutogenConfig(name, targets, spec, variant))
+    return out
+
+
+def status_configs(configs: list[AutogenConfig]) -> dict[str, Any]:
+    """``status.autogen.configs`` in Kyverno's shape."""
+    return {c.name: {"targets": [t.as_dict() for t in c.targets], "spec": c.spec} for c in configs}

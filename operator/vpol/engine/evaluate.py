@@ -1,0 +1,335 @@
+"""Evaluating policies against subjects: pass, fail, warn, error or skip.
+
+Per policy and subject (NOTES.md section 3):
+1. matchConstraints (no match: no result at all);
+2. PolicyExceptions referencing the policy: all their matchConditions true
+   exempts (``skip``, or ``pass`` with ``reportResult: pass``); exceptions
+   carrying ``images``/``allowedValues`` instead feed the ``exceptions``
+   variable;
+3. matchConditions: any false is ``skip``; an error with failurePolicy
+   Ignore is a non-match (``skip``), otherwise ``error``;
+4. variables are evaluated on demand, at most once, in declaration order;
+5. validations in order: the first false is ``fail`` (messageExpression,
+   else message, else a default naming the expression); an evaluation
+   error is ``error``; all true is ``pass``; audit annotations become
+   result properties. ``policies.kyverno.io/scored: "false"`` turns
+   ``fail`` into ``warn``.
+
+Activations: the CEL data of one subject is converted once into a base
+activation that every policy without variables (and every variable that
+needs no other variable) shares; a policy with variables builds one more
+activation holding their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cel_expr_python import cel
+
+from vpol.cel.compiler import CompiledPolicy, Program, compile_expression, compile_policy
+from vpol.cel.environment import EnvSpec, environment, library_variables
+from vpol.engine.autogen import CONTROLLERS, autogen_configs
+from vpol.engine.match import constraints_match
+from vpol.engine.request import Subject
+from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.problems import Problem
+
+PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
+
+
+@dataclass
+class Result:
+    policy: str
+    result: str
+    message: str
+    api_version: str = ""
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    #: Index of the validation that failed (or errored), when one did.
+    validation: int | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    #: "" for the policy as written, else the autogen config ("defaults", "cronjobs").
+    autogen: str = ""
+    exception: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "result": self.result,
+            "message": self.message,
+        }
+
+
+class EvaluationError(Exception):
+    """An expression's evaluation failed; the message says why."""
+
+
+@dataclass
+class CompiledException:
+    exception: PolicyException
+    conditions: list[Program]
+    problems: list[Problem]
+
+
+def compile_exception(exc: PolicyException) -> CompiledException:
+    programs, problems = [], []
+    for i, mc in enumerate(exc.match_conditions):
+        prog, probs = compile_expression(mc.expression, f"spec.matchConditions[{i}].expression",
+                                         "matchCondition", EnvSpec())
+        problems.extend(p.located(object=f"PolicyException/{exc.name}", file=exc.source) for p in probs)
+        if prog:
+            programs.append(prog)
+    return CompiledException(exc, programs, problems)
+
+
+def _value(v: cel.Value) -> Any:
+    if v.type() == cel.Type.ERROR:
+        raise EvaluationError(str(v.value()))
+    try:
+        return v.plain_value()
+    except TypeError:
+        # Optional values cannot leave cel-expr-python; unwrap the common cases.
+        raise EvaluationError("expression produced an optional value, which vpol cannot pass on; "
+                              "use .orValue(...) or .value()") from None
+
+
+class SubjectData:
+    """The CEL inputs of one subject, converted once and shared by all policies."""
+
+    def __init__(self, subject: Subject, mode: str = "Kubernetes"):
+        self.subject = subject
+        self.mode = mode
+        lib_vars = {name: value for name, (_t, value) in library_variables().items()}
+        if mode == "JSON":
+            self.data: dict[str, Any] = {"object": subject.object, "variables": {}}
+        else:
+            ns = subject.namespace_object if subject.type.namespaced else None
+            self.data = {
+                "object": subject.object,
+                "oldObject": subject.old_object,
+                "request": subject.admission_request(),
+                "namespaceObject": ns,
+                "variables": {},
+            }
+        self.data["exceptions"] = {"allowedImages": [], "allowedValues": []}
+        self.data.update(lib_vars)
+        self._base: cel.Activation | None = None
+
+    def activation(self, variables: dict[str, Any] | None = None,
+                   exceptions: dict[str, Any] | None = None) -> cel.Activation:
+        env = environment(EnvSpec(mode=self.mode))
+        if not variables and exceptions is None:
+            if self._base is None:
+                self._base = env.Activation(data=self.data)
+            return self._base
+        data = dict(self.data)
+        if variables:
+            data["variables"] = variables
+        if exceptions is not None:
+            data["exceptions"] = exceptions
+        return env.Activation(data=data)
+
+
+class _PolicyRun:
+    """Evaluation state of one policy on one subject (lazy variables)."""
+
+    def __init__(self, compiled: CompiledPolicy, data: SubjectData, exceptions: dict[str, Any] | None):
+        self.compiled = compiled
+        self.data = data
+        self.exceptions = exceptions
+        self.values: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.programs = dict(compiled.variables)
+        self.order = [name for name, _ in compiled.variables]
+
+    def _needed(self, uses: Iterable[str]) -> list[str]:
+        need: set[str] = set()
+        stack = list(uses)
+        while stack:
+            name = stack.pop()
+            if name in need or name not in self.programs:
+                continue
+            need.add(name)
+            stack.extend(self.programs[name].uses)
+        return [n for n in self.order if n in need]
+
+    def _ensure(self, uses: Iterable[str]) -> None:
+        for name in self._needed(uses):
+            if name in self.values or name in self.errors:
+                continue
+            prog = self.programs[name]
+            failed = [u for u in prog.uses if u in self.errors]
+            if failed:
+                self.errors[name] = self.errors[failed[0]]
+                continue
+            act = self.data.activation({u: self.values[u] for u in prog.uses if u in self.values} or None,
+                                       self.exceptions)
+            try:
+                self.values[name] = _value(prog.expression.eval(act))
+            except EvaluationError as exc:
+                self.errors[name] = f"variable {name}: {exc}"
+            except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
+                self.errors[name] = f"variable {name}: {exc}"
+
+    def eval(self, prog: Program) -> Any:
+        self._ensure(prog.uses)
+        for name in prog.uses:
+            if name in self.errors:
+                raise EvaluationError(self.errors[name])
+        act = self.data.activation({u: self.values[u] for u in self._needed(prog.uses) if u in self.values} or None,
+                                   self.exceptions)
+        try:
+            return _value(prog.expression.eval(act))
+        except EvaluationError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise EvaluationError(str(exc)) from None
+
+
+def _default_message(src: str) -> str:
+    return f"failed expression: {' '.join(src.split())}"
+
+
+class PolicyEngine:
+    """A compiled policy with its autogen variants and exceptions, ready to evaluate."""
+
+    def __init__(self, policy: ValidatingPolicy, exceptions: Sequence[CompiledException] = ()):
+        self.policy = policy
+        self.compiled = compile_policy(policy)
+        self.variants: list[tuple[str, CompiledPolicy]] = [("", self.compiled)]
+        for config in autogen_configs(policy):
+            self.variants.append((config.name, compile_policy(config.policy)))
+        self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
+
+    @property
+    def ok(self) -> bool:
+        return self.compiled.ok
+
+    def evaluate(self, subject: Subject, data: SubjectData | None = None) -> Result | None:
+        """The result for ``subject`` (None when no variant of the policy matches it)."""
+        for config, compiled in self.variants:
+            if constraints_match(compiled.policy.spec.match_constraints, subject) or (
+                subject.json_payload and compiled.policy.json_mode
+            ):
+                if data is None or data.mode != compiled.policy.spec.evaluation.mode:
+                    data = SubjectData(subject, compiled.policy.spec.evaluation.mode)
+                result = self._evaluate(compiled, subject, data)
+                result.autogen = config
+                return result
+        return None
+
+    def _result(self, subject: Subject, result: str, message: str, **kw: Any) -> Result:
+        obj = subject.current
+        api_version = str(obj.get("apiVersion", "")) if isinstance(obj, dict) else ""
+        kind = str(obj.get("kind", "")) if isinstance(obj, dict) else ""
+        uid = str((obj.get("metadata") or {}).get("uid", "")) if isinstance(obj, dict) else ""
+        if subject.json_payload:
+            api_version = kind = ""
+        if result == FAIL and not self.policy.scored:
+            result = WARN
+        return Result(policy=self.policy.name, result=result, message=message,
+                      api_version=api_version or subject.type.api_version,
+                      kind=kind or (subject.type.kind if not subject.json_payload else ""),
+                      namespace=subject.namespace, name=subject.name, uid=uid, **kw)
+
+    def _exceptions(self, data: SubjectData) -> tuple[CompiledException | None, dict[str, Any] | None]:
+        partial_images: list[str] = []
+        partial_values: list[str] = []
+        for exc in self.exceptions:
+            if exc.problems and any(p.severity == "error" for p in exc.problems):
+                continue
+            matched = True
+            for prog in exc.conditions:
+                try:
+                    if _value(prog.expression.eval(data.activation())) is not True:
+                        matched = False
+                        break
+                except Exception:  # noqa: BLE001 - an exception that errors does not apply
+                    matched = False
+                    break
+            if not matched:
+                continue
+            e = exc.exception
+            if e.allowed_images or e.allowed_values:
+                partial_images.extend(e.allowed_images)
+                partial_values.extend(e.allowed_values)
+                continue
+            return exc, None
+        if partial_images or partial_values:
+            return None, {"allowedImages": partial_images, "allowedValues": partial_values}
+        return None, None
+
+    def _evaluate(self, compiled: CompiledPolicy, subject: Subject, data: SubjectData) -> Result:
+        if not compiled.ok:
+            return self._result(subject, ERROR, "policy does not compile: " +
+                                "; ".join(p.short() for p in compiled.errors()))
+        exempt, exception_data = self._exceptions(data)
+        if exempt is not None:
+            outcome = PASS if exempt.exception.report_result == "pass" else SKIP
+            return self._result(subject, outcome, f"rule is skipped due to policy exception "
+                                                  f"{exempt.exception.namespace + '/' if exempt.exception.namespace else ''}"
+                                                  f"{exempt.exception.name}",
+                                exception=exempt.exception.name)
+        run = _PolicyRun(compiled, data, exception_data)
+        failure_policy = compiled.policy.spec.failure_policy
+        errors = []
+        for name, prog in compiled.match_conditions:
+            try:
+                value = run.eval(prog)
+            except EvaluationError as exc:
+                errors.append(f"matchCondition {name}: {exc}")
+                continue
+            if value is not True:
+                if not isinstance(value, bool):
+                    errors.append(f"matchCondition {name}: expected a bool, got {type(value).__name__}")
+                    continue
+                return self._result(subject, SKIP, f"matchCondition {name} is false")
+        if errors:
+            if failure_policy == "Ignore":
+                return self._result(subject, SKIP, "; ".join(errors))
+            return self._result(subject, ERROR, "; ".join(errors))
+
+        properties: dict[str, str] = {}
+        for key, prog in compiled.audit_annotations:
+            try:
+                value = run.eval(prog)
+            except EvaluationError:
+                continue
+            if isinstance(value, str) and value:
+                properties[key] = value
+
+        for index, prog, msg_prog in compiled.validations:
+            try:
+                value = run.eval(prog)
+            except EvaluationError as exc:
+                return self._result(subject, ERROR, f"{prog.path}: {exc}", validation=index,
+                                    properties=properties)
+            if value is True:
+                continue
+            if value is not False:
+                return self._result(subject, ERROR, f"{prog.path}: expected a bool, got {type(value).__name__}",
+                                    validation=index, properties=properties)
+            validation = compiled.policy.spec.validations[index]
+            message = validation.message or _default_message(validation.expression)
+            if msg_prog is not None:
+                try:
+                    msg = run.eval(msg_prog)
+                    if isinstance(msg, str) and msg.strip():
+                        message = msg
+                except EvaluationError:
+                    pass  # the API server also falls back to message on a messageExpression error
+            return self._result(subject, FAIL, message, validation=index, properties=properties)
+        return self._result(subject, PASS, "success", properties=properties)
+
+
+def controller_kinds() -> set[str]:
+    return {kind for (_g, _v, kind) in CONTROLLERS.values()}
