@@ -1,0 +1,1 @@
+"""Pure builders of desired Kubernetes objects: generated VAPs and bindings, PolicyReports."""

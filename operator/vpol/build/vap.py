@@ -1,0 +1,179 @@
+"""The native ValidatingAdmissionPolicy and binding a ValidatingPolicy turns into (pure).
+
+Kyverno's mapping (NOTES.md section 4): ``vpol-<policy>`` and
+``vpol-<policy>-binding``, the managed-by label, a controller
+ownerReference to the policy; matchConstraints, matchConditions,
+variables, validations and auditAnnotations are copied; the binding
+carries validationActions. PolicyExceptions become one negated
+matchCondition each (``!(c1 && c2)``), and their allowed images/values
+become variables that replace ``exceptions.allowedImages``/``allowedValues``.
+
+Beyond Kyverno (documented in the README): failurePolicy is copied, and a
+pod policy with pod-controller autogen also gets one VAP + binding per
+autogen config (``vpol-<policy>-autogen-defaults``, ``...-autogen-cronjobs``).
+
+Eligibility: Kubernetes mode, cluster-scoped policy, and every expression
+compiles with only the libraries the API server has.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vpol.cel.compiler import compile_policy
+from vpol.engine.autogen import autogen_configs
+from vpol.model.policy import PolicyException, ValidatingPolicy
+
+VAP_API_VERSION = "admissionregistration.k8s.io/v1"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "vpol"
+POLICY_LABEL = "vpol.kyverno.io/policy"
+
+_EXC_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
+
+
+@dataclass
+class VapPlan:
+    #: The objects to apply (VAPs and bindings), empty when none should exist.
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    #: Why nothing (or less) is generated, when that is the case.
+    reason: str = ""
+    eligible: bool = True
+
+    def names(self) -> list[str]:
+        return [o["metadata"]["name"] for o in self.objects]
+
+
+def vap_name(policy_name: str, config: str = "") -> str:
+    return f"vpol-{policy_name}" + (f"-autogen-{config}" if config else "")
+
+
+def ineligibility(policy: ValidatingPolicy) -> str:
+    """Why the API server could not enforce this policy natively ("" when it can)."""
+    if policy.namespace or policy.kind != "ValidatingPolicy":
+        return "namespaced policies are not turned into ValidatingAdmissionPolicies"
+    if policy.json_mode:
+        return "JSON mode policies are evaluated by vpol only"
+    if not policy.spec.evaluation.admission_enabled:
+        return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
+    compiled = compile_policy(policy, kubernetes_only=True)
+    if not compiled.ok:
+        first = compiled.errors()[0]
+        m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)
+        what = f" uses '{m.group(1) or m.group(2)}', which the API server's CEL environment lacks" if m else \
+            f": {first.message}"
+        return f"{first.path}{what} (a Kyverno-only library)" if m else f"{first.path}{what}"
+    return ""
+
+
+def _owner(policy: ValidatingPolicy) -> dict[str, Any]:
+    return {
+        "apiVersion": policy.api_version,
+        "kind": policy.kind,
+        "name": policy.name,
+        "uid": policy.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(name: str, policy: ValidatingPolicy) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_LABEL: policy.name}}
+    if policy.uid:
+        md["ownerReferences"] = [_owner(policy)]
+    return md
+
+
+def _exception_parts(policy: ValidatingPolicy, exceptions: Sequence[PolicyException]) -> tuple[
+        list[dict[str, str]], dict[str, list[str]]]:
+    conditions: list[dict[str, str]] = []
+    allowed: dict[str, list[str]] = {"allowedImages": [], "allowedValues": []}
+    for exc in sorted((e for e in exceptions if e.applies_to(policy)), key=lambda e: (e.namespace, e.name)):
+        if exc.allowed_images or exc.allowed_values:
+            allowed["allowedImages"].extend(exc.allowed_images)
+            allowed["allowedValues"].extend(exc.allowed_values)
+            continue
+        if not exc.match_conditions:
+            continue
+        expr = " && ".join(f"({mc.expression})" for mc in exc.match_conditions)
+        name = f"exception-{exc.namespace}-{exc.name}" if exc.namespace else f"exception-{exc.name}"
+        conditions.append({"name": name[:63], "expression": f"!({expr})"})
+    return conditions, allowed
+
+
+def _rewrite_exceptions(value: Any) -> Any:
+    if isinstance(value, str):
+        return _EXC_RX.sub(lambda m: f"variables.{m.group(1)}", value)
+    if isinstance(value, list):
+        return [_rewrite_exceptions(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rewrite_exceptions(v) for k, v in value.items()}
+    return value
+
+
+def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
+          exceptions: Sequence[PolicyException]) -> list[dict[str, Any]]:
+    conditions, allowed = _exception_parts(policy, exceptions)
+    vap_spec: dict[str, Any] = {}
+    if "matchConstraints" in spec:
+        vap_spec["matchConstraints"] = spec["matchConstraints"]
+    match_conditions = list(spec.get("matchConditions") or []) + conditions
+    if match_conditions:
+        vap_spec["matchConditions"] = match_conditions
+    variables = list(spec.get("variables") or [])
+    uses_exceptions = _EXC_RX.search(json.dumps(spec)) is not None
+    if uses_exceptions:
+        variables = [
+            {"name": "allowedImages", "expression": json.dumps(allowed["allowedImages"])},
+            {"name": "allowedValues", "expression": json.dumps(allowed["allowedValues"])},
+        ] + variables
+    if variables:
+        vap_spec["variables"] = variables
+    for key in ("validations", "auditAnnotations"):
+        if spec.get(key):
+            vap_spec[key] = spec[key]
+    vap_spec["failurePolicy"] = policy.spec.failure_policy
+    if uses_exceptions:
+        vap_spec = _rewrite_exceptions(vap_spec)
+    vap = {
+        "apiVersion": VAP_API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _metadata(name, policy),
+        "spec": vap_spec,
+    }
+    binding = {
+        "apiVersion": VAP_API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _metadata(f"{name}-binding", policy),
+        "spec": {"policyName": name, "validationActions": list(policy.spec.validation_actions)},
+    }
+    return [vap, binding]
+
+
+def desired_objects(policy: ValidatingPolicy, *, exceptions: Sequence[PolicyException] = (),
+                    force: bool = False) -> VapPlan:
+    """The VAPs and bindings that should exist for ``policy``.
+
+    Without ``force``, nothing is generated unless
+    ``spec.autogen.validatingAdmissionPolicy.enabled`` is true.
+    """
+    if not force and not policy.spec.autogen.vap_enabled:
+        return VapPlan(reason="ValidatingAdmissionPolicy generation is not enabled "
+                              "(spec.autogen.validatingAdmissionPolicy.enabled)", eligible=False)
+    why = ineligibility(policy)
+    if why:
+        return VapPlan(reason=f"skip generating ValidatingAdmissionPolicy: {why}", eligible=False)
+    raw_spec = policy.raw.get("spec", {})
+    objects = _pair(policy, _clean_spec(raw_spec), vap_name(policy.name), exceptions)
+    for config in autogen_configs(policy):
+        objects.extend(_pair(policy, _clean_spec(config.spec), vap_name(policy.name, config.name), exceptions))
+    return VapPlan(objects=objects)
+
+
+def _clean_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    keep = ("matchConstraints", "matchConditions", "variables", "validations", "auditAnnotations")
+    return {k: v for k, v in spec.items() if k in keep and v is not None}

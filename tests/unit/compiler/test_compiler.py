@@ -1,0 +1,81 @@
+"""The compiler reports every error with field path, position and excerpt, and enforces the rules."""
+
+from __future__ import annotations
+
+from tests.unit.policies import make_policy
+from vpol.cel.compiler import compile_policy
+
+
+def errors(policy):
+    return compile_policy(policy).errors()
+
+
+def test_valid_policy_compiles():
+    c = compile_policy(make_policy(validations=[{"expression": "object.metadata.name != ''"}]))
+    assert c.ok and len(c.validations) == 1
+
+
+def test_syntax_error_has_path_position_and_caret():
+    [e] = errors(make_policy(validations=[{"expression": "true"}, {"expression": "object.x =="}]))
+    assert e.path == "spec.validations[1].expression"
+    assert e.expression_position is not None and e.expression_position.line == 1
+    assert "^" in e.excerpt
+
+
+def test_every_error_is_reported_not_just_the_first():
+    es = errors(make_policy(
+        matchConditions=[{"name": "m", "expression": "1 +"}],
+        validations=[{"expression": "1 + 'a'", "messageExpression": "object.("},
+                     {"expression": "true", "messageExpression": "1"}],
+        auditAnnotations=[{"key": "k", "valueExpression": "true"}],
+    ))
+    paths = sorted(e.path for e in es)
+    assert paths == ["spec.auditAnnotations[0].valueExpression", "spec.matchConditions[0].expression",
+                     "spec.validations[0].expression", "spec.validations[0].messageExpression",
+                     "spec.validations[1].messageExpression"]
+
+
+def test_result_types_are_enforced():
+    es = errors(make_policy(validations=[{"expression": "'yes'"}],
+                            matchConditions=[{"name": "m", "expression": "1"}]))
+    msgs = {e.path: e.message for e in es}
+    assert "must evaluate to bool" in msgs["spec.validations[0].expression"]
+    assert "must evaluate to bool" in msgs["spec.matchConditions[0].expression"]
+
+
+def test_audit_annotation_may_be_null_or_string():
+    c = compile_policy(make_policy(validations=[{"expression": "true"}], auditAnnotations=[
+        {"key": "a", "valueExpression": "null"}, {"key": "b", "valueExpression": "'x'"}]))
+    assert c.ok
+
+
+def test_variable_referring_to_a_later_variable_is_an_error():
+    [e] = errors(make_policy(variables=[{"name": "a", "expression": "variables.b + 1"},
+                                        {"name": "b", "expression": "1"}],
+                             validations=[{"expression": "variables.a > 0"}]))
+    assert e.path == "spec.variables[0].expression"
+    assert "undeclared variable 'b'" in e.message
+    assert e.expression_position.column == 10
+
+
+def test_unknown_variable_in_validation_is_an_error():
+    [e] = errors(make_policy(variables=[{"name": "a", "expression": "1"}],
+                             validations=[{"expression": "variables.nope == 1"}]))
+    assert e.path == "spec.validations[0].expression" and "'nope'" in e.message
+
+
+def test_variable_types_flow_into_later_expressions():
+    [e] = errors(make_policy(variables=[{"name": "n", "expression": "'text'"}],
+                             validations=[{"expression": "variables.n + 1 > 0"}]))
+    assert "no matching overload" in e.message
+
+
+def test_deep_nesting_is_refused_without_crashing():
+    [e] = errors(make_policy(validations=[{"expression": "(" * 500 + "true" + ")" * 500}]))
+    assert "nests deeper" in e.message
+
+
+def test_huge_expression_is_an_error_not_a_crash():
+    src = " || ".join(["object.metadata.name == 'x'"] * 3000)  # ~90 kB
+    c = compile_policy(make_policy(validations=[{"expression": src}]))
+    assert c.ok or all(e.path == "spec.validations[0].expression" for e in c.errors())

@@ -1,0 +1,143 @@
+"""Evaluation semantics: pass, fail, warn, error, skip; messages; variables; exceptions; autogen."""
+
+from __future__ import annotations
+
+from tests.unit.policies import make_policy, pod
+from vpol.engine.evaluate import PolicyEngine, compile_exception
+from vpol.engine.request import ResourceType
+from vpol.engine.subjects import subject_for
+from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+
+PODS = ResourceType("", "v1", "pods", "Pod", True)
+
+
+def resolve(api_version, kind):
+    table = {("v1", "Pod"): PODS,
+             ("apps/v1", "Deployment"): ResourceType("apps", "v1", "deployments", "Deployment", True),
+             ("batch/v1", "CronJob"): ResourceType("batch", "v1", "cronjobs", "CronJob", True)}
+    return table.get((api_version, kind))
+
+
+def run(policy, obj, exceptions=(), operation="CREATE"):
+    engine = PolicyEngine(policy, [compile_exception(e) for e in exceptions])
+    return engine.evaluate(subject_for(obj, operation=operation, resolve=resolve))
+
+
+NO_HOSTNET = [{"expression": "!has(object.spec.hostNetwork) || object.spec.hostNetwork == false",
+               "message": "host network is not allowed"}]
+
+
+def test_pass_and_fail_with_message():
+    policy = make_policy(validations=NO_HOSTNET)
+    assert run(policy, pod()).result == "pass"
+    res = run(policy, pod(hostNetwork=True))
+    assert (res.result, res.message, res.validation) == ("fail", "host network is not allowed", 0)
+
+
+def test_message_expression_wins_and_default_message_names_expression():
+    policy = make_policy(validations=[{"expression": "false", "message": "static",
+                                       "messageExpression": "'pod ' + object.metadata.name"}])
+    assert run(policy, pod("web")).message == "pod web"
+    res = run(make_policy(validations=[{"expression": "1 > 2"}]), pod())
+    assert res.result == "fail" and "1 > 2" in res.message
+
+
+def test_first_false_validation_is_reported():
+    policy = make_policy(validations=[{"expression": "true"}, {"expression": "false", "message": "second"},
+                                      {"expression": "false", "message": "third"}])
+    res = run(policy, pod())
+    assert (res.message, res.validation) == ("second", 1)
+
+
+def test_runtime_error_is_error_result():
+    res = run(make_policy(validations=[{"expression": "object.spec.nope == 1"}]), pod())
+    assert res.result == "error" and "spec.validations[0].expression" in res.message
+
+
+def test_no_match_gives_no_result():
+    policy = make_policy(validations=NO_HOSTNET)
+    assert run(policy, pod(), operation="DELETE") is None
+
+
+def test_match_conditions_false_is_skip_and_errors_follow_failure_policy():
+    skip = make_policy(validations=NO_HOSTNET, matchConditions=[{"name": "only-web",
+                                                                 "expression": "object.metadata.name == 'web'"}])
+    assert run(skip, pod("db")).result == "skip"
+    assert run(skip, pod("web")).result == "pass"
+    broken = [{"name": "broken", "expression": "object.metadata.nope == 'x'"}]
+    assert run(make_policy(validations=NO_HOSTNET, matchConditions=broken), pod()).result == "error"
+    assert run(make_policy(validations=NO_HOSTNET, matchConditions=broken, failurePolicy="Ignore"),
+               pod()).result == "skip"
+
+
+def test_variables_are_lazy_and_chain():
+    policy = make_policy(
+        variables=[{"name": "broken", "expression": "object.nope.nope"},
+                   {"name": "containers", "expression": "object.spec.containers"},
+                   {"name": "images", "expression": "variables.containers.map(c, c.image)"}],
+        validations=[{"expression": "variables.images.all(i, i.contains(':'))", "message": "tag images"}])
+    assert run(policy, pod()).result == "pass"  # the broken variable is never used
+    uses_broken = make_policy(variables=[{"name": "broken", "expression": "object.nope.nope"}],
+                              validations=[{"expression": "variables.broken == 1"}])
+    res = run(uses_broken, pod())
+    assert res.result == "error" and "broken" in res.message
+
+
+def test_unscored_policy_turns_fail_into_warn():
+    policy = make_policy(validations=NO_HOSTNET, annotations={"policies.kyverno.io/scored": "false"})
+    assert run(policy, pod(hostNetwork=True)).result == "warn"
+
+
+def test_audit_annotations_become_properties():
+    policy = make_policy(validations=[{"expression": "true"}],
+                         auditAnnotations=[{"key": "image", "valueExpression": "object.spec.containers[0].image"},
+                                           {"key": "none", "valueExpression": "null"}])
+    assert run(policy, pod()).properties == {"image": "nginx:1.25"}
+
+
+def test_exception_exempts_and_report_result_pass():
+    policy = make_policy(validations=NO_HOSTNET, name="no-hostnet")
+    exc = PolicyException(name="e", namespace="default", policy_refs=(PolicyRef("no-hostnet"),),
+                          match_conditions=(NamedExpression("ns", "object.metadata.name == 'special'"),))
+    assert run(policy, pod("special", hostNetwork=True), [exc]).result == "skip"
+    assert run(policy, pod("other", hostNetwork=True), [exc]).result == "fail"
+    passing = PolicyException(**{**exc.__dict__, "report_result": "pass"})
+    assert run(policy, pod("special", hostNetwork=True), [passing]).result == "pass"
+    other = PolicyException(**{**exc.__dict__, "policy_refs": (PolicyRef("someone-else"),)})
+    assert run(policy, pod("special", hostNetwork=True), [other]).result == "fail"
+
+
+def test_partial_exception_feeds_the_exceptions_variable():
+    policy = make_policy(name="images", validations=[{
+        "expression": "object.spec.containers.all(c, c.image.startsWith('registry.local/') || "
+                      "c.image in exceptions.allowedImages)"}])
+    exc = PolicyException(name="e", policy_refs=(PolicyRef("images"),), allowed_images=("nginx:1.25",))
+    assert run(policy, pod(), [exc]).result == "pass"
+    assert run(policy, pod()).result == "fail"
+
+
+def test_autogen_variants_evaluate_controllers():
+    policy = make_policy(validations=NO_HOSTNET)
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+              "spec": {"template": {"metadata": {}, "spec": {"hostNetwork": True, "containers": []}}}}
+    res = run(policy, deploy)
+    assert (res.result, res.kind, res.autogen) == ("fail", "Deployment", "defaults")
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}}
+    res = run(policy, cron)
+    assert (res.result, res.autogen) == ("pass", "cronjobs")
+
+
+def test_delete_evaluates_old_object():
+    policy = make_policy(rules=[{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                                 "resources": ["pods"]}],
+                         validations=[{"expression": "oldObject.metadata.name != 'protected' && object == null"}])
+    assert run(policy, pod("protected"), operation="DELETE").result == "fail"
+    assert run(policy, pod("free"), operation="DELETE").result == "pass"
+
+
+def test_request_and_namespace_object_are_available():
+    policy = make_policy(validations=[{"expression": "request.operation == 'CREATE' && "
+                                                     "request.kind.kind == 'Pod' && "
+                                                     "namespaceObject.metadata.name == object.metadata.namespace"}])
+    assert run(policy, pod(namespace="team-a")).result == "pass"
