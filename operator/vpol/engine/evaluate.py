@@ -31,7 +31,7 @@ from cel_expr_python import cel
 
 from vpol.cel.compiler import CompiledPolicy, Program, compile_expression, compile_policy
 from vpol.cel.environment import EnvSpec, environment, library_variables
-from vpol.engine.autogen import CONTROLLERS, autogen_configs
+from vpol.engine.autogen import autogen_configs
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
 from vpol.model.policy import PolicyException, ValidatingPolicy
@@ -178,7 +178,7 @@ class _PolicyRun:
             except EvaluationError as exc:
                 self.errors[name] = f"variable {name}: {exc}"
             except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
-                self.errors[name] = f"variable {name}: {exc}"
+                self.errors[name] = f"variable {name}: {_describe(exc)}"
 
     def eval(self, prog: Program) -> Any:
         self._ensure(prog.uses)
@@ -192,7 +192,16 @@ class _PolicyRun:
         except EvaluationError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise EvaluationError(str(exc)) from None
+            raise EvaluationError(_describe(exc)) from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if "bad_alloc" in text or isinstance(exc, MemoryError):
+        return "evaluation ran out of memory (the expression builds too large a value)"
+    if "Iteration budget exceeded" in text:
+        return "evaluation exceeded the comprehension iteration limit"
+    return text
 
 
 def _default_message(src: str) -> str:
@@ -330,6 +339,3 @@ class PolicyEngine:
             return self._result(subject, FAIL, message, validation=index, properties=properties)
         return self._result(subject, PASS, "success", properties=properties)
 
-
-def controller_kinds() -> set[str]:
-    return {kind for (_g, _v, kind) in CONTROLLERS.values()}

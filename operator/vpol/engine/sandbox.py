@@ -1,0 +1,159 @@
+"""Bounded evaluation: untrusted expressions run in a worker process with a deadline and a memory cap.
+
+cel-cpp has no cost estimator and no interrupt (NOTES.md section 6): a
+single ``lists.range(5000).map(x, lists.range(5000))`` takes a second and
+over a gigabyte, and nothing inside the engine can stop it. So evaluation
+runs in a child process whose address space is capped (``RLIMIT_AS``) and
+whose answers the parent waits for with a deadline. A worker that runs out
+of time or memory is killed and restarted; the subject that was being
+evaluated is retried one policy at a time, so only the offending policy
+gets an ``error`` result and every other result is still computed.
+
+The worker compiles the policies itself (they are plain data), so the
+parent can be any process, threaded or not ("spawn" start method).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vpol.cel.backend import Backend, using
+from vpol.engine.evaluate import ERROR, PolicyEngine, Result, SubjectData, compile_exception
+from vpol.engine.request import Subject
+from vpol.model.policy import PolicyException, ValidatingPolicy
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Longest time one subject may take across all policies (seconds).
+    seconds_per_subject: float = 5.0
+    #: Address-space cap of the worker process (bytes).
+    memory_bytes: int = 2 * 1024**3
+
+
+def _worker(conn: multiprocessing.connection.Connection, policies: list[ValidatingPolicy],
+            exceptions: list[PolicyException], backend: Backend, memory_bytes: int) -> None:
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    except (ValueError, OSError):
+        pass
+    compiled_exceptions = [compile_exception(e) for e in exceptions]
+    engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
+    conn.send(("ready", None))
+    with using(backend):
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return
+            if msg is None:
+                return
+            subject, only = msg
+            try:
+                data = SubjectData(subject)
+                out: list[Result] = []
+                for i, engine in enumerate(engines):
+                    if only is not None and i != only:
+                        continue
+                    res = engine.evaluate(subject, data)
+                    if res is not None:
+                        out.append(res)
+                conn.send(("ok", out))
+            except MemoryError:
+                conn.send(("error", "evaluation ran out of memory"))
+            except Exception as exc:  # noqa: BLE001 - report, keep serving
+                conn.send(("error", f"evaluation failed: {exc}"))
+
+
+class SandboxedEvaluator:
+    """Evaluates subjects against policies in a bounded worker process."""
+
+    def __init__(self, policies: Sequence[ValidatingPolicy], exceptions: Sequence[PolicyException] = (),
+                 backend: Backend | None = None, limits: Limits = Limits()):
+        self.policies = list(policies)
+        self.exceptions = list(exceptions)
+        self.backend = backend or Backend()
+        self.limits = limits
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: multiprocessing.connection.Connection | None = None
+        #: How many times a worker had to be killed (for metrics and tests).
+        self.kills = 0
+
+    def __enter__(self) -> "SandboxedEvaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(
+            target=_worker, args=(child, self.policies, self.exceptions, self.backend, self.limits.memory_bytes),
+            daemon=True,
+        )
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        # Compiling in the worker takes time proportional to the policies, not the subject.
+        if not parent.poll(60 + len(self.policies)):
+            self._kill()
+            raise RuntimeError("policy evaluation worker did not start")
+        parent.recv()
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        if self._proc is not None:
+            self._proc.join(2)
+        self._kill()
+
+    def _ask(self, subject: Subject, only: int | None) -> tuple[str, Any]:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        assert self._conn is not None
+        try:
+            self._conn.send((subject, only))
+            deadline = time.monotonic() + self.limits.seconds_per_subject
+            if self._conn.poll(max(0.0, deadline - time.monotonic())):
+                return self._conn.recv()
+            reason = f"evaluation exceeded the time limit of {self.limits.seconds_per_subject:g}s"
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            reason = "evaluation exceeded the memory limit of " \
+                     f"{self.limits.memory_bytes // 1024**2} MiB (worker died)"
+        self.kills += 1
+        self._kill()
+        return "killed", reason
+
+    def evaluate(self, subject: Subject) -> list[Result]:
+        status, payload = self._ask(subject, None)
+        if status == "ok":
+            return list(payload)
+        # Isolate the culprit: one policy at a time, fresh worker after each kill.
+        results: list[Result] = []
+        for i, policy in enumerate(self.policies):
+            status, payload = self._ask(subject, i)
+            if status == "ok":
+                results.extend(payload)
+            else:
+                results.append(Result(policy=policy.name, result=ERROR, message=str(payload),
+                                      api_version=subject.type.api_version, kind=subject.type.kind,
+                                      namespace=subject.namespace, name=subject.name))
+        return results

@@ -1,0 +1,57 @@
+"""Runaway expressions yield an error result within the deadline; other policies still evaluate."""
+
+from __future__ import annotations
+
+import time
+
+from tests.unit.policies import make_policy, pod
+from vpol.engine.request import ResourceType
+from vpol.engine.sandbox import Limits, SandboxedEvaluator
+from vpol.engine.subjects import subject_for
+
+PODS = ResourceType("", "v1", "pods", "Pod", True)
+
+
+def subject(obj):
+    return subject_for(obj, resolve=lambda a, k: PODS)
+
+
+def test_runaway_expression_is_an_error_and_others_still_run():
+    slow = make_policy(name="slow", validations=[
+        {"expression": "lists.range(9000).map(x, lists.range(9000).filter(y, y > x)).size() > 0"}])
+    fine = make_policy(name="fine", validations=[{"expression": "object.metadata.name == 'pod'"}])
+    limits = Limits(seconds_per_subject=1.0, memory_bytes=8 * 1024**3)
+    with SandboxedEvaluator([slow, fine], limits=limits) as ev:
+        started = time.monotonic()
+        results = {r.policy: r for r in ev.evaluate(subject(pod()))}
+        elapsed = time.monotonic() - started
+        assert results["slow"].result == "error"
+        assert "time limit" in results["slow"].message
+        assert results["fine"].result == "pass"
+        assert ev.kills >= 1
+        # The worker is replaced and keeps serving.
+        again = {r.policy: r.result for r in ev.evaluate(subject(pod("other")))}
+        assert again == {"slow": "error", "fine": "fail"}
+    # two deadlines plus worker restarts, far below the minutes a runaway would take
+    assert elapsed < 30
+
+
+def test_memory_explosion_is_an_error_not_a_crash():
+    hog = make_policy(name="hog", validations=[
+        {"expression": "lists.range(9000).map(x, lists.range(9000)).size() > 0"}])
+    limits = Limits(seconds_per_subject=20.0, memory_bytes=600 * 1024**2)
+    with SandboxedEvaluator([hog], limits=limits) as ev:
+        [res] = ev.evaluate(subject(pod()))
+        assert res.result == "error"
+        assert "memory" in res.message
+
+
+def test_normal_results_match_in_process_engine():
+    from vpol.engine.evaluate import PolicyEngine
+
+    policies = [make_policy(name=f"p{i}", validations=[{"expression": f"object.metadata.name.size() > {i}"}])
+                for i in range(3)]
+    with SandboxedEvaluator(policies) as ev:
+        got = [(r.policy, r.result) for r in ev.evaluate(subject(pod("abcd")))]
+    want = [(p.name, PolicyEngine(p).evaluate(subject(pod("abcd"))).result) for p in policies]
+    assert got == want
