@@ -1,0 +1,1 @@
+"""The ``vpol`` command line: check, apply, test, generate and run."""

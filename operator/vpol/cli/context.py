@@ -1,0 +1,98 @@
+"""Kyverno CLI side inputs: values files, context files, cluster resources, canned API responses.
+
+These files stand in for the cluster when evaluating offline. Values give
+namespaces (objects or just labels); context, clusterResources and
+apiCallResponses feed the offline backend behind ``resource.*``,
+``image.GetMetadata`` and ``http.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vpol.cel.backend import Backend
+from vpol.cel.offline_backend import OfflineBackend
+from vpol.cli.inputs import load_documents
+from vpol.engine.request import ResourceType
+from vpol.model.problems import InputError, Problem
+
+
+@dataclass
+class Values:
+    namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load_values(paths: Iterable[str]) -> Values:
+    """Kyverno CLI values files (``cli.kyverno.io/v1alpha1`` Value, or the older plain form)."""
+    values = Values()
+    for path in paths:
+        for doc in load_documents(Path(path)):
+            data = doc.data
+            if not isinstance(data, dict):
+                raise InputError(Problem("a values file must be a mapping", file=doc.file))
+            for i, ns in enumerate(data.get("namespaces") or []):
+                name = ((ns or {}).get("metadata") or {}).get("name") if isinstance(ns, dict) else None
+                if not name:
+                    raise InputError(Problem("namespace without metadata.name", file=doc.file,
+                                             path=f"namespaces[{i}]", position=doc.position(f"namespaces[{i}]")))
+                values.namespaces[str(name)] = ns
+            for i, sel in enumerate(data.get("namespaceSelector") or []):
+                if not isinstance(sel, dict) or not sel.get("name"):
+                    raise InputError(Problem("namespaceSelector entry needs a name", file=doc.file,
+                                             path=f"namespaceSelector[{i}]"))
+                name = str(sel["name"])
+                ns = values.namespaces.setdefault(name, {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": name}})
+                labels = dict((ns.get("metadata") or {}).get("labels") or {})
+                labels.update({str(k): str(v) for k, v in (sel.get("labels") or {}).items()})
+                ns.setdefault("metadata", {})["labels"] = labels
+    return values
+
+
+def _objects(paths: Iterable[str]) -> list[tuple[str, Any]]:
+    out = []
+    for path in paths:
+        for doc in load_documents(Path(path)):
+            out.append((doc.file, doc.data))
+    return out
+
+
+def build_backend(*, context_files: Iterable[str] = (), cluster_resource_files: Iterable[str] = (),
+                  api_call_files: Iterable[str] = ()) -> tuple[Backend, list[ResourceType]]:
+    """An offline backend from the files, and the resource types their CRDs declare."""
+    contexts: list[dict[str, Any]] = []
+    objects: list[dict[str, Any]] = []
+    crds: list[dict[str, Any]] = []
+    for file, data in _objects(context_files):
+        if isinstance(data, dict):
+            contexts.append(data)
+    for file, data in _objects(cluster_resource_files):
+        if not isinstance(data, dict):
+            continue
+        if data.get("kind") == "ClusterResource":
+            spec = data.get("spec") or {}
+            objects.extend(o for o in spec.get("resources") or [] if isinstance(o, dict))
+            base = Path(file).parent
+            for _f, crd in _objects(str(base / str(p)) for p in spec.get("crds") or []):
+                if isinstance(crd, dict):
+                    crds.append(crd)
+        elif data.get("kind") == "CustomResourceDefinition":
+            crds.append(data)
+        elif str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+            objects.extend(o for o in data["items"] if isinstance(o, dict))
+        else:
+            objects.append(data)
+    responses: list[dict[str, Any]] = [d for _f, d in _objects(api_call_files) if isinstance(d, dict)]
+    backend = OfflineBackend(contexts=contexts, objects=objects, crds=crds, api_responses=responses)
+    return backend, [_crd_type(c, v) for c in crds for v in (c.get("spec") or {}).get("versions") or []]
+
+
+def _crd_type(crd: dict[str, Any], version: dict[str, Any]) -> ResourceType:
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    return ResourceType(group=str(spec.get("group", "")), version=str(version.get("name", "")),
+                        resource=str(names.get("plural", "")), kind=str(names.get("kind", "")),
+                        namespaced=spec.get("scope") == "Namespaced")

@@ -1,0 +1,158 @@
+"""Reading policies, exceptions and resources from files and directories.
+
+This is the CLI's I/O edge: it turns paths into parsed documents and typed
+objects, and every problem (unreadable file, bad YAML, invalid policy)
+becomes a ``Problem`` naming the file, the field and the position.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vpol.model.documents import Document, parse_documents
+from vpol.model.parse import is_exception_document, is_policy_document, parse_exception, parse_policy
+from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.problems import InputError, Problem
+
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand(paths: Iterable[str]) -> Iterator[Path]:
+    """Files named, and YAML/JSON files found under directories (sorted)."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(YAML_SUFFIXES):
+                        yield Path(root) / name
+        else:
+            yield path
+
+
+def read_text(path: Path) -> str:
+    try:
+        if str(path) == "-":
+            return sys.stdin.read()
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(Problem("no such file or directory", file=str(path))) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(Problem(f"not a UTF-8 text file (byte {exc.start})", file=str(path))) from None
+    except OSError as exc:
+        raise InputError(Problem(f"cannot read: {exc.strerror}", file=str(path))) from None
+
+
+def load_documents(path: Path) -> list[Document]:
+    text = read_text(path)
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(Problem(f"invalid JSON: {exc.msg}", file=str(path),
+                                     position=_pos(exc.lineno, exc.colno))) from None
+        return [Document(data=data, file=str(path))] if data is not None else []
+    return parse_documents(text, str(path))
+
+
+def _pos(line: int, col: int) -> Any:
+    from vpol.model.problems import Position
+
+    return Position(line, col)
+
+
+@dataclass
+class Loaded:
+    policies: list[ValidatingPolicy] = field(default_factory=list)
+    exceptions: list[PolicyException] = field(default_factory=list)
+    resources: list[Document] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    #: Files that could not be read at all (exit code 2).
+    unreadable: list[Problem] = field(default_factory=list)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(p.severity == "error" for p in self.problems)
+
+
+def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True) -> Loaded:
+    """Load ValidatingPolicies (and PolicyExceptions found beside them)."""
+    out = out or Loaded()
+    for path in expand(paths):
+        try:
+            docs = load_documents(path)
+        except InputError as exc:
+            out.unreadable.append(exc.problem)
+            continue
+        for doc in docs:
+            if is_policy_document(doc.data):
+                policy, problems = parse_policy(doc.data, doc)
+                out.problems.extend(problems)
+                if policy is not None:
+                    out.policies.append(policy)
+            elif is_exception_document(doc.data):
+                exc_obj, problems = parse_exception(doc.data, doc)
+                out.problems.extend(problems)
+                if exc_obj is not None:
+                    out.exceptions.append(exc_obj)
+            elif strict_kinds:
+                out.problems.append(_not_a_policy(doc))
+    return out
+
+
+def _not_a_policy(doc: Document) -> Problem:
+    data = doc.data
+    if isinstance(data, dict):
+        what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
+        reason = f"not a ValidatingPolicy ({what}); expected apiVersion policies.kyverno.io/v1 " \
+                 f"(or v1beta1, v1alpha1) and kind ValidatingPolicy"
+    else:
+        reason = "not a Kubernetes object (expected a mapping with apiVersion and kind)"
+    return Problem(reason, file=doc.file, position=doc.position(""))
+
+
+def load_exceptions(paths: Iterable[str], out: Loaded) -> Loaded:
+    for path in expand(paths):
+        try:
+            docs = load_documents(path)
+        except InputError as exc:
+            out.unreadable.append(exc.problem)
+            continue
+        for doc in docs:
+            exc_obj, problems = parse_exception(doc.data, doc)
+            out.problems.extend(problems)
+            if exc_obj is not None:
+                out.exceptions.append(exc_obj)
+    return out
+
+
+def load_resources(paths: Iterable[str], out: Loaded) -> Loaded:
+    """Kubernetes objects (``kind: List`` is flattened)."""
+    for path in expand(paths):
+        try:
+            docs = load_documents(path)
+        except InputError as exc:
+            out.unreadable.append(exc.problem)
+            continue
+        for doc in docs:
+            data = doc.data
+            if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
+                    data.get("items"), list):
+                for i, item in enumerate(data["items"]):
+                    out.resources.append(Document(data=item, file=doc.file, index=doc.index,
+                                                  positions={"": doc.position(f"items[{i}]")} if doc.position(
+                                                      f"items[{i}]") else {}))
+                continue
+            if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
+                out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",
+                                            file=doc.file, position=doc.position("")))
+                continue
+            out.resources.append(doc)
+    return out

@@ -1,0 +1,207 @@
+"""``vpol test``: running Kyverno CLI test files (``kyverno-test.yaml``).
+
+A test file (``cli.kyverno.io/v1alpha1``, kind ``Test``) names policies,
+resources (or JSON payloads), optional exceptions, a values file, a context
+file and cluster resources, and lists expected results per policy,
+resource and kind. Each expectation is reported as agreed or not. Payload
+modes vpol does not support (HTTP, Envoy) are reported as unsupported, not
+as failures of the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vpol.cel.backend import using
+from vpol.cli.context import build_backend, load_values
+from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
+from vpol.cli.resolve import resolver
+from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
+from vpol.engine.subjects import json_subject, subject_for
+from vpol.model.documents import Document
+from vpol.model.problems import InputError, Problem
+
+TEST_FILE_NAMES = ("kyverno-test.yaml", "kyverno-test.yml")
+UNSUPPORTED_KEYS = ("httpPayloads", "envoyPayloads")
+
+
+@dataclass
+class Check:
+    test: str
+    policy: str
+    resource: str
+    kind: str
+    expected: str
+    actual: str = ""
+    message: str = ""
+    status: str = "agree"  # agree, disagree, unsupported, error
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("agree", "unsupported")
+
+
+@dataclass
+class TestOutcome:
+    file: str
+    name: str
+    checks: list[Check] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    unsupported: str = ""
+
+
+def find_test_files(paths: Iterable[str]) -> list[Path]:
+    found: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            found.append(p)
+        elif p.is_dir():
+            found.extend(f for f in expand([raw]) if f.name in TEST_FILE_NAMES)
+    return sorted(set(found))
+
+
+def _rel(base: Path, items: Any) -> list[str]:
+    if items is None:
+        return []
+    if isinstance(items, str):
+        items = [items]
+    return [str(base / str(i)) for i in items]
+
+
+def _resource_names(doc: Document) -> set[str]:
+    md = doc.data.get("metadata") or {}
+    name = str(md.get("name", ""))
+    ns = str(md.get("namespace", "") or "")
+    names = {name}
+    names.add(f"{ns or 'default'}/{name}")
+    return names
+
+
+def run_test_document(doc: Document) -> TestOutcome:
+    spec = doc.data if isinstance(doc.data, dict) else {}
+    base = Path(doc.file).parent
+    name = str((spec.get("metadata") or {}).get("name", "")) or Path(doc.file).parent.name
+    outcome = TestOutcome(file=doc.file, name=name)
+    if spec.get("kind") != "Test":
+        outcome.problems.append(Problem(f'not a Kyverno CLI test (kind "{spec.get("kind")}")', file=doc.file))
+        return outcome
+    unsupported = [k for k in UNSUPPORTED_KEYS if spec.get(k)]
+
+    loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False)
+    load_exceptions(_rel(base, spec.get("exceptions")), loaded)
+    load_resources(_rel(base, spec.get("resources")), loaded)
+    mode_problems = [p for p in loaded.problems if "is not supported by vpol" in p.message]
+    if mode_problems:
+        unsupported.append(mode_problems[0].message)
+    if unsupported:
+        outcome.unsupported = "; ".join(unsupported)
+        for r in spec.get("results") or []:
+            outcome.checks.append(Check(name, str(r.get("policy", "")), ",".join(r.get("resources") or []),
+                                        str(r.get("kind", "")), str(r.get("result", "")), status="unsupported",
+                                        message=outcome.unsupported))
+        return outcome
+    outcome.problems.extend(loaded.unreadable)
+    outcome.problems.extend(p for p in loaded.problems if p.severity == "error")
+
+    payloads: list[tuple[str, Any]] = []
+    for path in _rel(base, spec.get("jsonPayloads")):
+        try:
+            for d in load_documents(Path(path)):
+                payloads.append((Path(path).name, d.data))
+        except InputError as exc:
+            outcome.problems.append(exc.problem)
+
+    try:
+        values = load_values(_rel(base, spec.get("variables")))
+        backend, extra_types = build_backend(
+            context_files=_rel(base, spec.get("context")),
+            cluster_resource_files=_rel(base, spec.get("clusterResources")),
+            api_call_files=_rel(base, spec.get("apiCallResponses")),
+        )
+    except InputError as exc:
+        outcome.problems.append(exc.problem)
+        return outcome
+    resolve = resolver(extra_types)
+
+    exceptions = [compile_exception(e) for e in loaded.exceptions]
+    engines = {p.name: PolicyEngine(p, exceptions) for p in loaded.policies}
+    for p in engines.values():
+        outcome.problems.extend(e for e in p.compiled.errors())
+
+    with using(backend):
+        for expected in spec.get("results") or []:
+            outcome.checks.extend(_check(name, expected, engines, loaded.resources, payloads, values, resolve))
+    return outcome
+
+
+def _check(test: str, expected: dict[str, Any], engines: dict[str, PolicyEngine], resources: list[Document],
+           payloads: list[tuple[str, Any]], values: Any, resolve: Any) -> list[Check]:
+    policy = str(expected.get("policy", ""))
+    kind = str(expected.get("kind", ""))
+    want = str(expected.get("result", ""))
+    operation = str(expected.get("operation", "") or "CREATE").upper()
+    names = [str(n) for n in (expected.get("resources") or [])]
+    engine = engines.get(policy)
+    out: list[Check] = []
+    if engine is None:
+        return [Check(test, policy, ",".join(names), kind, want, status="error",
+                      message=f'policy "{policy}" is not among the test\'s policies')]
+
+    if engine.policy.json_mode:
+        chosen = [(n, p) for n, p in payloads if not names or n in names]
+        if not chosen:
+            return [Check(test, policy, ",".join(names), kind, want, status="error", message="no such payload")]
+        for pname, payload in chosen:
+            res = engine.evaluate(json_subject(payload))
+            out.append(_compare(test, policy, pname, kind, want, res))
+        return out
+
+    candidates = [d for d in resources if not kind or str(d.data.get("kind", "")) == kind]
+    if names:
+        for n in names:
+            docs = [d for d in candidates if n in _resource_names(d)]
+            if not docs:
+                out.append(Check(test, policy, n, kind, want, status="error",
+                                 message=f"resource {kind}/{n} is not among the test's resources"))
+            for d in docs:
+                out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve))
+    else:
+        for d in candidates:
+            n = str((d.data.get("metadata") or {}).get("name", ""))
+            out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve))
+    return out
+
+
+def _evaluate_doc(test: str, engine: PolicyEngine, doc: Document, name: str, kind: str, want: str,
+                  operation: str, values: Any, resolve: Any) -> Check:
+    subject = subject_for(doc.data, operation=operation, resolve=resolve, namespaces=values.namespaces)
+    res = engine.evaluate(subject)
+    return _compare(test, engine.policy.name, name, kind, want, res)
+
+
+def _compare(test: str, policy: str, resource: str, kind: str, want: str, res: Result | None) -> Check:
+    # A resource the policy does not select counts as skip in Kyverno's CLI tests.
+    actual = res.result if res is not None else SKIP
+    message = res.message if res is not None else "not selected by matchConstraints"
+    return Check(test, policy, resource, kind, want, actual, message,
+                 "agree" if actual == want else "disagree")
+
+
+def run_tests(paths: Iterable[str]) -> list[TestOutcome]:
+    outcomes: list[TestOutcome] = []
+    files = find_test_files(paths)
+    for f in files:
+        try:
+            docs = load_documents(f)
+        except InputError as exc:
+            o = TestOutcome(file=str(f), name=f.parent.name)
+            o.problems.append(exc.problem)
+            outcomes.append(o)
+            continue
+        for d in docs:
+            outcomes.append(run_test_document(d))
+    return outcomes

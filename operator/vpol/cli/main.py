@@ -1,0 +1,248 @@
+"""``vpol``: check, apply, test and generate ValidatingPolicies offline.
+
+Exit codes: 0 success; 1 policy errors, failing results (``apply`` with
+``--fail-on-violation``... see each command) or disagreeing tests; 2
+unreadable input or bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from vpol import __version__
+from vpol.cli.context import build_backend, load_values
+from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
+from vpol.cli.progress import Progress
+from vpol.cli.resolve import resolver
+from vpol.model.problems import InputError, Problem
+
+EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+
+
+def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
+    stream = stream or sys.stderr
+    for p in problems:
+        print(p.render(), file=stream)
+
+
+# --- check ---------------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from vpol.cel.compiler import compile_policy
+    from vpol.cel.typecheck import typecheck_policy
+    from vpol.engine.evaluate import compile_exception
+
+    loaded = load_policies(args.paths)
+    if loaded.unreadable:
+        _print_problems(loaded.unreadable)
+    problems = list(loaded.problems)
+    for policy in loaded.policies:
+        compiled = compile_policy(policy)
+        problems.extend(compiled.problems)
+        if compiled.ok and not args.no_typecheck:
+            problems.extend(typecheck_policy(policy))
+    for exc in loaded.exceptions:
+        problems.extend(compile_exception(exc).problems)
+    _print_problems(problems, sys.stdout)
+    errors = sum(1 for p in problems if p.severity == "error")
+    warnings = len(problems) - errors
+    invalid = {p.file + p.object for p in problems if p.severity == "error"}
+    total = len(loaded.policies) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
+    print(f"{total} policies checked: {total - len(invalid)} valid, {len(invalid)} invalid "
+          f"({errors} errors, {warnings} warnings)", file=sys.stderr)
+    if loaded.unreadable:
+        return EXIT_INPUT
+    return EXIT_FAIL if errors else EXIT_OK
+
+
+# --- apply ---------------------------------------------------------------------------------
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from vpol.engine.evaluate import PolicyEngine, compile_exception
+    from vpol.engine.sandbox import Limits, SandboxedEvaluator
+    from vpol.engine.subjects import subject_for
+
+    loaded = load_policies(args.policy, Loaded(), strict_kinds=True)
+    load_exceptions(args.exceptions or [], loaded)
+    load_resources(args.resource, loaded)
+    if loaded.unreadable:
+        _print_problems(loaded.unreadable)
+        return EXIT_INPUT
+    _print_problems(loaded.problems)
+    try:
+        values = load_values(args.values or [])
+        backend, extra = build_backend(context_files=args.context or [],
+                                       cluster_resource_files=args.cluster_resources or [])
+    except InputError as exc:
+        _print_problems([exc.problem])
+        return EXIT_INPUT
+    # Compile here too, to report compile errors once and by file (the worker compiles its own copy).
+    exceptions = [compile_exception(e) for e in loaded.exceptions]
+    engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
+    for engine in engines:
+        _print_problems(engine.compiled.errors())
+    for exc in exceptions:
+        _print_problems(exc.problems)
+    resolve = resolver(extra)
+    results = []
+    progress = Progress(len(loaded.resources), "evaluating", enabled=not args.no_progress)
+    limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
+    with SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) as sandbox:
+        for doc in loaded.resources:
+            subject = subject_for(doc.data, operation=args.operation, resolve=resolve, namespaces=values.namespaces)
+            results.extend(sandbox.evaluate(subject))
+            progress.step()
+    progress.done()
+    rows = [r.as_dict() for r in results]
+    if args.output == "json":
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+    elif args.output == "yaml":
+        yaml.safe_dump(rows, sys.stdout, sort_keys=False)
+    else:
+        _table(rows)
+    counts = {k: sum(1 for r in results if r.result == k) for k in ("pass", "fail", "warn", "error", "skip")}
+    print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
+    if loaded.has_errors or any(not e.ok for e in engines):
+        return EXIT_FAIL
+    return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    headers = ["POLICY", "RESOURCE", "RESULT", "MESSAGE"]
+    lines = []
+    for r in rows:
+        res = "/".join(x for x in (r["kind"], r["namespace"], r["name"]) if x)
+        lines.append([r["policy"], res, r["result"].upper(), r["message"].replace("\n", " ")])
+    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(headers[:-1])]
+    print("  ".join(h.ljust(w) for h, w in zip(headers[:-1], widths)) + "  " + headers[-1])
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line[:-1], widths)) + "  " + line[-1])
+
+
+# --- test ----------------------------------------------------------------------------------
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from vpol.cli.kyverno_test import find_test_files, run_tests
+
+    if not find_test_files(args.paths):
+        print(f"no {' or '.join(('kyverno-test.yaml',))} found under: {' '.join(args.paths)}", file=sys.stderr)
+        return EXIT_INPUT
+    outcomes = run_tests(args.paths)
+    agreed = disagreed = unsupported = 0
+    failed_tests = 0
+    for o in outcomes:
+        status = "UNSUPPORTED" if o.unsupported else ("OK" if all(c.ok for c in o.checks) and not o.problems
+                                                       else "FAILED")
+        print(f"{status:<11} {o.file} ({o.name})")
+        for p in o.problems:
+            print("    " + p.render().replace("\n", "\n    "))
+        for c in o.checks:
+            if c.status == "unsupported":
+                unsupported += 1
+                if args.verbose:
+                    print(f"    unsupported  {c.policy} {c.kind} {c.resource}: {c.message}")
+                continue
+            mark = "agree" if c.ok else "DISAGREE"
+            agreed += c.ok
+            disagreed += not c.ok
+            if args.verbose or not c.ok:
+                print(f"    {mark:<9} {c.policy} {c.kind or '-'} {c.resource}: expected {c.expected}, "
+                      f"got {c.actual or '-'} ({c.message})")
+        if status == "FAILED":
+            failed_tests += 1
+    print(f"{agreed} agreed, {disagreed} disagreed, {unsupported} unsupported "
+          f"({len(outcomes)} tests, {failed_tests} failed)")
+    return EXIT_FAIL if disagreed or failed_tests else EXIT_OK
+
+
+# --- generate ------------------------------------------------------------------------------
+
+
+def cmd_generate_vap(args: argparse.Namespace) -> int:
+    from vpol.build.vap import desired_objects
+
+    loaded = load_policies(args.policies)
+    if loaded.unreadable:
+        _print_problems(loaded.unreadable)
+        return EXIT_INPUT
+    _print_problems(loaded.problems)
+    docs: list[dict[str, Any]] = []
+    failed = False
+    for policy in loaded.policies:
+        plan = desired_objects(policy, exceptions=loaded.exceptions, force=True)
+        if plan.reason:
+            print(f"{policy.ref}: {plan.reason}", file=sys.stderr)
+            failed = failed or not plan.objects
+        docs.extend(plan.objects)
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+    return EXIT_FAIL if failed or loaded.has_errors else EXIT_OK
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vpol", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--version", action="version", version=f"vpol {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", help="compile and type-check policies")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
+    p.add_argument("--no-typecheck", action="store_true", help="skip schema-aware type checking")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("apply", help="evaluate policies against resources offline")
+    p.add_argument("--policy", "-p", nargs="+", required=True, metavar="PATH")
+    p.add_argument("--resource", "-r", nargs="+", required=True, metavar="PATH")
+    p.add_argument("--exceptions", "-e", nargs="+", metavar="PATH")
+    p.add_argument("--values", "-f", nargs="+", metavar="FILE", help="Kyverno CLI values file")
+    p.add_argument("--context", nargs="+", metavar="FILE", help="Kyverno CLI context file")
+    p.add_argument("--cluster-resources", nargs="+", metavar="PATH", help="objects standing in for the cluster")
+    p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"])
+    p.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml"])
+    p.add_argument("--no-progress", action="store_true", help="never show a progress line")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="longest evaluation time per resource (all policies); beyond it the policy errors")
+    p.add_argument("--memory-limit", type=int, default=2048, metavar="MIB",
+                   help="address-space cap of the evaluation worker")
+    p.set_defaults(func=cmd_apply)
+
+    p = sub.add_parser("test", help="run Kyverno CLI test files (kyverno-test.yaml)")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every expectation")
+    p.set_defaults(func=cmd_test)
+
+    p = sub.add_parser("generate", help="print generated objects")
+    gen = p.add_subparsers(dest="what", required=True)
+    g = gen.add_parser("vap", help="the ValidatingAdmissionPolicy and binding for policies")
+    g.add_argument("policies", nargs="+", metavar="POLICY")
+    g.set_defaults(func=cmd_generate_vap)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as exc:
+        _print_problems([exc.problem])
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""A progress line on a terminal (stderr), silent when output is piped."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """Prints ``label n/total`` at most ten times a second, only on a TTY and only for large inputs."""
+
+    THRESHOLD = 200
+
+    def __init__(self, total: int, label: str, *, enabled: bool = True, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.total = total
+        self.label = label
+        self.count = 0
+        self._last = 0.0
+        self.enabled = enabled and total >= self.THRESHOLD and self.stream.isatty()
+
+    def step(self, n: int = 1) -> None:
+        self.count += n
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last >= 0.1:
+            self._last = now
+            self.stream.write(f"\r{self.label} {self.count}/{self.total}")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * (len(self.label) + 24) + "\r")
+            self.stream.flush()
