@@ -221,5 +221,5 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
         prog = add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation", full)
         if prog:
             out.audit_annotations.append((aa.key, prog))
-    out.problems = [p.located(object=policy.ref, file=policy.source) for p in out.problems]
+    out.problems = [policy.locate(p) for p in out.problems]
     return out

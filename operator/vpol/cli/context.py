@@ -61,32 +61,29 @@ def _objects(paths: Iterable[str]) -> list[tuple[str, Any]]:
 
 
 def build_backend(*, context_files: Iterable[str] = (), cluster_resource_files: Iterable[str] = (),
-                  api_call_files: Iterable[str] = ()) -> tuple[Backend, list[ResourceType]]:
-    """An offline backend from the files, and the resource types their CRDs declare."""
-    contexts: list[dict[str, Any]] = []
-    objects: list[dict[str, Any]] = []
+                  api_call_responses: Iterable[dict[str, Any]] = ()) -> tuple[Backend, list[ResourceType]]:
+    """An offline backend from the files, and the resource types their CRDs declare.
+
+    ``ClusterResource`` documents name CRD files relative to themselves;
+    those are read here and handed over as documents.
+    """
+    documents: list[dict[str, Any]] = []
     crds: list[dict[str, Any]] = []
-    for file, data in _objects(context_files):
-        if isinstance(data, dict):
-            contexts.append(data)
-    for file, data in _objects(cluster_resource_files):
+    for file, data in _objects([*context_files, *cluster_resource_files]):
         if not isinstance(data, dict):
-            continue
+            raise InputError(Problem("expected a mapping (a Kubernetes object or a Kyverno CLI document)",
+                                     file=file))
+        documents.append(data)
         if data.get("kind") == "ClusterResource":
             spec = data.get("spec") or {}
-            objects.extend(o for o in spec.get("resources") or [] if isinstance(o, dict))
             base = Path(file).parent
             for _f, crd in _objects(str(base / str(p)) for p in spec.get("crds") or []):
                 if isinstance(crd, dict):
-                    crds.append(crd)
-        elif data.get("kind") == "CustomResourceDefinition":
-            crds.append(data)
-        elif str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
-            objects.extend(o for o in data["items"] if isinstance(o, dict))
-        else:
-            objects.append(data)
-    responses: list[dict[str, Any]] = [d for _f, d in _objects(api_call_files) if isinstance(d, dict)]
-    backend = OfflineBackend(contexts=contexts, objects=objects, crds=crds, api_responses=responses)
+                    documents.append(crd)
+    for doc in documents:
+        if doc.get("kind") == "CustomResourceDefinition":
+            crds.append(doc)
+    backend = OfflineBackend.from_documents(documents, http_responses=list(api_call_responses))
     return backend, [_crd_type(c, v) for c in crds for v in (c.get("spec") or {}).get("versions") or []]
 
 

@@ -120,7 +120,7 @@ def run_test_document(doc: Document) -> TestOutcome:
         backend, extra_types = build_backend(
             context_files=_rel(base, spec.get("context")),
             cluster_resource_files=_rel(base, spec.get("clusterResources")),
-            api_call_files=_rel(base, spec.get("apiCallResponses")),
+            api_call_responses=[r for r in spec.get("apiCallResponses") or [] if isinstance(r, dict)],
         )
     except InputError as exc:
         outcome.problems.append(exc.problem)

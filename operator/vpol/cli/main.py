@@ -36,7 +36,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from vpol.cel.compiler import compile_policy
-    from vpol.cel.typecheck import typecheck_policy
+    from vpol.cel.typecheck import check_policy
     from vpol.engine.evaluate import compile_exception
 
     loaded = load_policies(args.paths)
@@ -46,8 +46,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     for policy in loaded.policies:
         compiled = compile_policy(policy)
         problems.extend(compiled.problems)
-        if compiled.ok and not args.no_typecheck:
-            problems.extend(typecheck_policy(policy))
+        if not args.no_typecheck:
+            problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path, severity="warning"))
+                            for w in check_policy(policy))
     for exc in loaded.exceptions:
         problems.extend(compile_exception(exc).problems)
     _print_problems(problems, sys.stdout)

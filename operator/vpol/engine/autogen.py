@@ -134,7 +134,7 @@ def autogen_configs(policy: ValidatingPolicy) -> list[AutogenConfig]:
         variant = ValidatingPolicy(
             name=policy.name, spec=variant.spec, kind=policy.kind, api_version=policy.api_version,
             namespace=policy.namespace, uid=policy.uid, generation=policy.generation, labels=policy.labels,
-            annotations=policy.annotations, raw=raw, source=policy.source,
+            annotations=policy.annotations, raw=raw, source=policy.source, positions=policy.positions,
         )
         out.append(AutogenConfig(name, targets, spec, variant))
     return out

@@ -11,21 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from vpol.cel.offline_backend import guess_plural
 from vpol.engine.request import ResourceType, Subject
 
 Resolver = Callable[[str, str], ResourceType | None]
-
-
-def guess_resource(kind: str) -> str:
-    """k8s.io/apimachinery's UnsafeGuessKindToResource: lower-case plural of a kind."""
-    name = kind.lower()
-    if not name:
-        return name
-    if name.endswith(("s", "x", "z", "ch", "sh")):
-        return name + "es"
-    if name.endswith("y") and len(name) > 1 and name[-2] not in "aeiou":
-        return name[:-1] + "ies"
-    return name + "s"
 
 
 def resource_type(obj: Mapping[str, Any], resolve: Resolver | None = None) -> ResourceType:
@@ -36,7 +25,7 @@ def resource_type(obj: Mapping[str, Any], resolve: Resolver | None = None) -> Re
     if found is not None:
         return found
     md = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return ResourceType(group=group, version=version, resource=guess_resource(kind), kind=kind,
+    return ResourceType(group=group, version=version, resource=guess_plural(kind), kind=kind,
                         namespaced=bool(md.get("namespace")))
 
 

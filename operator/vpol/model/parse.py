@@ -384,7 +384,7 @@ def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPoli
     return ValidatingPolicy(
         name=name, spec=spec, kind=kind, api_version=api_version, namespace=namespace, uid=uid,
         generation=generation, labels=labels, annotations=annotations, raw=data,
-        source=doc.file if doc else "",
+        source=doc.file if doc else "", positions=doc.positions if doc else {},
     ), r.problems
 
 

@@ -7,8 +7,11 @@ itself: the pod-controller autogen rewrite and VAP generation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from vpol.model.problems import Position, Problem
 
 GROUP = "policies.kyverno.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
@@ -133,6 +136,12 @@ class ValidatingPolicy:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: Where it came from (file name) when read from disk.
     source: str = field(default="", compare=False)
+    #: Position in the source file of each field, by field path.
+    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
+
+    def locate(self, problem: Problem) -> Problem:
+        """The problem with this policy's file, reference and the field's position filled in."""
+        return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
 
     @property
     def ref(self) -> str:

@@ -79,7 +79,8 @@ class Problem:
         subject = " ".join(p for p in (self.object, self.path) if p)
         pos = f" at {self.expression_position}" if self.expression_position else ""
         where = f"{subject}{pos}: " if subject or pos else ""
-        line = f"{head + ': ' if head else ''}{label}: {where}{self.message}"
+        message = self.message.replace("\n", "\n    ")
+        line = f"{head + ': ' if head else ''}{label}: {where}{message}"
         if self.excerpt:
             line += "\n" + "\n".join("    " + x for x in self.excerpt.splitlines())
         return line
