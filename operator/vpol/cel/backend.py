@@ -46,6 +46,9 @@ class Backend:
     def http_post(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
         raise BackendUnavailable(f"http.Post is not available ({self.name} backend)")
 
+    def http_put(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        raise BackendUnavailable(f"http.Put is not available ({self.name} backend)")
+
     def global_context(self, name: str, projection: str) -> Any:
         raise BackendUnavailable(f"globalContext.Get is not available ({self.name} backend)")
 
