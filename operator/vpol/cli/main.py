@@ -189,6 +189,19 @@ def cmd_generate_vap(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed or loaded.has_errors else EXIT_OK
 
 
+# --- run -----------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vpol.controller.run import run
+    from vpol.controller.runtime import Options
+
+    run(Options(kubeconfig=args.kubeconfig, context=args.context, metrics_port=args.metrics_port,
+                liveness_port=args.liveness_port, peering=args.peering, priority=args.priority,
+                workers=args.workers, resync=args.resync))
+    return EXIT_OK
+
+
 # --- parser --------------------------------------------------------------------------------
 
 
@@ -222,6 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("-v", "--verbose", action="store_true", help="print every expectation")
     p.set_defaults(func=cmd_test)
+
+    p = sub.add_parser("run", help="run the operator against the current kubeconfig (cluster-wide)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (default 8080)")
+    p.add_argument("--liveness-port", type=int, default=8081, help="port of /healthz (default 8081)")
+    p.add_argument("--peering", default="", metavar="NAME",
+                   help="Kopf peering name for running several replicas (default: standalone)")
+    p.add_argument("--priority", type=int, default=0, help="peering priority (the highest one works)")
+    p.add_argument("--workers", type=int, default=2, help="concurrent policy reconciles")
+    p.add_argument("--resync", type=float, default=600.0, metavar="SECONDS",
+                   help="period of full re-reconciles of every policy")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("generate", help="print generated objects")
     gen = p.add_subparsers(dest="what", required=True)

@@ -1,0 +1,150 @@
+"""The status a ValidatingPolicy should have, from what reconciling found (pure).
+
+Conditions (metav1.Condition shape), written both to
+``status.conditionStatus.conditions`` (Kyverno's place) and to
+``status.conditions`` (so ``kubectl wait --for=condition=Ready`` works):
+
+- ``Compiled``: every expression compiles;
+- ``TypeChecked``: schema-aware type checking found no warning
+  (informational: it never blocks readiness);
+- ``RBACPermissionsGranted``: the operator may get/list/watch what the
+  policy (and its autogen variants) matches;
+- ``VAPGenerated``: only when generation is enabled;
+- ``Ready``: every condition above that applies, TypeChecked excepted, is True.
+
+``lastTransitionTime`` changes only when a condition's status flips, so a
+reconcile that finds nothing new produces an identical status and no write.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+COMPILED = "Compiled"
+TYPE_CHECKED = "TypeChecked"
+RBAC = "RBACPermissionsGranted"
+VAP_GENERATED = "VAPGenerated"
+READY = "Ready"
+
+#: Longest condition message we write (the API caps messages at 32 kB).
+MAX_MESSAGE = 4000
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+@dataclass
+class Findings:
+    """What one reconcile found out about a policy."""
+
+    generation: int
+    compile_errors: Sequence[str] = ()
+    #: (fieldRef, warning) pairs, as in a VAP's status.typeChecking.
+    type_warnings: Sequence[tuple[str, str]] = ()
+    #: False when type checking could not run (e.g. schemas unavailable): message says why.
+    type_checked: bool = True
+    type_check_note: str = ""
+    #: Permissions the operator lacks, e.g. "list apps/v1 deployments".
+    missing_permissions: Sequence[str] = ()
+    background_enabled: bool = True
+    #: None: VAP generation is not enabled. Else (ok, reason, message).
+    vap: tuple[bool, str, str] | None = None
+    generated: bool = False
+    autogen: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 15] + "... (truncated)"
+
+
+def conditions_for(f: Findings) -> list[Condition]:
+    out = []
+    if f.compile_errors:
+        out.append(Condition(COMPILED, False, "CompilationFailed",
+                             _truncate(f"{len(f.compile_errors)} error(s): " + "; ".join(f.compile_errors))))
+    else:
+        out.append(Condition(COMPILED, True, "Succeeded", "every expression compiles"))
+    if not f.type_checked:
+        out.append(Condition(TYPE_CHECKED, False, "NotChecked", _truncate(f.type_check_note)))
+    elif f.type_warnings:
+        out.append(Condition(TYPE_CHECKED, False, "Warnings", _truncate(
+            f"{len(f.type_warnings)} type warning(s), see status.typeChecking: " +
+            "; ".join(f"{ref}: {w.splitlines()[0] if w else ''}" for ref, w in f.type_warnings))))
+    else:
+        out.append(Condition(TYPE_CHECKED, True, "Succeeded",
+                             f.type_check_note or "expressions type-check against the matched kinds' schemas"))
+    if f.missing_permissions:
+        out.append(Condition(RBAC, False, "Failed", _truncate(
+            "the operator lacks: " + ", ".join(f.missing_permissions))))
+    elif not f.background_enabled:
+        out.append(Condition(RBAC, True, "Succeeded",
+                             "Background scanning disabled, no permissions needed for matched resources"))
+    else:
+        out.append(Condition(RBAC, True, "Succeeded", "the operator may get, list and watch every matched resource"))
+    if f.vap is not None:
+        ok, reason, message = f.vap
+        out.append(Condition(VAP_GENERATED, ok, reason, _truncate(message)))
+    blocking = [c for c in out if c.type != TYPE_CHECKED and not c.status]
+    if blocking:
+        out.append(Condition(READY, False, "NotReady", "; ".join(f"{c.type} is False" for c in blocking)))
+    else:
+        out.append(Condition(READY, True, "Ready", "the policy is ready"))
+    return out
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def condition_dicts(conditions: Sequence[Condition], previous: Sequence[Mapping[str, Any]], generation: int,
+                    now: str | None = None) -> list[dict[str, Any]]:
+    """metav1.Condition dicts; lastTransitionTime is kept unless the status flipped."""
+    before = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
+    stamp = now or _now()
+    out = []
+    for c in conditions:
+        status = "True" if c.status else "False"
+        old = before.get(c.type)
+        transition = old.get("lastTransitionTime") if old and old.get("status") == status else None
+        out.append({
+            "type": c.type,
+            "status": status,
+            "reason": c.reason,
+            "message": c.message,
+            "observedGeneration": generation,
+            "lastTransitionTime": transition or stamp,
+        })
+    return out
+
+
+def desired_status(f: Findings, previous: Mapping[str, Any] | None, now: str | None = None) -> dict[str, Any]:
+    """The whole ``status`` for the policy."""
+    previous = previous or {}
+    prev_conditions = ((previous.get("conditionStatus") or {}).get("conditions")) or previous.get("conditions") or []
+    conds = conditions_for(f)
+    dicts = condition_dicts(conds, prev_conditions, f.generation, now)
+    ready = next(c.status for c in conds if c.type == READY)
+    message = next((c.message for c in conds if c.type == VAP_GENERATED and not c.status and
+                    c.reason == "NotEligible"), "")
+    status: dict[str, Any] = {
+        "conditionStatus": {"ready": ready, "conditions": dicts, "message": message},
+        "conditions": dicts,
+        "autogen": {"configs": dict(f.autogen)},
+        "generated": f.generated,
+        "typeChecking": {"expressionWarnings": [{"fieldRef": ref, "warning": w} for ref, w in f.type_warnings]},
+    }
+    return status
+
+
+def status_changed(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """True when writing ``desired`` would change anything the operator owns."""
+    current = current or {}
+    return any(current.get(k) != v for k, v in desired.items())

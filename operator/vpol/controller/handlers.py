@@ -1,0 +1,108 @@
+"""Kopf handlers: they only turn events into work-queue keys.
+
+- every event of a ValidatingPolicy (any served version) queues that policy;
+- an event of a generated VAP or binding (label ``vpol.kyverno.io/policy``)
+  queues its policy, so edits and deletions are repaired within seconds;
+- an event of a PolicyException queues the policies it references;
+- on startup every policy is queued, and again every ``resync`` seconds.
+
+No handler here holds state on the watched objects (no finalizers, no
+progress annotations): reconciling is level-based.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from vpol.build.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
+from vpol.controller.queue import WorkQueue
+from vpol.controller.reconcile import Reconciler
+from vpol.controller.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+POLICIES = "validatingpolicies.policies.kyverno.io"
+EXCEPTIONS = "policyexceptions.policies.kyverno.io"
+GENERATED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
+
+
+def _runtime(memo: Any) -> Runtime:
+    rt = memo.get("vpol")
+    assert isinstance(rt, Runtime)
+    return rt
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    rt = _runtime(memo)
+    settings.persistence.finalizer = "vpol.kyverno.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="vpol.kyverno.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="vpol.kyverno.io")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    rt.queue = WorkQueue()
+    rt.reconciler = Reconciler(rt.api)
+
+    async def process(name: str) -> None:
+        result = await asyncio.to_thread(rt.reconciler.reconcile, name)
+        rt.record(result)
+
+    for i in range(rt.options.workers):
+        rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
+    rt.tasks.append(asyncio.create_task(_resync(rt), name="vpol-resync"))
+
+
+async def _resync(rt: Runtime) -> None:
+    while True:
+        try:
+            names = await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in rt.reconciler.objects.list_policies()])
+            for name in names:
+                rt.queue.add(name)
+        except Exception as exc:  # noqa: BLE001 - try again at the next period
+            logger.warning("listing policies for resync failed: %s", exc)
+        await asyncio.sleep(rt.options.resync)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    rt = _runtime(memo)
+    for task in rt.tasks:
+        task.cancel()
+    await asyncio.gather(*rt.tasks, return_exceptions=True)
+
+
+@kopf.on.event(POLICIES)
+def policy_event(name: str, memo: kopf.Memo, **_: Any) -> None:
+    _runtime(memo).queue.add(name)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
+def vap_event(labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+    owner = labels.get(POLICY_LABEL)
+    if owner:
+        _runtime(memo).queue.add(owner)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", labels=GENERATED_LABELS)
+def binding_event(labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+    owner = labels.get(POLICY_LABEL)
+    if owner:
+        _runtime(memo).queue.add(owner)
+
+
+@kopf.on.event(EXCEPTIONS)
+def exception_event(spec: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    for ref in spec.get("policyRefs") or []:
+        if isinstance(ref, dict) and ref.get("name"):
+            _runtime(memo).queue.add(str(ref["name"]))
+
+
+@kopf.on.probe(id="queue")
+def queue_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    rt = _runtime(memo)
+    return {"processed": rt.queue.processed if rt.queue else 0, "idle": rt.queue.idle() if rt.queue else True}

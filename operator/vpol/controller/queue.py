@@ -1,0 +1,80 @@
+"""A level-based work queue: keys to reconcile, deduplicated, retried with backoff.
+
+Kopf's event handlers only put the name of the affected policy here; worker
+tasks take names out and reconcile whatever the cluster holds at that
+moment. A key is never processed by two workers at once, a key added while
+it is being processed is processed again afterwards, and a failed key
+comes back after an exponential backoff (capped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
+
+
+class WorkQueue:
+    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0):
+        self._ready: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._active: set[str] = set()
+        self._dirty: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.processed = 0
+
+    def add(self, key: str) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key in self._queued:
+            return
+        self._queued.add(key)
+        self._ready.put_nowait(key)
+
+    def add_after(self, key: str, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        if key in self._timers:
+            return
+        self._timers[key] = loop.call_later(delay, self._fire, key)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def backoff(self, key: str) -> float:
+        n = self._failures.get(key, 0)
+        return min(self.max_delay, self.base_delay * (2 ** n))
+
+    async def run_worker(self, process: Callable[[str], Awaitable[None]]) -> None:
+        while True:
+            key = await self._ready.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            started = time.monotonic()
+            try:
+                await process(key)
+                self._failures.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad key never stops the worker
+                delay = self.backoff(key)
+                self._failures[key] = self._failures.get(key, 0) + 1
+                logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, exc, delay)
+                self.add_after(key, delay)
+            finally:
+                self._active.discard(key)
+                self.processed += 1
+                logger.debug("reconciled %s in %.3fs", key, time.monotonic() - started)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self.add(key)
+
+    def idle(self) -> bool:
+        return not self._queued and not self._active and not self._timers

@@ -1,0 +1,200 @@
+"""Reconciling one ValidatingPolicy: read, call the core, write.
+
+Reads the policy, the PolicyExceptions and the cluster's API discovery;
+the core compiles, type-checks, computes autogen and the desired VAPs and
+status; this module applies/deletes generated objects and writes the status
+only when it changed. Everything is level-based: the same cluster state
+always leads to the same writes, and a second pass writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.build.status import Findings, desired_status, status_changed
+from vpol.build.vap import POLICY_LABEL, desired_objects
+from vpol.cel.compiler import compile_policy
+from vpol.cel.typecheck import check_policy
+from vpol.engine.autogen import autogen_configs, status_configs
+from vpol.engine.scope import matched_resources
+from vpol.kube.access import missing_permissions
+from vpol.kube.objects import Objects
+from vpol.kube.openapi import cluster_discovery
+from vpol.model.discovery import Discovery, builtin
+from vpol.model.parse import parse_exception, parse_policy
+from vpol.model.policy import PolicyException
+
+logger = logging.getLogger(__name__)
+
+#: How long cluster discovery (resources and schemas) is reused before refetching.
+DISCOVERY_TTL = 300.0
+
+
+@dataclass
+class ReconcileResult:
+    name: str
+    status_written: bool = False
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    ready: bool | None = None
+
+
+class DiscoveryCache:
+    """The cluster's discovery and schemas, refreshed every ``ttl`` seconds (thread-safe)."""
+
+    def __init__(self, api: client.ApiClient, ttl: float = DISCOVERY_TTL):
+        self.api = api
+        self.ttl = ttl
+        self._value: Discovery | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+        self.error = ""
+
+    def get(self) -> Discovery:
+        with self._lock:
+            if self._value is None or time.monotonic() - self._at > self.ttl:
+                try:
+                    self._value = cluster_discovery(self.api, builtin())
+                    self.error = ""
+                except Exception as exc:  # noqa: BLE001 - fall back to the bundled discovery
+                    logger.warning("cluster discovery failed, using the bundled one: %s", exc)
+                    self.error = str(exc)
+                    if self._value is None:
+                        self._value = builtin()
+                self._at = time.monotonic()
+            return self._value
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._at = 0.0
+
+
+class Reconciler:
+    def __init__(self, api: client.ApiClient, *, discovery: DiscoveryCache | None = None):
+        self.api = api
+        self.objects = Objects(api)
+        self.discovery = discovery or DiscoveryCache(api)
+
+    def exceptions(self) -> list[PolicyException]:
+        out = []
+        for body in self.objects.list_exceptions():
+            exc, _problems = parse_exception(body)
+            if exc is not None:
+                out.append(exc)
+        return out
+
+    def reconcile(self, name: str) -> ReconcileResult:
+        result = ReconcileResult(name)
+        body = self.objects.get_policy(name)
+        if body is None:
+            # Deleted: ownerReferences let the garbage collector remove what we generated;
+            # deleting explicitly as well makes it immediate and covers objects without owners.
+            result.deleted = self._delete_generated(name, keep=set())
+            return result
+
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        policy, problems = parse_policy(body)
+        findings = Findings(generation=generation)
+        if policy is None:
+            findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
+            findings.vap = None
+            result.deleted = self._delete_generated(name, keep=set())
+            return self._write_status(result, body, findings)
+
+        compiled = compile_policy(policy)
+        findings.compile_errors = [p.short() for p in compiled.errors()]
+        findings.background_enabled = policy.spec.evaluation.background_enabled
+        configs = autogen_configs(policy)
+        findings.autogen = status_configs(configs)
+
+        discovery = self.discovery.get()
+        try:
+            warnings = check_policy(policy, discovery)
+            findings.type_warnings = [(w.field_path, w.warning) for w in warnings]
+            if self.discovery.error:
+                findings.type_check_note = "checked against the bundled built-in schemas (cluster discovery " \
+                                           f"failed: {self.discovery.error})"
+        except Exception as exc:  # noqa: BLE001 - type checking is informational
+            findings.type_checked = False
+            findings.type_check_note = f"type checking could not run: {exc}"
+
+        if policy.spec.evaluation.background_enabled:
+            resources = [(r.group, r.version, r.resource) for r in matched_resources(policy, discovery)]
+            findings.missing_permissions = missing_permissions(self.api, resources)
+
+        keep: set[tuple[str, str]] = set()
+        if policy.spec.autogen.vap_enabled:
+            if not compiled.ok:
+                findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
+            else:
+                plan = desired_objects(policy, exceptions=self.exceptions())
+                if not plan.eligible:
+                    findings.vap = (False, "NotEligible", plan.reason)
+                else:
+                    ok, message = self._apply(plan.objects, result)
+                    keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
+                    findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
+                    findings.generated = ok
+                    if ok:
+                        vap_warnings = self._vap_warnings(plan.objects)
+                        merged = list(dict.fromkeys([*findings.type_warnings, *vap_warnings]))
+                        findings.type_warnings = merged
+        result.deleted = self._delete_generated(name, keep)
+        return self._write_status(result, body, findings)
+
+    def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
+        for obj in objects:
+            try:
+                self.objects.apply(obj)
+                result.applied.append(obj["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status in (400, 422):
+                    reason = _api_message(exc)
+                    return False, f"the API server rejected {obj['kind']} {obj['metadata']['name']}: {reason}"
+                raise  # transient: retried by the queue
+        names = ", ".join(o["metadata"]["name"] for o in objects)
+        return True, f"generated {names}"
+
+    def _vap_warnings(self, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        out = []
+        for obj in objects:
+            if obj["kind"] != "ValidatingAdmissionPolicy":
+                continue
+            vap = self.objects.get_vap(obj["metadata"]["name"])
+            checking = ((vap or {}).get("status") or {}).get("typeChecking") or {}
+            for w in checking.get("expressionWarnings") or []:
+                out.append((str(w.get("fieldRef", "")), str(w.get("warning", ""))))
+        return out
+
+    def _delete_generated(self, policy_name: str, keep: set[tuple[str, str]]) -> list[str]:
+        deleted = []
+        for kind, name in self.objects.list_generated(f"{POLICY_LABEL}={policy_name}"):
+            if (kind, name) not in keep:
+                self.objects.delete(kind, name)
+                deleted.append(name)
+        return deleted
+
+    def _write_status(self, result: ReconcileResult, body: dict[str, Any], findings: Findings) -> ReconcileResult:
+        current = body.get("status") or {}
+        desired = desired_status(findings, current)
+        result.ready = desired["conditionStatus"]["ready"]
+        if status_changed(current, desired):
+            self.objects.patch_policy_status(result.name, desired)
+            result.status_written = True
+        return result
+
+
+def _api_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message", exc.reason))
+    except (TypeError, ValueError):
+        return str(exc.reason)

@@ -1,0 +1,48 @@
+"""Starting the operator: ``vpol run``."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from vpol.controller import handlers  # noqa: F401 - registers the Kopf handlers
+from vpol.controller import metrics
+from vpol.controller.runtime import Options, Runtime
+from vpol.kube.client import api_client
+
+
+def login_from(rt: Runtime) -> None:
+    """Make Kopf use the same credentials as our own client."""
+    cfg = rt.api.configuration
+
+    @kopf.on.login()
+    def login(**_: object) -> kopf.ConnectionInfo:
+        token = (cfg.api_key or {}).get("authorization", "") or (cfg.api_key or {}).get("BearerToken", "")
+        scheme, _, token = token.partition(" ") if " " in token else ("Bearer", "", token)
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            username=cfg.username or None,
+            password=cfg.password or None,
+            scheme=scheme if token else None,
+            token=token or None,
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+        )
+
+
+def run(options: Options) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rt = Runtime(options=options, api=api_client(options.kubeconfig, options.context))
+    login_from(rt)
+    metrics.serve(options.metrics_port)
+    kopf.run(
+        clusterwide=True,
+        standalone=not options.peering,
+        peering_name=options.peering or None,
+        priority=options.priority,
+        liveness_endpoint=f"http://0.0.0.0:{options.liveness_port}/healthz",
+        memo=kopf.Memo(vpol=rt),
+    )

@@ -1,0 +1,45 @@
+"""What the running operator holds: options, the API client, the queue, the reconciler, its tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from vpol.controller import metrics
+from vpol.controller.queue import WorkQueue
+from vpol.controller.reconcile import Reconciler, ReconcileResult
+
+
+@dataclass(frozen=True)
+class Options:
+    kubeconfig: str | None = None
+    context: str | None = None
+    metrics_port: int = 8080
+    liveness_port: int = 8081
+    #: Kopf peering name; empty runs standalone (a single replica).
+    peering: str = ""
+    priority: int = 0
+    workers: int = 2
+    #: Seconds between full re-reconciles of every policy.
+    resync: float = 600.0
+
+
+@dataclass
+class Runtime:
+    options: Options
+    api: client.ApiClient
+    queue: WorkQueue | None = None
+    reconciler: Reconciler | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    #: Last known readiness per policy (for metrics).
+    ready: dict[str, bool] = field(default_factory=dict)
+
+    def record(self, result: ReconcileResult) -> None:
+        if result.ready is None:
+            self.ready.pop(result.name, None)
+        else:
+            self.ready[result.name] = result.ready
+        metrics.observe_reconcile(result, self.ready)

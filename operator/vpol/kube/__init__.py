@@ -1,0 +1,1 @@
+"""The only layer that talks to the Kubernetes API (client setup, apply, lookups, access reviews)."""

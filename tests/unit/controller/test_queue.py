@@ -1,0 +1,56 @@
+"""The work queue: dedupe, no concurrent processing of a key, re-run when dirtied, backoff on failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+from vpol.controller.queue import WorkQueue
+
+
+def test_dedupe_and_dirty_rerun():
+    async def scenario():
+        q = WorkQueue(base_delay=0.01)
+        seen = []
+        gate = asyncio.Event()
+
+        async def process(key):
+            seen.append(key)
+            if len(seen) == 1:
+                q.add("a")  # added while being processed: must run again afterwards
+                q.add("a")
+                await gate.wait()
+
+        q.add("a")
+        q.add("a")
+        worker = asyncio.create_task(q.run_worker(process))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.sleep(0.05)
+        worker.cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_failure_is_retried_with_backoff():
+    async def scenario():
+        q = WorkQueue(base_delay=0.01)
+        calls = []
+
+        async def process(key):
+            calls.append(key)
+            if len(calls) < 3:
+                raise RuntimeError("transient")
+
+        q.add("k")
+        worker = asyncio.create_task(q.run_worker(process))
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(calls) >= 3 and q.idle():
+                break
+        worker.cancel()
+        return calls, q.backoff("k")
+
+    calls, delay = asyncio.run(scenario())
+    assert calls == ["k", "k", "k"]
+    assert delay == 0.01  # success resets the backoff
