@@ -107,6 +107,8 @@ class Discovery:
         self._components: Mapping[str, Mapping[str, Any]] = components or {}
         self._kind_components = dict(kind_components or {})
         self._schemas = dict(schemas or {})
+        # One document per kind, kept: callers (vpol.cel.schemas) cache by identity.
+        self._documents: dict[GVK, Mapping[str, Any]] = {}
         self._group_versions = {g: tuple(v) for g, v in (group_versions or {}).items()}
         for info in self._resources:
             versions = self._group_versions.setdefault(info.group, ())
@@ -212,7 +214,11 @@ class Discovery:
         name = self._kind_components.get(gvk)
         if name is None:
             return None
-        return {"$ref": COMPONENT_PREFIX + name, "components": {"schemas": self._components}}
+        document = self._documents.get(gvk)
+        if document is None:
+            document = {"$ref": COMPONENT_PREFIX + name, "components": {"schemas": self._components}}
+            self._documents[gvk] = document
+        return document
 
     def component(self, name: str) -> Mapping[str, Any] | None:
         return self._components.get(name)

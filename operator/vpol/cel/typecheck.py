@@ -1,0 +1,383 @@
+"""Schema-aware type checking of a policy's expressions, as the API server does for VAPs.
+
+kube-controller-manager's ValidatingAdmissionPolicy status controller
+(k8s.io/apiserver/pkg/admission/plugin/policy/validating/typechecking.go)
+compiles every validation ``expression`` and ``messageExpression`` once per
+kind the policy matches, with ``object``/``oldObject`` typed by that kind's
+OpenAPI schema, and writes what fails to ``status.typeChecking``. We do the
+same, offline or against a cluster's schemas:
+
+- kinds come from ``matchConstraints.resourceRules`` (``kinds_to_check``):
+  a rule with ``*`` in its groups or versions is skipped, wildcard and
+  ``res/sub`` resources are ignored, a rule stops after 10 resolved kinds,
+  kinds without a schema are skipped; the result is sorted by group,
+  version, kind;
+- variables are compiled in order in the typed environment and ``variables``
+  is typed by their results (scalars, lists, maps, timestamps and durations
+  keep their type; objects and anything else become ``dyn``, as Kubernetes'
+  ``convertCelTypeToDeclType`` does); a variable that fails to compile is
+  ``dyn`` for the expressions after it;
+- for each expression, one line per failing kind, exactly as Kubernetes
+  formats ``TypeCheckingResults``: ``"<group>/<version>, Kind=<Kind>: " +
+  <cel issues> + "\\n"``, the kinds joined by ``"\\n"``; core kinds read
+  ``/v1, Kind=Pod``. cel-cpp's "undefined field 'x' not found in struct 'T'"
+  is shortened to cel-go's "undefined field 'x'".
+
+Differences from the API server, on purpose: we check every expression we
+are given (matchConditions, variables, auditAnnotations too, not only
+validations), and only those that compile without schemas (anything else is
+the compiler's error to report). Warnings never make a policy invalid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cel_expr_python import cel
+from google.protobuf import descriptor_pb2
+
+from vpol.cel import schemas, types
+from vpol.cel.compiler import compile_expression, variables_message
+from vpol.cel.environment import EnvSpec, environment
+from vpol.model.discovery import Discovery, ResourceInfo, builtin
+from vpol.model.policy import ValidatingPolicy
+
+log = logging.getLogger(__name__)
+
+FDP = descriptor_pb2.FieldDescriptorProto
+
+#: The API server type-checks against at most this many kinds per rule.
+MAX_TYPES_TO_CHECK = 10
+
+ROLES = ("validation", "messageExpression", "matchCondition", "variable", "auditAnnotation")
+
+SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class TypeWarning:
+    """One expression's type-check result: ``status.typeChecking.expressionWarnings[]``."""
+
+    field_path: str
+    warning: str
+
+
+class RuleLike(Protocol):
+    @property
+    def api_groups(self) -> Sequence[str]: ...
+
+    @property
+    def api_versions(self) -> Sequence[str]: ...
+
+    @property
+    def resources(self) -> Sequence[str]: ...
+
+
+# --- which kinds -----------------------------------------------------------------
+
+
+def kinds_to_check(rules: Iterable[RuleLike], discovery: Discovery | None = None) -> list[ResourceInfo]:
+    """The kinds the API server would type-check a policy with these resource rules against."""
+    discovery = discovery if discovery is not None else builtin()
+    found: dict[tuple[str, str, str], ResourceInfo] = {}
+
+    def ordered() -> list[ResourceInfo]:
+        return [found[key] for key in sorted(found)]
+
+    for rule in rules:
+        if any("*" in g for g in rule.api_groups) or not rule.api_groups:
+            continue
+        if any("*" in v for v in rule.api_versions) or not rule.api_versions:
+            continue
+        names = sorted(r for r in rule.resources if "*" not in r and "/" not in r)
+        if not names:
+            continue
+        count = 0
+        for group in sorted(rule.api_groups):
+            for version in sorted(rule.api_versions):
+                for name in names:
+                    info = discovery.resource(group, version, name)
+                    if info is None:
+                        continue
+                    found.setdefault(info.gvk, info)
+                    count += 1
+                    if count == MAX_TYPES_TO_CHECK:
+                        return ordered()
+    return ordered()
+
+
+# --- types of variables ------------------------------------------------------------
+
+# A parsed cel.Type name: ("INT",), ("LIST", elem), ("MAP", key, value), ("MSG", name), ...
+_TypeTree = tuple[Any, ...]
+
+_SCALARS = {
+    "BOOL": FDP.TYPE_BOOL,
+    "INT": FDP.TYPE_INT64,
+    "UINT": FDP.TYPE_UINT64,
+    "DOUBLE": FDP.TYPE_DOUBLE,
+    "STRING": FDP.TYPE_STRING,
+    "BYTES": FDP.TYPE_BYTES,
+}
+_WELL_KNOWN = {"TIMESTAMP": ".google.protobuf.Timestamp", "DURATION": ".google.protobuf.Duration"}
+_MAP_KEYS = {"BOOL", "INT", "UINT", "STRING"}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_type_name(name: str) -> _TypeTree:
+    """``LIST<MAP<STRING, INT>>`` -> ("LIST", ("MAP", ("STRING",), ("INT",)))."""
+    pos = 0
+
+    def parse() -> _TypeTree:
+        nonlocal pos
+        start = pos
+        while pos < len(name) and name[pos] not in "<>,":
+            pos += 1
+        head = name[start:pos].strip()
+        args: list[_TypeTree] = []
+        if pos < len(name) and name[pos] == "<":
+            pos += 1
+            while True:
+                args.append(parse())
+                if pos < len(name) and name[pos] == ",":
+                    pos += 1
+                    continue
+                if pos < len(name) and name[pos] == ">":
+                    pos += 1
+                break
+        return (head.upper() if head.upper() in ("LIST", "MAP") or head.isupper() else head, *args)
+
+    return parse()
+
+
+def _field_shape(tree: _TypeTree, nested: bool = False) -> tuple[str, int, str] | None:
+    """(kind, scalar type, message name) of a variable type as a protobuf field, None for dyn."""
+    head = tree[0]
+    if head in _SCALARS:
+        return ("scalar", _SCALARS[head], "")
+    if head in _WELL_KNOWN:
+        return ("message", 0, _WELL_KNOWN[head])
+    if head == "LIST" and len(tree) == 2:
+        return ("message", 0, ".google.protobuf.ListValue") if nested else ("list", 0, "")
+    if head == "MAP" and len(tree) == 3 and tree[1][0] == "STRING" and nested:
+        return ("message", 0, ".google.protobuf.Struct")
+    if head == "MAP" and len(tree) == 3 and tree[1][0] in _MAP_KEYS and not nested:
+        return ("map", 0, "")
+    return None
+
+
+def _set(field: descriptor_pb2.FieldDescriptorProto, shape: tuple[str, int, str] | None) -> None:
+    if shape is None:
+        field.type = FDP.TYPE_MESSAGE
+        field.type_name = ".google.protobuf.Value"
+    elif shape[0] == "scalar":
+        field.type = shape[1]  # type: ignore[assignment]
+    else:
+        field.type = FDP.TYPE_MESSAGE
+        field.type_name = shape[2]
+
+
+def typed_variables_message(declared: Sequence[tuple[str, str]]) -> str:
+    """A message typing ``variables``: (name, cel type name) pairs, content-addressed."""
+    usable = [(n, t) for n, t in declared if _IDENT.match(n)]
+    digest = hashlib.sha256(repr(usable).encode()).hexdigest()[:20]
+    package = "vpol.typecheck"
+    name = f"Vars{digest}"
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=f"vpol/typecheck/{name}.proto", package=package, syntax="proto2",
+        dependency=["google/protobuf/struct.proto", "google/protobuf/timestamp.proto",
+                    "google/protobuf/duration.proto"],
+    )
+    msg = fdp.message_type.add(name=name)
+    for number, (var, type_name) in enumerate(usable, start=1):
+        tree = parse_type_name(type_name)
+        shape = _field_shape(tree)
+        field = msg.field.add(name=var, number=number, json_name=var)
+        if shape is not None and shape[0] == "list":
+            field.label = FDP.LABEL_REPEATED
+            _set(field, _field_shape(tree[1], nested=True))
+        elif shape is not None and shape[0] == "map":
+            entry = msg.nested_type.add(name=schemas.map_entry_name(var))
+            entry.options.map_entry = True
+            key = entry.field.add(name="key", number=1, label=FDP.LABEL_OPTIONAL)
+            _set(key, _field_shape(tree[1]))
+            value = entry.field.add(name="value", number=2, label=FDP.LABEL_OPTIONAL)
+            _set(value, _field_shape(tree[2], nested=True))
+            field.label = FDP.LABEL_REPEATED
+            field.type = FDP.TYPE_MESSAGE
+            field.type_name = f".{package}.{name}.{entry.name}"
+        else:
+            field.label = FDP.LABEL_OPTIONAL
+            _set(field, shape)
+    types.add_file(fdp)
+    return f"{package}.{name}"
+
+
+# --- compiling ------------------------------------------------------------------------
+
+_PREFIX = re.compile(r"^[A-Z_]+: ")
+_SUFFIX = re.compile(r"\s*\[[A-Z_]+\]\s*$")
+_UNDEFINED_FIELD = re.compile(r"undefined field '([^']*)' not found in struct '[^']*'")
+
+
+_CEL_GO_NAMES = (("google.protobuf.Timestamp", "timestamp"), ("google.protobuf.Duration", "duration"))
+
+
+def issues_text(error: str) -> str:
+    """cel-expr-python's compile error as cel-go's ``Issues.String()``.
+
+    cel-cpp and cel-go word a few messages differently; the message lines
+    (not the quoted source) are rewritten to cel-go's wording. cel-cpp also
+    reports follow-on errors about the ``*error*`` type produced by an
+    earlier error (selecting from it, iterating it); cel-go does not, so
+    they are dropped.
+    """
+    text = _SUFFIX.sub("", _PREFIX.sub("", error.strip(), count=1))
+    blocks: list[list[str]] = []
+    for line in text.split("\n"):
+        if line.startswith("ERROR: ") or not blocks:
+            blocks.append([])
+        blocks[-1].append(line)
+    kept = []
+    for block in blocks:
+        head = block[0]
+        if head.startswith("ERROR: "):
+            if "'*error*'" in head and len(blocks) > 1:
+                continue
+            head = _UNDEFINED_FIELD.sub(r"undefined field '\1'", head)
+            for cpp, go in _CEL_GO_NAMES:
+                head = head.replace(cpp, go)
+        kept.append("\n".join([head, *block[1:]]))
+    return "\n".join(kept)
+
+
+def _compile(env: cel.Env, src: str) -> tuple[str | None, str | None]:
+    """(result type name, None) or (None, issues)."""
+    try:
+        expr = env.compile(src)
+    except RuntimeError as exc:
+        return None, issues_text(str(exc))
+    except Exception as exc:  # noqa: BLE001 - a checker must never take its caller down
+        log.debug("type check of %r failed internally: %s", src, exc)
+        return None, None
+    return expr.return_type().name(), None
+
+
+def _object_type(schema: Mapping[str, Any]) -> str | None:
+    try:
+        name = schemas.message_type(schema)
+    except Exception as exc:  # noqa: BLE001 - a broken schema means "no schema", as in k8s
+        log.debug("cannot build types from schema: %s", exc)
+        return None
+    # The pool CEL uses may still refuse a file the Python pool took; check.
+    try:
+        got = environment(EnvSpec(object_type=name)).compile("object").return_type().name()
+    except Exception:  # noqa: BLE001
+        return None
+    return name if got == name else None
+
+
+def check(
+    expressions: Sequence[tuple[str, str, str]],
+    variable_names: Sequence[str],
+    resources: Sequence[ResourceInfo],
+    schema_source: SchemaSource | None = None,
+    *,
+    kubernetes_only: bool = False,
+) -> list[TypeWarning]:
+    """Type-check ``expressions`` ((field path, source, role)) against each kind in ``resources``.
+
+    ``variable_names`` are the policy's variables in order; the expressions
+    with role ``variable`` are their sources, in the same order.
+    ``schema_source(group, version, kind)`` returns an OpenAPI schema (or
+    None to skip the kind); by default the built-in bundle.
+    """
+    if not resources or not expressions:
+        return []
+    source = schema_source if schema_source is not None else builtin().schema
+    variables = [(path, src) for path, src, role in expressions if role == "variable"]
+    names = list(variable_names)[: len(variables)]
+    variable_paths = {path for path, _ in variables}
+
+    # 1. Without schemas, exactly as the compiler does: what fails here is not ours to report.
+    untyped_ok: set[str] = set()
+    declared: list[tuple[str, str]] = []
+    for (path, src), name in zip(variables, names):
+        prog, problems = compile_expression(
+            src, path, "variable", EnvSpec(kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+        )
+        if prog is not None and not problems:
+            untyped_ok.add(path)
+        declared.append((name, prog.result_type if prog else "dyn"))
+    full_untyped = EnvSpec(kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+    for path, src, role in expressions:
+        if path in variable_paths:
+            continue
+        prog, problems = compile_expression(src, path, role, full_untyped)
+        if prog is not None and not problems:
+            untyped_ok.add(path)
+    if not untyped_ok:
+        return []
+
+    # 2. Per kind, in group/version/kind order.
+    failures: dict[str, list[str]] = {}
+    for info in sorted(resources, key=lambda r: r.gvk):
+        schema = source(info.group, info.version, info.kind)
+        if schema is None:
+            continue
+        object_type = _object_type(schema)
+        if object_type is None:
+            continue
+        typed: list[tuple[str, str]] = []
+        for (path, src), name in zip(variables, names):
+            env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
+                                      variables_type=typed_variables_message(typed)))
+            result, issues = _compile(env, src)
+            if issues is not None and path in untyped_ok:
+                failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
+            typed.append((name, result or "DYN"))
+        env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
+                                  variables_type=typed_variables_message(typed)))
+        for path, src, _role in expressions:
+            if path in variable_paths or path not in untyped_ok:
+                continue
+            _result, issues = _compile(env, src)
+            if issues is not None:
+                failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
+
+    return [TypeWarning(path, "\n".join(failures[path])) for path, _src, _role in expressions if path in failures]
+
+
+def check_policy(
+    policy: ValidatingPolicy,
+    discovery: Discovery | None = None,
+    schema_source: SchemaSource | None = None,
+    *,
+    roles: Iterable[str] = ROLES,
+    kubernetes_only: bool = False,
+) -> list[TypeWarning]:
+    """Type warnings for ``policy`` (none in JSON mode: its payloads have no schema)."""
+    if policy.json_mode:
+        return []
+    discovery = discovery if discovery is not None else builtin()
+    constraints = policy.spec.match_constraints
+    resources = kinds_to_check(constraints.resource_rules if constraints else (), discovery)
+    wanted = set(roles)
+    expressions = [e for e in policy.expressions() if e[2] in wanted or e[2] == "variable"]
+    warnings = check(
+        expressions,
+        [v.name for v in policy.spec.variables],
+        resources,
+        schema_source if schema_source is not None else discovery.schema,
+        kubernetes_only=kubernetes_only,
+    )
+    return [w for w in warnings if _role_of(w.field_path, expressions) in wanted]
+
+
+def _role_of(path: str, expressions: Sequence[tuple[str, str, str]]) -> str:
+    return next((role for p, _src, role in expressions if p == path), "")
