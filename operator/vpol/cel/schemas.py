@@ -31,9 +31,11 @@ Protobuf cannot nest containers, so a list of lists becomes ``list(list(dyn))``
 Where this deliberately differs from the API server: Kubernetes drops
 properties it cannot type (untyped unions such as Quantity and IntOrString in
 the built-in schemas, arrays without items), which makes any access to them an
-"undefined field" error, and it exposes only the declared properties of
-objects with ``x-kubernetes-preserve-unknown-fields``. We type those as
-``dyn`` instead, so that warnings only point at real mistakes.
+"undefined field" error; it exposes no fields of objects without properties
+(RawExtension, FieldsV1) and only the declared properties of objects with
+``x-kubernetes-preserve-unknown-fields``. We type those as ``dyn`` (or
+``map(string, dyn)``) instead, so that warnings only point at real mistakes:
+at run time those values are plain JSON and the expressions work.
 
 Property names are escaped as Kubernetes does (``apiservercel.Escape``);
 names that cannot be escaped are left out, as in Kubernetes. A property whose

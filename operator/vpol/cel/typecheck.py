@@ -26,7 +26,12 @@ same, offline or against a cluster's schemas:
 Differences from the API server, on purpose: we check every expression we
 are given (matchConditions, variables, auditAnnotations too, not only
 validations), and only those that compile without schemas (anything else is
-the compiler's error to report). Warnings never make a policy invalid.
+the compiler's error to report); and the schema typing of
+``vpol.cel.schemas`` is more lenient where Kubernetes reports fields that
+exist (Quantity values such as ``resources.limits``, property-less objects
+such as ``fieldsV1``, preserve-unknown-fields objects). Everything else was
+compared verbatim with what kube-controller-manager v1.37.2 writes
+(tests/unit/schema/data). Warnings never make a policy invalid.
 """
 
 from __future__ import annotations
@@ -183,8 +188,13 @@ def _set(field: descriptor_pb2.FieldDescriptorProto, shape: tuple[str, int, str]
 
 
 def typed_variables_message(declared: Sequence[tuple[str, str]]) -> str:
-    """A message typing ``variables``: (name, cel type name) pairs, content-addressed."""
-    usable = [(n, t) for n, t in declared if _IDENT.match(n)]
+    """A message typing ``variables``: (name, cel type name) pairs, content-addressed.
+
+    Names that are not identifiers are left out; a repeated name keeps its
+    last type (as the API server's variable map does).
+    """
+    last = {n: t for n, t in declared if _IDENT.match(n)}
+    usable = list(last.items())
     digest = hashlib.sha256(repr(usable).encode()).hexdigest()[:20]
     package = "vpol.typecheck"
     name = f"Vars{digest}"
@@ -256,6 +266,14 @@ def issues_text(error: str) -> str:
     return "\n".join(kept)
 
 
+def _untyped_variables(declared: Sequence[tuple[str, str]]) -> str:
+    """The compiler's ``variables`` type; map(string, dyn) when it cannot be built (e.g. repeated names)."""
+    try:
+        return variables_message(declared)
+    except Exception:  # noqa: BLE001 - the compiler reports bad variable names itself
+        return ""
+
+
 def _compile(env: cel.Env, src: str) -> tuple[str | None, str | None]:
     """(result type name, None) or (None, issues)."""
     try:
@@ -309,12 +327,12 @@ def check(
     declared: list[tuple[str, str]] = []
     for (path, src), name in zip(variables, names):
         prog, problems = compile_expression(
-            src, path, "variable", EnvSpec(kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+            src, path, "variable", EnvSpec(kubernetes_only=kubernetes_only, variables_type=_untyped_variables(declared))
         )
         if prog is not None and not problems:
             untyped_ok.add(path)
         declared.append((name, prog.result_type if prog else "dyn"))
-    full_untyped = EnvSpec(kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+    full_untyped = EnvSpec(kubernetes_only=kubernetes_only, variables_type=_untyped_variables(declared))
     for path, src, role in expressions:
         if path in variable_paths:
             continue
@@ -335,10 +353,13 @@ def check(
             continue
         typed: list[tuple[str, str]] = []
         for (path, src), name in zip(variables, names):
+            if path not in untyped_ok:  # broken anyway: dyn for the expressions after it
+                typed.append((name, "DYN"))
+                continue
             env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
                                       variables_type=typed_variables_message(typed)))
             result, issues = _compile(env, src)
-            if issues is not None and path in untyped_ok:
+            if issues is not None:
                 failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
             typed.append((name, result or "DYN"))
         env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,

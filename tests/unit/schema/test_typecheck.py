@@ -283,3 +283,9 @@ def test_warnings_never_raise_for_odd_input(src: str) -> None:
     weird = ResourceInfo("x", "v1", "things", "Thing", True)
     # broken schema: a dangling reference means "no schema", not a crash
     assert check([v(0, src)], [], [weird], lambda g, ver, k: {"$ref": "#/components/schemas/Missing"}) == []
+
+
+def test_odd_variable_names_do_not_break_checking() -> None:
+    for variables in ([("a", "1"), ("a", "'x'")], [("fooBar", "1"), ("foo_bar", "2")], [("my-var", "1")]):
+        warnings = run_vars(variables, "object.foo + 'a' == 'b'")
+        assert [w.field_path for w in warnings] == ["spec.validations[0].expression"], variables
