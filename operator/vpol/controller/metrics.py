@@ -1,18 +1,49 @@
-"""Prometheus metrics of the operator (served on ``--metrics-port`` at ``/metrics``)."""
+"""Prometheus metrics of the operator (served on ``--metrics-port`` at ``/metrics``).
+
+The series the dashboard and alerts (manifests/monitoring/) are built on:
+
+- ``vpol_report_results{policy, namespace, result, severity, category}``:
+  gauge of the results currently in PolicyReports (the violations series);
+- ``vpol_policy_results_total{policy, result, resource_kind, resource_namespace}``:
+  counter of evaluations;
+- ``vpol_scan_duration_seconds{scan="full"|"incremental"}``,
+  ``vpol_scan_resources_total{scan}``, ``vpol_scan_last_success_timestamp_seconds``;
+- ``vpol_policies{ready}``, ``vpol_policy_info{policy, ready, actions, background, vap_generated}``;
+- ``vpol_evaluation_duration_seconds``;
+- ``vpol_reconcile_errors_total{kind}``, ``vpol_reconciles_total{outcome}``,
+  ``vpol_status_writes_total``, ``vpol_generated_object_writes_total{action}``,
+  ``vpol_report_writes_total{action}``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 POLICIES = Gauge("vpol_policies", "ValidatingPolicies known to the operator, by readiness", ["ready"])
+POLICY_INFO = Gauge("vpol_policy_info", "One series per ValidatingPolicy describing it (value 1)",
+                    ["policy", "ready", "actions", "background", "vap_generated"])
 RECONCILES = Counter("vpol_reconciles_total", "Policy reconciles, by outcome", ["outcome"])
-RECONCILE_ERRORS = Counter("vpol_reconcile_errors_total", "Policy reconciles that failed and were retried")
+RECONCILE_ERRORS = Counter("vpol_reconcile_errors_total", "Reconciles or scans that failed and will be retried",
+                           ["kind"])
 STATUS_WRITES = Counter("vpol_status_writes_total", "Status writes of ValidatingPolicies")
 GENERATED_WRITES = Counter("vpol_generated_object_writes_total",
                            "Server-side applies and deletions of generated admission policies", ["action"])
+
+REPORT_RESULTS = Gauge("vpol_report_results", "Results currently in PolicyReports and ClusterPolicyReports",
+                       ["policy", "namespace", "result", "severity", "category"])
+POLICY_RESULTS = Counter("vpol_policy_results_total", "Background evaluations of a policy on a resource",
+                         ["policy", "result", "resource_kind", "resource_namespace"])
+SCAN_DURATION = Histogram("vpol_scan_duration_seconds", "Duration of background scans", ["scan"],
+                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
+SCAN_RESOURCES = Counter("vpol_scan_resources_total", "Resources evaluated by background scans", ["scan"])
+SCAN_LAST_SUCCESS = Gauge("vpol_scan_last_success_timestamp_seconds", "When the last full scan finished")
+EVALUATION_DURATION = Histogram("vpol_evaluation_duration_seconds",
+                                "Time to evaluate every policy on one resource",
+                                buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1, 10))
+REPORT_WRITES = Counter("vpol_report_writes_total", "Writes of PolicyReports", ["action"])
 
 
 def observe_reconcile(result: Any, ready: Mapping[str, bool]) -> None:
@@ -23,6 +54,14 @@ def observe_reconcile(result: Any, ready: Mapping[str, bool]) -> None:
     GENERATED_WRITES.labels("delete").inc(len(result.deleted))
     POLICIES.labels("true").set(sum(1 for v in ready.values() if v))
     POLICIES.labels("false").set(sum(1 for v in ready.values() if not v))
+
+
+def set_policy_info(infos: Mapping[str, tuple[bool, str, bool, bool]]) -> None:
+    """Replace the vpol_policy_info series: policy -> (ready, actions, background, vap_generated)."""
+    POLICY_INFO.clear()
+    for policy, (ready, actions, background, generated) in infos.items():
+        POLICY_INFO.labels(policy, str(ready).lower(), actions, str(background).lower(),
+                           str(generated).lower()).set(1)
 
 
 def serve(port: int) -> None:

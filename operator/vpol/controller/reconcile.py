@@ -44,6 +44,10 @@ class ReconcileResult:
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     ready: bool | None = None
+    #: For the vpol_policy_info metric.
+    actions: str = ""
+    background: bool = False
+    generated: bool = False
 
 
 class DiscoveryCache:
@@ -108,6 +112,8 @@ class Reconciler:
             result.deleted = self._delete_generated(name, keep=set())
             return self._write_status(result, body, findings)
 
+        result.actions = ",".join(policy.spec.validation_actions)
+        result.background = policy.spec.evaluation.background_enabled
         compiled = compile_policy(policy)
         findings.compile_errors = [p.short() for p in compiled.errors()]
         findings.background_enabled = policy.spec.evaluation.background_enabled
@@ -185,6 +191,7 @@ class Reconciler:
         current = body.get("status") or {}
         desired = desired_status(findings, current)
         result.ready = desired["conditionStatus"]["ready"]
+        result.generated = bool(desired["generated"])
         if status_changed(current, desired):
             self.objects.patch_policy_status(result.name, desired)
             result.status_written = True

@@ -36,10 +36,14 @@ class Runtime:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)
+    infos: dict[str, tuple[bool, str, bool, bool]] = field(default_factory=dict)
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:
             self.ready.pop(result.name, None)
+            self.infos.pop(result.name, None)
         else:
             self.ready[result.name] = result.ready
+            self.infos[result.name] = (result.ready, result.actions, result.background, result.generated)
         metrics.observe_reconcile(result, self.ready)
+        metrics.set_policy_info(self.infos)

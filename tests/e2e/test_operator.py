@@ -1,0 +1,327 @@
+"""The operator end to end on a real API server: status, native VAPs (with pod controllers), drift repair.
+
+The operator runs as `vpol run` under the manifests' ServiceAccount. Every
+policy is limited to the test's namespace (namespaceSelector), so generated
+VAPs never affect anything else on a shared cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.e2e.operator_process import REPO, OperatorProcess, sa_kubeconfig
+
+GROUP, VERSION, PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiException as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
+    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests"))
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def operator(vpol_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    tmp = tmp_path_factory.mktemp("operator")
+    kubeconfig = sa_kubeconfig(vpol_installed, tmp / "kubeconfig")
+    proc = OperatorProcess(kubeconfig, tmp / "operator.log").start()
+    yield proc
+    proc.stop()
+
+
+class Policies:
+    def __init__(self, cluster: Any, namespace: str, unique: Callable[..., str]):
+        self.cluster = cluster
+        self.api = client.CustomObjectsApi(cluster.api_client)
+        self.admission = client.AdmissionregistrationV1Api(cluster.api_client)
+        self.namespace = namespace
+        self.unique = unique
+        self.created: list[str] = []
+
+    def body(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        spec = json.loads(json.dumps(spec))
+        mc = spec.setdefault("matchConstraints", {})
+        mc.setdefault("namespaceSelector", {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}})
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ValidatingPolicy", "metadata": {"name": name},
+                "spec": spec}
+
+    def create(self, hint: str, spec: dict[str, Any]) -> str:
+        name = self.unique("pol", hint)
+        self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, self.body(name, spec))
+        self.created.append(name)
+        return name
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+
+    def replace_spec(self, name: str, spec: dict[str, Any]) -> None:
+        current = self.get(name)
+        body = self.body(name, spec)
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self.api.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+
+    def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
+        status = self.get(name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+
+    def wait_condition(self, name: str, ctype: str, value: str, timeout: float = 60) -> dict[str, Any]:
+        def check() -> Any:
+            c = self.condition(name, ctype)
+            obj = self.get(name)
+            if c and c["status"] == value and c.get("observedGeneration") == obj["metadata"]["generation"]:
+                return c
+            return None
+        return wait_for(f"{name} {ctype}={value}", check, timeout)
+
+    def vap(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.cluster.api_client.sanitize_for_serialization(
+                self.admission.read_validating_admission_policy(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def binding(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.cluster.api_client.sanitize_for_serialization(
+                self.admission.read_validating_admission_policy_binding(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def cleanup(self) -> None:
+        for name in self.created:
+            try:
+                self.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+            except ApiException:
+                pass
+
+
+@pytest.fixture
+def policies(operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Callable[..., str]
+             ) -> Iterator[Policies]:
+    p = Policies(cluster, namespace, unique_name)
+    yield p
+    p.cleanup()
+
+
+CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
+POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+
+
+def cm_policy(actions: list[str]) -> dict[str, Any]:
+    return {
+        "validationActions": actions,
+        "matchConstraints": {"resourceRules": [CM_RULE]},
+        "autogen": {"validatingAdmissionPolicy": {"enabled": True}},
+        "validations": [{
+            "expression": "has(object.data) && 'owner' in object.data",
+            "messageExpression": "'configmap ' + object.metadata.name + ' needs an owner key'",
+        }],
+    }
+
+
+def create_cm(cluster: Any, namespace: str, name: str, data: dict[str, str]) -> Any:
+    core = client.CoreV1Api(cluster.api_client)
+    return core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name), data=data))
+
+
+def expect_denied(fn: Callable[[], Any], fragment: str, timeout: float = 30) -> str:
+    """Call fn until the API server denies it (VAP enforcement is eventually consistent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fn()
+        except ApiException as exc:
+            assert exc.status in (400, 403, 422), exc
+            assert fragment in exc.body, exc.body
+            return str(exc.body)
+        if time.monotonic() > deadline:
+            raise AssertionError("request was admitted but should have been denied")
+        time.sleep(0.5)
+
+
+def test_deny_policy_generates_an_enforced_vap(policies: Policies, cluster: Any, namespace: str) -> None:
+    name = policies.create("deny", cm_policy(["Deny"]))
+    policies.wait_condition(name, "Ready", "True")
+    cluster.kubectl("wait", "--for=condition=Ready", f"validatingpolicies.{GROUP}/{name}", "--timeout=30s")
+    status = policies.get(name)["status"]
+    assert status["conditionStatus"]["ready"] is True and status["generated"] is True
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types == {"Compiled": "True", "TypeChecked": "True", "RBACPermissionsGranted": "True",
+                     "VAPGenerated": "True", "Ready": "True"}
+    vap = policies.vap(f"vpol-{name}")
+    binding = policies.binding(f"vpol-{name}-binding")
+    assert vap and binding
+    assert vap["spec"]["validations"][0]["expression"] == "has(object.data) && 'owner' in object.data"
+    assert vap["metadata"]["ownerReferences"][0]["name"] == name
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["policyName"] == f"vpol-{name}"
+    body = expect_denied(lambda: create_cm(cluster, namespace, "bad-" + name[-6:], {"x": "1"}),
+                         "needs an owner key")
+    assert f"configmap bad-{name[-6:]} needs an owner key" in body
+    create_cm(cluster, namespace, "good", {"owner": "me"})
+
+
+def test_warn_and_audit_admit(policies: Policies, cluster: Any, namespace: str) -> None:
+    warn = policies.create("warn", cm_policy(["Warn"]))
+    audit = policies.create("audit", cm_policy(["Audit"]))
+    for name in (warn, audit):
+        policies.wait_condition(name, "VAPGenerated", "True")
+    assert policies.binding(f"vpol-{warn}-binding")["spec"]["validationActions"] == ["Warn"]
+    assert policies.binding(f"vpol-{audit}-binding")["spec"]["validationActions"] == ["Audit"]
+    time.sleep(2)
+    # kubectl prints admission warnings on stderr
+    manifest = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "warned", "namespace": namespace},
+                           "data": {"x": "1"}})
+
+    def warned() -> bool:
+        out = cluster.kubectl("apply", "-f", "-", input=manifest)
+        return "needs an owner key" in out.stderr
+
+    wait_for("a warning from the Warn policy", warned, 30, 1)
+    assert client.CoreV1Api(cluster.api_client).read_namespaced_config_map("warned", namespace)
+
+
+POD_SPEC = {"containers": [{"name": "c", "image": "registry.local/app:1"}]}
+
+
+def workloads(namespace: str, host_network: bool, suffix: str) -> list[dict[str, Any]]:
+    spec = {**POD_SPEC, "hostNetwork": host_network}
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": spec}
+    job_template = {"metadata": {"labels": {"app": "x"}}, "spec": {**spec, "restartPolicy": "Never"}}
+    md = lambda kind: {"name": f"{kind}-{suffix}", "namespace": namespace}  # noqa: E731
+    return [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": md("pod"), "spec": spec},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": md("deploy"),
+         "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": md("sts"),
+         "spec": {"selector": {"matchLabels": {"app": "x"}}, "serviceName": "x", "template": template}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": md("job"), "spec": {"template": job_template}},
+        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": md("cron"),
+         "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": job_template}}}},
+    ]
+
+
+def test_pod_policy_is_enforced_on_pod_controllers(policies: Policies, cluster: Any, namespace: str) -> None:
+    name = policies.create("pods", {
+        "matchConstraints": {"resourceRules": [POD_RULE]},
+        "autogen": {"validatingAdmissionPolicy": {"enabled": True}},
+        "validations": [{"expression": "!has(object.spec.hostNetwork) || object.spec.hostNetwork == false",
+                         "message": "host network is not allowed"}],
+    })
+    policies.wait_condition(name, "Ready", "True")
+    status = policies.get(name)["status"]
+    assert set(status["autogen"]["configs"]) == {"defaults", "cronjobs"}
+    for suffix in ("", "-autogen-defaults", "-autogen-cronjobs"):
+        assert policies.vap(f"vpol-{name}{suffix}"), suffix
+    for obj in workloads(namespace, True, "bad"):
+        kubectl_denied(cluster, obj, "host network is not allowed")
+    for obj in workloads(namespace, False, "good"):
+        cluster.kubectl("create", "-f", "-", input=json.dumps(obj))
+
+
+def kubectl_denied(cluster: Any, obj: dict[str, Any], fragment: str, timeout: float = 30) -> None:
+    """`kubectl create` of obj must be denied with fragment in the message (retrying while VAPs propagate)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = cluster.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
+        if proc.returncode != 0:
+            assert fragment in proc.stderr, proc.stderr
+            return
+        cluster.kubectl("delete", "--wait=true", "-f", "-", input=json.dumps(obj), check=False)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{obj['kind']} {obj['metadata']['name']} was admitted")
+        time.sleep(0.5)
+
+
+def test_syntax_error_is_reported_and_fixing_makes_ready(policies: Policies) -> None:
+    spec = cm_policy(["Deny"])
+    spec["validations"][0]["expression"] = "object.data.owner =="
+    name = policies.create("syntax", spec)
+    compiled = policies.wait_condition(name, "Compiled", "False")
+    assert "spec.validations[0].expression" in compiled["message"]
+    assert "(1:" in compiled["message"]
+    assert policies.condition(name, "Ready")["status"] == "False"
+    assert policies.get(name)["status"]["conditionStatus"]["ready"] is False
+    assert policies.vap(f"vpol-{name}") is None
+    policies.replace_spec(name, cm_policy(["Deny"]))
+    policies.wait_condition(name, "Ready", "True")
+    assert policies.vap(f"vpol-{name}")
+
+
+def test_drift_is_repaired_and_cleanup_follows_the_policy(policies: Policies, cluster: Any) -> None:
+    name = policies.create("drift", cm_policy(["Deny"]))
+    policies.wait_condition(name, "VAPGenerated", "True")
+    vap_name = f"vpol-{name}"
+    # deleted: restored
+    policies.admission.delete_validating_admission_policy(vap_name)
+    wait_for("the VAP to come back", lambda: policies.vap(vap_name), 20)
+    # edited: restored
+    vap = policies.vap(vap_name)
+    patch = {"spec": {"validations": [{"expression": "true"}]}}
+    policies.admission.patch_validating_admission_policy(vap_name, patch)
+    wait_for("the VAP content to be restored", lambda: policies.vap(vap_name)["spec"]["validations"][0]["expression"]
+             == vap["spec"]["validations"][0]["expression"], 20)
+    binding_name = f"{vap_name}-binding"
+    policies.admission.delete_validating_admission_policy_binding(binding_name)
+    wait_for("the binding to come back", lambda: policies.binding(binding_name), 20)
+    # generation turned off: removed
+    spec = cm_policy(["Deny"])
+    spec["autogen"] = {"validatingAdmissionPolicy": {"enabled": False}}
+    policies.replace_spec(name, spec)
+    wait_for("the VAP to be removed", lambda: policies.vap(vap_name) is None and policies.binding(binding_name) is None,
+             20)
+    status = policies.get(name)["status"]
+    assert status["generated"] is False
+    assert not any(c["type"] == "VAPGenerated" for c in status["conditions"])
+    # policy deleted: everything it generated goes
+    policies.replace_spec(name, cm_policy(["Deny"]))
+    wait_for("the VAP again", lambda: policies.vap(vap_name), 20)
+    policies.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    wait_for("generated objects to be deleted",
+             lambda: policies.vap(vap_name) is None and policies.binding(binding_name) is None, 30)
+
+
+def test_kyverno_only_library_is_not_generated(policies: Policies) -> None:
+    spec = cm_policy(["Deny"])
+    spec["validations"] = [{"expression": "sha256(object.metadata.name) != ''"}]
+    name = policies.create("ineligible", spec)
+    cond = policies.wait_condition(name, "VAPGenerated", "False")
+    assert cond["reason"] == "NotEligible"
+    assert "sha256" in cond["message"] and "spec.validations[0].expression" in cond["message"]
+    assert policies.vap(f"vpol-{name}") is None
+
+
+def test_no_status_write_without_change(policies: Policies, operator: OperatorProcess) -> None:
+    name = policies.create("quiet", cm_policy(["Audit"]))
+    policies.wait_condition(name, "Ready", "True")
+    time.sleep(3)
+    rv = policies.get(name)["metadata"]["resourceVersion"]
+    time.sleep(5)  # several reconciles happen (VAP status updates, resync), none may write
+    assert policies.get(name)["metadata"]["resourceVersion"] == rv
