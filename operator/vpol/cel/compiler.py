@@ -143,13 +143,19 @@ def variables_message(declared: Sequence[tuple[str, str]]) -> str:
     """
     key = hashlib.sha1(repr(tuple(declared)).encode()).hexdigest()[:16]
     full = f"vpol.vars.V{key}"
+    # proto2: proto3 rejects field names whose JSON forms clash (fooBar / foo_bar).
     fdp = descriptor_pb2.FileDescriptorProto(
-        name=f"vpol/vars/{key}.proto", package="vpol.vars", syntax="proto3",
+        name=f"vpol/vars/{key}.proto", package="vpol.vars", syntax="proto2",
         dependency=["google/protobuf/struct.proto"],
     )
     msg = fdp.message_type.add(name=f"V{key}")
+    seen: set[str] = set()
     for number, (name, typ) in enumerate(declared, start=1):
-        f = msg.field.add(name=name, number=number, label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+        if name in seen:  # a duplicate name is the parser's error to report; declare it once
+            continue
+        seen.add(name)
+        f = msg.field.add(name=name, number=number, json_name=name,
+                          label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
         if typ in _SCALAR_FIELDS:
             f.type = _SCALAR_FIELDS[typ]
         else:

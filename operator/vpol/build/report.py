@@ -1,0 +1,161 @@
+"""PolicyReports for background scan results (pure).
+
+Kyverno's layout (NOTES.md section 5): one wgpolicyk8s.io/v1alpha2
+``PolicyReport`` per namespaced resource (``ClusterPolicyReport`` for a
+cluster-scoped one), named by the resource's UID, owned by the resource so
+the garbage collector removes it with the resource, ``scope`` naming the
+resource, the managed-by label, a ``summary`` of counts and one result per
+policy. Timestamps of unchanged results are kept, so an unchanged scan
+yields an identical report and no write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vpol.engine.evaluate import Result
+
+REPORT_API_VERSION = "wgpolicyk8s.io/v1alpha2"
+SOURCE = "vpol"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "vpol"
+SUMMARY_KEYS = ("pass", "fail", "warn", "error", "skip")
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> "ResourceRef":
+        md = obj.get("metadata") or {}
+        return cls(str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(md.get("name", "")),
+                   str(md.get("namespace", "") or ""), str(md.get("uid", "")))
+
+
+@dataclass(frozen=True)
+class PolicyMeta:
+    """What a report result says about the policy besides the outcome."""
+
+    severity: str = ""
+    category: str = ""
+    scored: bool = True
+
+
+@dataclass(frozen=True)
+class ReportEntry:
+    """One policy's result on one resource, in the compact form kept in memory."""
+
+    policy: str
+    result: str
+    message: str
+    properties: tuple[tuple[str, str], ...] = ()
+    timestamp: int = 0
+
+    @classmethod
+    def of(cls, res: Result, now: int) -> "ReportEntry":
+        props = dict(res.properties)
+        if res.validation is not None:
+            props.setdefault("validation", str(res.validation))
+        if res.autogen:
+            props.setdefault("autogen", res.autogen)
+        return cls(res.policy, res.result, res.message, tuple(sorted(props.items())), now)
+
+    def same_outcome(self, other: "ReportEntry") -> bool:
+        return (self.policy, self.result, self.message, self.properties) == \
+            (other.policy, other.result, other.message, other.properties)
+
+
+@dataclass
+class ResourceResults:
+    ref: ResourceRef
+    entries: dict[str, ReportEntry] = field(default_factory=dict)
+
+
+def merge(previous: Mapping[str, ReportEntry], fresh: Iterable[ReportEntry],
+          replace: Iterable[str] | None = None) -> dict[str, ReportEntry]:
+    """New entries for a resource, keeping the old timestamp of any unchanged outcome.
+
+    ``replace`` names the policies being re-evaluated (None: all of them);
+    entries of other policies are kept as they are.
+    """
+    fresh_by = {e.policy: e for e in fresh}
+    replaced = set(fresh_by) if replace is None else set(replace)
+    out = {p: e for p, e in previous.items() if replace is not None and p not in replaced}
+    for policy, entry in fresh_by.items():
+        old = previous.get(policy)
+        out[policy] = old if old is not None and old.same_outcome(entry) else entry
+    return dict(sorted(out.items()))
+
+
+def summary(entries: Iterable[ReportEntry]) -> dict[str, int]:
+    counts = dict.fromkeys(SUMMARY_KEYS, 0)
+    for e in entries:
+        counts[e.result] = counts.get(e.result, 0) + 1
+    return counts
+
+
+def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
+               policies: Mapping[str, PolicyMeta]) -> dict[str, Any]:
+    """The PolicyReport (or ClusterPolicyReport) object for one resource."""
+    results = []
+    for entry in entries.values():
+        meta = policies.get(entry.policy, PolicyMeta())
+        item: dict[str, Any] = {
+            "source": SOURCE,
+            "policy": entry.policy,
+            "result": entry.result,
+            "message": entry.message,
+            "scored": meta.scored,
+            "timestamp": {"seconds": entry.timestamp, "nanos": 0},
+        }
+        if meta.severity:
+            item["severity"] = meta.severity
+        if meta.category:
+            item["category"] = meta.category
+        if entry.properties:
+            item["properties"] = dict(entry.properties)
+        results.append(item)
+    metadata: dict[str, Any] = {
+        "name": ref.uid,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        "ownerReferences": [{"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}],
+    }
+    if ref.namespace:
+        metadata["namespace"] = ref.namespace
+    scope = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
+    if ref.namespace:
+        scope["namespace"] = ref.namespace
+    return {
+        "apiVersion": REPORT_API_VERSION,
+        "kind": "PolicyReport" if ref.namespace else "ClusterPolicyReport",
+        "metadata": metadata,
+        "scope": scope,
+        "summary": summary(entries.values()),
+        "results": results,
+    }
+
+
+def entries_from_report(report: Mapping[str, Any]) -> dict[str, ReportEntry]:
+    """Read back what a report we wrote says (to resume without rewriting)."""
+    out = {}
+    for item in report.get("results") or []:
+        if not isinstance(item, Mapping) or item.get("source") != SOURCE:
+            continue
+        props = item.get("properties") or {}
+        ts = (item.get("timestamp") or {}).get("seconds", 0)
+        out[str(item.get("policy", ""))] = ReportEntry(
+            str(item.get("policy", "")), str(item.get("result", "")), str(item.get("message", "")),
+            tuple(sorted((str(k), str(v)) for k, v in props.items())), int(ts or 0))
+    return dict(sorted(out.items()))
+
+
+def now_seconds() -> int:
+    return int(time.time())
