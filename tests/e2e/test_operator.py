@@ -38,6 +38,11 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 60, inter
 
 @pytest.fixture(scope="session")
 def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
+    # Report CRDs: create only if absent (another tool may own them).
+    proc = cluster.kubectl("create", "-f", str(REPO / "crds" / "reports"), check=False)
+    assert proc.returncode == 0 or "AlreadyExists" in proc.stderr, proc.stderr
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
     cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests"))
     return cluster
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -198,7 +199,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     run(Options(kubeconfig=args.kubeconfig, context=args.context, metrics_port=args.metrics_port,
                 liveness_port=args.liveness_port, peering=args.peering, priority=args.priority,
-                workers=args.workers, resync=args.resync))
+                workers=args.workers, resync=args.resync, scan_interval=args.scan_interval,
+                namespace=args.namespace, http_allow=tuple(args.http_allow or ()), eval_timeout=args.eval_timeout,
+                eval_memory_mib=args.eval_memory_limit))
     return EXIT_OK
 
 
@@ -247,6 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="concurrent policy reconciles")
     p.add_argument("--resync", type=float, default=600.0, metavar="SECONDS",
                    help="period of full re-reconciles of every policy")
+    p.add_argument("--scan-interval", type=float, default=3600.0, metavar="SECONDS",
+                   help="period of full background rescans; changed resources are rescanned at once "
+                        "(0 disables background scans)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "vpol-system"),
+                   help="the operator's namespace (holds the scanner Lease)")
+    p.add_argument("--http-allow", nargs="*", metavar="URL_PREFIX",
+                   help="let http.Get/Post in policies reach URLs under these prefixes (default: none)")
+    p.add_argument("--eval-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="background evaluation deadline per resource")
+    p.add_argument("--eval-memory-limit", type=int, default=1024, metavar="MIB",
+                   help="address-space cap of the background evaluation worker")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("generate", help="print generated objects")

@@ -20,7 +20,11 @@ import kopf
 
 from vpol.build.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
 from vpol.controller.queue import WorkQueue
-from vpol.controller.reconcile import Reconciler
+from vpol.controller.reconcile import DiscoveryCache, Reconciler
+from vpol.controller.scanner import ScanOptions, Scanner
+from vpol.engine.sandbox import Limits
+from vpol.kube.lease import LeaderElection
+from vpol.kube.live_backend import LiveBackend
 from vpol.controller.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -46,7 +50,18 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     rt.queue = WorkQueue()
-    rt.reconciler = Reconciler(rt.api)
+    discovery = DiscoveryCache(rt.api)
+    if rt.options.scan_interval > 0:
+        rt.leader = LeaderElection(rt.api, rt.options.namespace)
+        rt.leader.start()
+        backend = LiveBackend(rt.options.kubeconfig, rt.options.context, http_allowlist=rt.options.http_allow)
+        limits = Limits(seconds_per_subject=rt.options.eval_timeout, memory_bytes=rt.options.eval_memory_mib * 1024**2)
+        rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
+                             options=ScanOptions(scan_interval=rt.options.scan_interval, limits=limits))
+        rt.scanner.start()
+    rt.reconciler = Reconciler(rt.api, discovery=discovery,
+                               on_policy=rt.scanner.set_policy if rt.scanner else None,
+                               on_exceptions=rt.scanner.set_exceptions if rt.scanner else None)
 
     async def process(name: str) -> None:
         result = await asyncio.to_thread(rt.reconciler.reconcile, name)
@@ -74,6 +89,12 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in rt.tasks:
         task.cancel()
     await asyncio.gather(*rt.tasks, return_exceptions=True)
+    if rt.scanner:
+        rt.scanner.stop()
+        await asyncio.to_thread(rt.scanner.join, 10)
+    if rt.leader:
+        rt.leader.stop()
+        await asyncio.to_thread(rt.leader.join, 10)
 
 
 @kopf.on.event(POLICIES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from vpol.kube.objects import Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
 from vpol.model.parse import parse_exception, parse_policy
-from vpol.model.policy import PolicyException
+from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +82,15 @@ class DiscoveryCache:
 
 
 class Reconciler:
-    def __init__(self, api: client.ApiClient, *, discovery: DiscoveryCache | None = None):
+    def __init__(self, api: client.ApiClient, *, discovery: DiscoveryCache | None = None,
+                 on_policy: Callable[[str, ValidatingPolicy | None], None] | None = None,
+                 on_exceptions: Callable[[list[PolicyException]], None] | None = None):
         self.api = api
         self.objects = Objects(api)
         self.discovery = discovery or DiscoveryCache(api)
+        #: Told about every valid policy (None when it is gone or invalid): the scanner listens.
+        self.on_policy = on_policy or (lambda name, policy: None)
+        self.on_exceptions = on_exceptions or (lambda exceptions: None)
 
     def exceptions(self) -> list[PolicyException]:
         out = []
@@ -92,12 +98,14 @@ class Reconciler:
             exc, _problems = parse_exception(body)
             if exc is not None:
                 out.append(exc)
+        self.on_exceptions(out)
         return out
 
     def reconcile(self, name: str) -> ReconcileResult:
         result = ReconcileResult(name)
         body = self.objects.get_policy(name)
         if body is None:
+            self.on_policy(name, None)
             # Deleted: ownerReferences let the garbage collector remove what we generated;
             # deleting explicitly as well makes it immediate and covers objects without owners.
             result.deleted = self._delete_generated(name, keep=set())
@@ -107,6 +115,7 @@ class Reconciler:
         policy, problems = parse_policy(body)
         findings = Findings(generation=generation)
         if policy is None:
+            self.on_policy(name, None)
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.vap = None
             result.deleted = self._delete_generated(name, keep=set())
@@ -117,6 +126,9 @@ class Reconciler:
         compiled = compile_policy(policy)
         findings.compile_errors = [p.short() for p in compiled.errors()]
         findings.background_enabled = policy.spec.evaluation.background_enabled
+        self.on_policy(name, policy if compiled.ok else None)
+        if compiled.ok and policy.spec.evaluation.background_enabled:
+            self.exceptions()
         configs = autogen_configs(policy)
         findings.autogen = status_configs(configs)
 

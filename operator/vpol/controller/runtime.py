@@ -25,6 +25,15 @@ class Options:
     workers: int = 2
     #: Seconds between full re-reconciles of every policy.
     resync: float = 600.0
+    #: Seconds between full background rescans (0 disables background scans).
+    scan_interval: float = 3600.0
+    #: Namespace of the scanner Lease (the operator's own namespace).
+    namespace: str = "vpol-system"
+    #: URL prefixes http.Get/Post may reach (empty: http.* is disabled).
+    http_allow: tuple[str, ...] = ()
+    #: Per-resource evaluation deadline and worker memory cap of background scans.
+    eval_timeout: float = 5.0
+    eval_memory_mib: int = 1024
 
 
 @dataclass
@@ -33,6 +42,8 @@ class Runtime:
     api: client.ApiClient
     queue: WorkQueue | None = None
     reconciler: Reconciler | None = None
+    scanner: Any = None
+    leader: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)

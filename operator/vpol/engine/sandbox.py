@@ -59,7 +59,7 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                 data = SubjectData(subject)
                 out: list[Result] = []
                 for i, engine in enumerate(engines):
-                    if only is not None and i != only:
+                    if only is not None and i not in only:
                         continue
                     res = engine.evaluate(subject, data)
                     if res is not None:
@@ -125,7 +125,7 @@ class SandboxedEvaluator:
             self._proc.join(2)
         self._kill()
 
-    def _ask(self, subject: Subject, only: int | None) -> tuple[str, Any]:
+    def _ask(self, subject: Subject, only: frozenset[int] | None) -> tuple[str, Any]:
         if self._proc is None or not self._proc.is_alive():
             self._start()
         assert self._conn is not None
@@ -142,14 +142,18 @@ class SandboxedEvaluator:
         self._kill()
         return "killed", reason
 
-    def evaluate(self, subject: Subject) -> list[Result]:
-        status, payload = self._ask(subject, None)
+    def evaluate(self, subject: Subject, policies: Sequence[str] | None = None) -> list[Result]:
+        """Results of every policy (or only those named) that matches ``subject``."""
+        wanted = None if policies is None else frozenset(i for i, p in enumerate(self.policies) if p.name in policies)
+        status, payload = self._ask(subject, wanted)
         if status == "ok":
             return list(payload)
         # Isolate the culprit: one policy at a time, fresh worker after each kill.
         results: list[Result] = []
         for i, policy in enumerate(self.policies):
-            status, payload = self._ask(subject, i)
+            if wanted is not None and i not in wanted:
+                continue
+            status, payload = self._ask(subject, frozenset((i,)))
             if status == "ok":
                 results.extend(payload)
             else:

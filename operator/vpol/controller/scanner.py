@@ -1,0 +1,429 @@
+"""Background scans: evaluate existing resources, keep one PolicyReport per resource up to date.
+
+How it runs (NOTES.md sections 3 and 5):
+- only while this replica holds the scanner Lease;
+- one watcher per resource type that some background policy (or its
+  autogen variant) matches, plus a namespace watcher for ``namespaceObject``;
+  the first list of each watcher is the initial scan, every later event
+  re-evaluates that one resource within seconds;
+- a changed policy re-evaluates only that policy (a paged re-list of the
+  kinds it matches); a deleted or invalid policy's results are removed;
+- a full rescan every ``scan_interval`` catches anything missed;
+- evaluation is a synthetic CREATE without userInfo or oldObject, in the
+  bounded worker process (``vpol.engine.sandbox``), so an expression that
+  errors or runs away gives that resource an ``error`` result and the scan
+  goes on; false matchConditions leave no result;
+- reports are written only when a result changed; on start the existing
+  reports are read back, so a restart rewrites nothing that is unchanged.
+
+Objects are never cached: memory holds the compact results per resource.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from vpol.build.report import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PolicyMeta,
+    ReportEntry,
+    ResourceRef,
+    entries_from_report,
+    merge,
+    now_seconds,
+    report_for,
+)
+from vpol.controller import metrics
+from vpol.engine.evaluate import SKIP, Result
+from vpol.engine.request import ResourceType
+from vpol.engine.sandbox import Limits, SandboxedEvaluator
+from vpol.engine.scope import matched_resources
+from vpol.engine.subjects import subject_for
+from vpol.kube.dynamic import Watcher, list_pages
+from vpol.kube.live_backend import LiveBackend
+from vpol.kube.reports import Reports
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.policy import PolicyException, ValidatingPolicy
+
+logger = logging.getLogger(__name__)
+
+GVR = tuple[str, str, str]
+
+
+@dataclass
+class ScanOptions:
+    scan_interval: float = 3600.0
+    limits: Limits = field(default_factory=lambda: Limits(seconds_per_subject=5.0))
+    #: Largest number of resource events handled in one batch.
+    batch: int = 500
+
+
+@dataclass
+class _State:
+    ref: ResourceRef
+    entries: dict[str, ReportEntry]
+    written: bool
+
+
+class Scanner(threading.Thread):
+    def __init__(self, api: client.ApiClient, backend: LiveBackend, discovery: Any, *,
+                 leading: threading.Event | None = None, options: ScanOptions | None = None):
+        super().__init__(daemon=True, name="vpol-scanner")
+        self.api = api
+        self.reports = Reports(api)
+        self.backend = backend
+        self.discovery = discovery  # has .get() -> Discovery
+        self.leading = leading or _always()
+        self.options = options or ScanOptions()
+        self._events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._stop_event = threading.Event()
+        self._policies: dict[str, ValidatingPolicy] = {}
+        self._exceptions: list[PolicyException] = []
+        self._lock = threading.Lock()
+        self._evaluator: SandboxedEvaluator | None = None
+        self._evaluator_key: tuple[Any, ...] = ()
+        self._watchers: dict[GVR, Watcher] = {}
+        self._types: dict[tuple[str, str], ResourceType] = {}
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._ns_watcher: Watcher | None = None
+        self._state: dict[str, _State] = {}
+        self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        self._active = False
+        self._last_full = 0.0
+        self.writes = 0
+
+    # -- inputs (thread-safe) ---------------------------------------------------------------
+
+    def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
+        """A policy to scan with (None or background disabled: stop scanning with it)."""
+        if policy is not None and not policy.spec.evaluation.background_enabled:
+            policy = None
+        with self._lock:
+            old = self._policies.get(name)
+            if policy is None and old is None:
+                return
+            if policy is not None and old is not None and old.raw == policy.raw and \
+                    old.annotations == policy.annotations:
+                return
+            if policy is None:
+                self._policies.pop(name, None)
+            else:
+                self._policies[name] = policy
+        self._events.put(("policy", name))
+
+    def set_exceptions(self, exceptions: Iterable[PolicyException]) -> None:
+        new = list(exceptions)
+        with self._lock:
+            if new == self._exceptions:
+                return
+            self._exceptions = new
+        self._events.put(("exceptions",))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._events.put(("stop",))
+
+    # -- main loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            if not self.leading.wait(1.0):
+                if self._active:
+                    self._deactivate()
+                continue
+            if not self._active:
+                try:
+                    self._activate()
+                except Exception as exc:  # noqa: BLE001 - retry activation later
+                    logger.warning("starting background scans failed: %s", exc)
+                    metrics.RECONCILE_ERRORS.labels("scan").inc()
+                    self._stop_event.wait(5)
+                    continue
+            try:
+                self._step()
+            except Exception as exc:  # noqa: BLE001 - a scan error never stops the scanner
+                logger.exception("background scan step failed: %s", exc)
+                metrics.RECONCILE_ERRORS.labels("scan").inc()
+                self._stop_event.wait(1)
+        self._deactivate()
+
+    def _activate(self) -> None:
+        logger.info("background scans starting")
+        self._seed_from_reports()
+        self._ns_watcher = Watcher(self.api, "", "v1", "namespaces", self._on_namespace, kind="Namespace")
+        self._ns_watcher.start()
+        self._ns_watcher.synced.wait(30)
+        self._active = True
+        self._full_scan()
+
+    def _deactivate(self) -> None:
+        for w in self._watchers.values():
+            w.stop()
+        self._watchers.clear()
+        if self._ns_watcher:
+            self._ns_watcher.stop()
+            self._ns_watcher = None
+        if self._evaluator:
+            self._evaluator.close()
+            self._evaluator = None
+        self._active = False
+
+    def _step(self) -> None:
+        timeout = max(0.1, self.options.scan_interval - (time.monotonic() - self._last_full))
+        try:
+            first = self._events.get(timeout=min(timeout, 1.0))
+        except queue.Empty:
+            if time.monotonic() - self._last_full >= self.options.scan_interval:
+                self._full_scan()
+            return
+        batch = [first]
+        while len(batch) < self.options.batch:
+            try:
+                batch.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+        objects: dict[str, tuple[str, dict[str, Any]]] = {}
+        policies: set[str] = set()
+        resync_all = False
+        for event in batch:
+            if event[0] == "object":
+                _, etype, obj = event
+                uid = (obj.get("metadata") or {}).get("uid", "")
+                if uid:
+                    objects[uid] = (etype, obj)
+            elif event[0] == "policy":
+                policies.add(event[1])
+            elif event[0] == "exceptions":
+                resync_all = True
+            elif event[0] == "stop":
+                return
+        if policies or resync_all:
+            self._sync_watchers()
+        if resync_all:
+            self._full_scan()
+        else:
+            for name in sorted(policies):
+                self._rescan_policy(name)
+        if objects:
+            started = time.perf_counter()
+            for uid, (etype, obj) in objects.items():
+                if etype == "DELETED":
+                    self._forget(uid)
+                else:
+                    self._scan_object(obj, None)
+            metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
+            metrics.SCAN_RESOURCES.labels("incremental").inc(len(objects))
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def _wanted(self) -> dict[GVR, ResourceInfo]:
+        discovery: Discovery = self.discovery.get()
+        wanted: dict[GVR, ResourceInfo] = {}
+        with self._lock:
+            policies = list(self._policies.values())
+        for policy in policies:
+            for info in matched_resources(policy, discovery):
+                if "list" in info.verbs or not info.verbs:
+                    wanted[(info.group, info.version, info.resource)] = info
+        return wanted
+
+    def _sync_watchers(self) -> None:
+        wanted = self._wanted()
+        for gvr in list(self._watchers):
+            if gvr not in wanted:
+                self._watchers.pop(gvr).stop()
+        for gvr, info in wanted.items():
+            self._types[(info.api_version, info.kind)] = ResourceType(info.group, info.version, info.resource,
+                                                                     info.kind, info.namespaced)
+            if gvr not in self._watchers:
+                # Started before the scan that covers existing objects, so no change is missed.
+                w = Watcher(self.api, *gvr, on_event=self._on_object, kind=info.kind, emit_initial=False)
+                self._watchers[gvr] = w
+                w.start()
+
+    def _on_object(self, etype: str, obj: dict[str, Any]) -> None:
+        if etype in ("ADDED", "MODIFIED", "DELETED"):
+            self._events.put(("object", etype, obj))
+
+    def _on_namespace(self, etype: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if etype == "DELETED":
+            self._namespaces.pop(name, None)
+        else:
+            self._namespaces[name] = obj
+
+    def _resolve(self, api_version: str, kind: str) -> ResourceType | None:
+        return self._types.get((api_version, kind))
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def _evaluator_now(self) -> SandboxedEvaluator | None:
+        with self._lock:
+            policies = sorted(self._policies.values(), key=lambda p: p.name)
+            exceptions = list(self._exceptions)
+        key = tuple((p.name, repr(p.raw.get("spec")), tuple(sorted(p.annotations.items()))) for p in policies) + (
+            repr(exceptions),)
+        if not policies:
+            if self._evaluator:
+                self._evaluator.close()
+                self._evaluator = None
+            self._evaluator_key = ()
+            return None
+        if self._evaluator is None or key != self._evaluator_key:
+            if self._evaluator:
+                self._evaluator.close()
+            self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits)
+            self._evaluator_key = key
+        return self._evaluator
+
+    def _meta(self) -> dict[str, PolicyMeta]:
+        with self._lock:
+            return {n: PolicyMeta(p.severity, p.category, p.scored) for n, p in self._policies.items()}
+
+    def _scan_object(self, obj: dict[str, Any], only: list[str] | None) -> None:
+        evaluator = self._evaluator_now()
+        ref = ResourceRef.of(obj)
+        if not ref.uid:
+            return
+        results: list[Result] = []
+        if evaluator is not None:
+            subject = subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
+                                  default_namespace="")
+            started = time.perf_counter()
+            results = evaluator.evaluate(subject, only)
+            metrics.EVALUATION_DURATION.observe(time.perf_counter() - started)
+        now = now_seconds()
+        fresh = []
+        for res in results:
+            metrics.POLICY_RESULTS.labels(res.policy, res.result, ref.kind, ref.namespace).inc()
+            if res.result == SKIP and not res.exception:
+                continue  # false matchConditions leave no result in background reports
+            fresh.append(ReportEntry.of(res, now))
+        self._store(ref, fresh, only)
+
+    def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None) -> None:
+        state = self._state.get(ref.uid)
+        previous = state.entries if state else {}
+        with self._lock:
+            known = set(self._policies)
+        entries = merge(previous, fresh, only)
+        entries = {p: e for p, e in entries.items() if p in known}
+        if state is not None and entries == previous and (state.written or not entries):
+            return
+        self._count(previous, ref, -1)
+        self._count(entries, ref, +1)
+        if not entries:
+            self._state.pop(ref.uid, None)
+            if state is not None and state.written:
+                self.reports.delete(ref.uid, ref.namespace)
+                metrics.REPORT_WRITES.labels("delete").inc()
+                self.writes += 1
+            return
+        self.reports.apply(report_for(ref, entries, self._meta()))
+        metrics.REPORT_WRITES.labels("apply").inc()
+        self.writes += 1
+        self._state[ref.uid] = _State(ref, entries, True)
+
+    def _forget(self, uid: str) -> None:
+        state = self._state.pop(uid, None)
+        if state:
+            self._count(state.entries, state.ref, -1)
+
+    def _count(self, entries: dict[str, ReportEntry], ref: ResourceRef, sign: int) -> None:
+        meta = self._meta()
+        for entry in entries.values():
+            m = meta.get(entry.policy, PolicyMeta())
+            key = (entry.policy, ref.namespace, entry.result, m.severity, m.category)
+            self._counts[key] += sign
+            value = self._counts[key]
+            if value <= 0:
+                del self._counts[key]
+                try:
+                    metrics.REPORT_RESULTS.remove(*key)
+                except KeyError:
+                    pass
+            else:
+                metrics.REPORT_RESULTS.labels(*key).set(value)
+
+    # -- scans ------------------------------------------------------------------------------
+
+    def _list_all(self, gvrs: Iterable[GVR]) -> Iterable[dict[str, Any]]:
+        for gvr in gvrs:
+            kind = self._watchers[gvr].kind if gvr in self._watchers else ""
+            for items, _rv in list_pages(self.api, *gvr):
+                for item in items:
+                    if kind:
+                        item.setdefault("kind", kind)
+                    yield item
+
+    def _rescan_policy(self, name: str) -> None:
+        with self._lock:
+            policy = self._policies.get(name)
+        started = time.perf_counter()
+        count = 0
+        if policy is None:
+            for uid, state in list(self._state.items()):
+                if name in state.entries:
+                    self._store(state.ref, [], [name])
+            return
+        discovery = self.discovery.get()
+        gvrs = [(i.group, i.version, i.resource) for i in matched_resources(policy, discovery)]
+        seen: set[str] = set()
+        for obj in self._list_all(gvrs):
+            seen.add((obj.get("metadata") or {}).get("uid", ""))
+            self._scan_object(obj, [name])
+            count += 1
+        # resources it no longer matches lose its result
+        for uid, state in list(self._state.items()):
+            if name in state.entries and uid not in seen:
+                self._store(state.ref, [], [name])
+        metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
+        metrics.SCAN_RESOURCES.labels("incremental").inc(count)
+
+    def _full_scan(self) -> None:
+        started = time.perf_counter()
+        self._sync_watchers()
+        seen: set[str] = set()
+        count = 0
+        for obj in self._list_all(list(self._watchers)):
+            uid = (obj.get("metadata") or {}).get("uid", "")
+            seen.add(uid)
+            self._scan_object(obj, None)
+            count += 1
+        for uid, state in list(self._state.items()):
+            if uid not in seen:
+                self._store(state.ref, [], None)
+        self._last_full = time.monotonic()
+        metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)
+        metrics.SCAN_RESOURCES.labels("full").inc(count)
+        metrics.SCAN_LAST_SUCCESS.set(time.time())
+
+    def _seed_from_reports(self) -> None:
+        for report in self.reports.existing(f"{MANAGED_BY_LABEL}={MANAGED_BY}"):
+            scope = report.get("scope") or {}
+            uid = str(scope.get("uid") or (report.get("metadata") or {}).get("name", ""))
+            if not uid:
+                continue
+            ref = ResourceRef(str(scope.get("apiVersion", "")), str(scope.get("kind", "")),
+                              str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
+            entries = entries_from_report(report)
+            self._state[uid] = _State(ref, entries, True)
+            self._count(entries, ref, +1)
+
+
+def _always() -> threading.Event:
+    e = threading.Event()
+    e.set()
+    return e

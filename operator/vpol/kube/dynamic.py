@@ -1,0 +1,155 @@
+"""Listing and watching arbitrary resources by group/version/resource (paged lists, resumable watches)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+logger = logging.getLogger(__name__)
+
+PAGE_SIZE = 500
+
+
+def collection_path(group: str, version: str, resource: str, namespace: str = "") -> str:
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    if namespace:
+        return f"{base}/namespaces/{namespace}/{resource}"
+    return f"{base}/{resource}"
+
+
+def _call(api: client.ApiClient, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> Any:
+    """A raw GET; returns the urllib3 response (not preloaded, so watches stream)."""
+    method, url, headers, _body, _post = api.param_serialize(
+        method="GET", resource_path=path, query_params=query, header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
+    if not 200 <= int(resp.status) < 300:
+        data = resp.read()
+        raise ApiException(status=int(resp.status), reason=data[:500].decode(errors="replace"))
+    return resp.response
+
+
+def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *, namespace: str = "",
+               page_size: int = PAGE_SIZE, label_selector: str = "") -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """Yields (items, resourceVersion) page by page (``limit``/``continue``), items with apiVersion/kind set."""
+    cont = ""
+    path = collection_path(group, version, resource, namespace)
+    while True:
+        query: list[tuple[str, Any]] = [("limit", page_size)]
+        if cont:
+            query.append(("continue", cont))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        resp = _call(api, path, query, timeout=120)
+        data = json.loads(resp.data)
+        resp.release_conn()
+        kind = str(data.get("kind", "")).removesuffix("List")
+        api_version = data.get("apiVersion", f"{group}/{version}" if group else version)
+        items = data.get("items") or []
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        meta = data.get("metadata") or {}
+        yield items, str(meta.get("resourceVersion", ""))
+        cont = meta.get("continue") or ""
+        if not cont:
+            return
+
+
+class Watcher(threading.Thread):
+    """Lists then watches one resource, calling ``on_event(type, object)`` for every change.
+
+    Initial objects arrive as ``ADDED`` (``SYNCED`` is sent once the first
+    list is complete). A watch that ends is resumed from the last
+    resourceVersion; 410 Gone (or any error) relists. Stops when ``stop()``
+    is called.
+    """
+
+    def __init__(self, api: client.ApiClient, group: str, version: str, resource: str,
+                 on_event: Callable[[str, dict[str, Any]], None], *, kind: str = "", timeout: int = 300,
+                 emit_initial: bool = True):
+        super().__init__(daemon=True, name=f"watch-{resource}.{group or 'core'}")
+        self.api = api
+        self.gvr = (group, version, resource)
+        self.kind = kind
+        self.on_event = on_event
+        self.timeout = timeout
+        self._stop_event = threading.Event()
+        self.synced = threading.Event()
+        self.errors = 0
+        #: False: the first list only fixes the starting point (someone else scans the objects).
+        self.emit_initial = emit_initial
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop_event.is_set()
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stopped:
+            try:
+                rv = self._list()
+                self.synced.set()
+                self.on_event("SYNCED", {})
+                backoff = 0.5
+                while not self.stopped:
+                    rv = self._watch(rv)
+                    if rv is None:
+                        break  # 410 Gone: relist
+            except Exception as exc:  # noqa: BLE001 - reconnect with backoff, never die
+                self.errors += 1
+                logger.warning("watch of %s failed: %s; retrying in %.1fs", "/".join(self.gvr), exc, backoff)
+                self._stop_event.wait(backoff)
+                backoff = min(30.0, backoff * 2)
+
+    def _list(self) -> str:
+        rv = ""
+        if not self.emit_initial and not self.synced.is_set():
+            for _items, rv in list_pages(self.api, *self.gvr, page_size=1):
+                return rv
+            return rv
+        for items, rv in list_pages(self.api, *self.gvr):
+            for item in items:
+                self.on_event("ADDED", item)
+        return rv
+
+    def _watch(self, rv: str) -> str | None:
+        group, version, resource = self.gvr
+        query: list[tuple[str, Any]] = [("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
+                                        ("timeoutSeconds", self.timeout)]
+        resp = _call(self.api, collection_path(group, version, resource), query, timeout=self.timeout + 30)
+        try:
+            for line in resp:
+                if self.stopped:
+                    return rv
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                etype, obj = event.get("type"), event.get("object") or {}
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        return None
+                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                if etype == "BOOKMARK":
+                    continue
+                obj.setdefault("apiVersion", f"{group}/{version}" if group else version)
+                if self.kind:
+                    obj.setdefault("kind", self.kind)
+                self.on_event(str(etype), obj)
+        finally:
+            resp.release_conn()
+        return rv
+
+
+def is_gone(exc: BaseException) -> bool:
+    return isinstance(exc, ApiException) and exc.status == 410

@@ -1,0 +1,109 @@
+"""Leader election with a coordination.k8s.io Lease: only the holder runs background scans.
+
+Kopf's peering decides which replica handles events; scans run in our own
+threads, so they take a Lease of their own (the same protocol as
+client-go's leader election: holderIdentity, renewTime, leaseDurationSeconds).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import threading
+import uuid
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+logger = logging.getLogger(__name__)
+
+
+def identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class LeaderElection(threading.Thread):
+    def __init__(self, api: client.ApiClient, namespace: str, name: str = "vpol-scanner", *,
+                 duration: int = 15, renew: float = 5.0):
+        super().__init__(daemon=True, name="vpol-leader-election")
+        self.coordination = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.lease_name = name
+        self.identity = identity()
+        self.duration = duration
+        self.renew = renew
+        self.leading = threading.Event()
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                held = self._try()
+            except Exception as exc:  # noqa: BLE001 - lose leadership on API trouble, retry
+                logger.warning("leader election: %s", exc)
+                held = False
+            if held and not self.leading.is_set():
+                logger.info("leading background scans as %s", self.identity)
+                self.leading.set()
+            elif not held and self.leading.is_set():
+                logger.warning("lost the scanner lease")
+                self.leading.clear()
+            self._stop_event.wait(self.renew)
+        if self.leading.is_set():
+            self._release()
+
+    def _try(self) -> bool:
+        now = _now()
+        try:
+            lease = self.coordination.read_namespaced_lease(self.lease_name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.lease_name),
+                                  spec=client.V1LeaseSpec(holder_identity=self.identity,
+                                                          lease_duration_seconds=self.duration,
+                                                          acquire_time=now, renew_time=now, lease_transitions=0))
+            try:
+                self.coordination.create_namespaced_lease(self.namespace, body)
+                return True
+            except ApiException as exc2:
+                if exc2.status == 409:
+                    return False
+                raise
+        spec = lease.spec
+        expired = spec.renew_time is None or (now - spec.renew_time).total_seconds() > (
+            spec.lease_duration_seconds or self.duration)
+        if spec.holder_identity != self.identity and not expired:
+            return False
+        if spec.holder_identity != self.identity:
+            spec.lease_transitions = (spec.lease_transitions or 0) + 1
+            spec.acquire_time = now
+        spec.holder_identity = self.identity
+        spec.renew_time = now
+        spec.lease_duration_seconds = self.duration
+        try:
+            self.coordination.replace_namespaced_lease(self.lease_name, self.namespace, lease)
+        except ApiException as exc:
+            if exc.status == 409:  # someone else renewed first
+                return False
+            raise
+        return True
+
+    def _release(self) -> None:
+        try:
+            lease = self.coordination.read_namespaced_lease(self.lease_name, self.namespace)
+            if lease.spec.holder_identity == self.identity:
+                lease.spec.renew_time = None
+                lease.spec.holder_identity = None
+                self.coordination.replace_namespaced_lease(self.lease_name, self.namespace, lease)
+        except Exception:  # noqa: BLE001 - best effort; the lease expires anyway
+            pass

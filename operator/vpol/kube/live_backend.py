@@ -1,0 +1,147 @@
+"""The in-cluster backend of Kyverno's I/O libraries.
+
+- ``resource.Get/List`` read from the API server (with a short-lived cache,
+  so a scan that asks for the same ConfigMap for every Pod asks once);
+- ``resource.Post`` creates (for SubjectAccessReview-style calls);
+- ``http.*`` only when enabled, and only for URLs under an allowlisted prefix;
+- ``globalContext.Get`` and ``image.GetMetadata`` need services vpol does not
+  run: they fail with a clear reason, which the policy reports as ``error``.
+
+The backend is picklable (it holds only how to connect), because evaluation
+runs in a worker process (``vpol.engine.sandbox``) that builds its own client.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+from vpol.cel.backend import Backend, BackendUnavailable
+from vpol.model.discovery import builtin
+
+CACHE_SECONDS = 10.0
+
+
+class LiveBackend(Backend):
+    name = "cluster"
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
+                 http_allowlist: tuple[str, ...] = (), http_timeout: float = 5.0):
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.http_allowlist = tuple(http_allowlist)
+        self.http_timeout = http_timeout
+        self._api: Any = None
+        self._cache: dict[str, tuple[float, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"kubeconfig": self.kubeconfig, "context": self.context, "http_allowlist": self.http_allowlist,
+                "http_timeout": self.http_timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["kubeconfig"], state["context"], http_allowlist=state["http_allowlist"],  # type: ignore[misc]
+                      http_timeout=state["http_timeout"])
+
+    def _client(self) -> Any:
+        if self._api is None:
+            from vpol.kube.client import api_client
+
+            self._api = api_client(self.kubeconfig, self.context)
+        return self._api
+
+    def _get(self, path: str, query: list[tuple[str, Any]] | None = None) -> Any:
+        key = path + repr(query)
+        hit = self._cache.get(key)
+        if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        from kubernetes.client.rest import ApiException
+
+        from vpol.kube.dynamic import _call
+
+        try:
+            resp = _call(self._client(), path, query or [], timeout=10)
+            data = json.loads(resp.data)
+            resp.release_conn()
+        except ApiException as exc:
+            raise BackendUnavailable(f"GET {path}: {exc.status} {exc.reason}") from None
+        if len(self._cache) > 1000:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic(), data)
+        return data
+
+    @staticmethod
+    def _path(api_version: str, resource: str, namespace: str) -> tuple[str, str]:
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        res, _, sub = resource.partition("/")
+        ns = f"/namespaces/{namespace}" if namespace else ""
+        return f"{base}{ns}/{res}", sub
+
+    def get_resource(self, api_version: str, resource: str, namespace: str, name: str) -> dict[str, Any]:
+        path, sub = self._path(api_version, resource, namespace)
+        return dict(self._get(f"{path}/{name}" + (f"/{sub}" if sub else "")))
+
+    def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:
+        path, _sub = self._path(api_version, resource, namespace)
+        return dict(self._get(path, [("limit", 500)]))
+
+    def post_resource(self, api_version: str, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        from kubernetes.client.rest import ApiException
+
+        path, _sub = self._path(api_version, resource, namespace)
+        api = self._client()
+        method, url, headers, payload, _post = api.param_serialize(
+            method="POST", resource_path=path, body=body, header_params={"Content-Type": "application/json",
+                                                                         "Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        try:
+            resp = api.call_api(method, url, header_params=headers, body=payload, _request_timeout=10)
+        except ApiException as exc:
+            raise BackendUnavailable(f"POST {path}: {exc.status} {exc.reason}") from None
+        data = resp.read()
+        if not 200 <= int(resp.status) < 300:
+            raise BackendUnavailable(f"POST {path}: HTTP {resp.status}")
+        return dict(json.loads(data))
+
+    def to_gvr(self, api_version: str, kind: str) -> dict[str, str]:
+        info = builtin().resource_for_kind(api_version, kind)
+        if info is None:
+            raise BackendUnavailable(f"no resource is known for {api_version}, Kind={kind}")
+        return {"group": info.group, "version": info.version, "resource": info.resource}
+
+    def _http(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        if not self.http_allowlist:
+            raise BackendUnavailable("http calls are disabled (enable them with --http-allow PREFIX)")
+        if not any(url.startswith(prefix) for prefix in self.http_allowlist):
+            raise BackendUnavailable(f"{url} is not under an allowed prefix ({', '.join(self.http_allowlist)})")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json",
+                                                                             **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=self.http_timeout) as resp:  # noqa: S310 - allowlisted
+                raw = resp.read(1024 * 1024)
+                status = resp.status
+        except OSError as exc:
+            raise BackendUnavailable(f"{method} {url}: {exc}") from None
+        try:
+            parsed: Any = json.loads(raw)
+        except ValueError:
+            parsed = raw.decode(errors="replace")
+        return {"statusCode": status, "body": parsed}
+
+    def http_get(self, url: str, headers: dict[str, str] | None = None) -> Any:
+        return self._http("GET", url, None, headers)
+
+    def http_post(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self._http("POST", url, body, headers)
+
+    def http_put(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self._http("PUT", url, body, headers)
+
+    def global_context(self, name: str, projection: str) -> Any:
+        raise BackendUnavailable("globalContext.Get needs Kyverno's GlobalContextEntry service, which vpol "
+                                 "does not run")
+
+    def image_metadata(self, image: str) -> dict[str, Any]:
+        raise BackendUnavailable("image.GetMetadata needs registry access, which vpol's scanner does not have")

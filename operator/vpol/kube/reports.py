@@ -1,0 +1,50 @@
+"""Reading and writing PolicyReports and ClusterPolicyReports (wgpolicyk8s.io/v1alpha2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.kube.dynamic import list_pages
+from vpol.kube.objects import FIELD_MANAGER
+
+GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
+
+
+class Reports:
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+
+    def existing(self, label_selector: str) -> Iterator[dict[str, Any]]:
+        """Every report carrying ``label_selector``, both kinds, page by page."""
+        for plural in ("policyreports", "clusterpolicyreports"):
+            try:
+                for items, _rv in list_pages(self.api, GROUP, VERSION, plural, label_selector=label_selector):
+                    yield from items
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def apply(self, report: Mapping[str, Any]) -> None:
+        md = report["metadata"]
+        kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+        if report["kind"] == "PolicyReport":
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, md["namespace"], "policyreports", md["name"],
+                                                       dict(report), **kw)
+        else:
+            self.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterpolicyreports", md["name"], dict(report),
+                                                    **kw)
+
+    def delete(self, name: str, namespace: str) -> None:
+        try:
+            if namespace:
+                self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "policyreports", name)
+            else:
+                self.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterpolicyreports", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
