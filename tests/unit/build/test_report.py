@@ -1,0 +1,53 @@
+"""PolicyReports: Kyverno's layout, summary, stable timestamps, read-back for restarts."""
+
+from __future__ import annotations
+
+from vpol.build.report import PolicyMeta, ReportEntry, ResourceRef, entries_from_report, merge, report_for
+from vpol.engine.evaluate import Result
+
+POD = ResourceRef("v1", "Pod", "web", "team-a", "uid-1")
+NODE = ResourceRef("v1", "Node", "n1", "", "uid-2")
+
+
+def entry(policy, result, message="m", ts=100):
+    return ReportEntry(policy, result, message, (), ts)
+
+
+def test_layout_is_kyvernos():
+    entries = {"a": entry("a", "fail", "bad"), "b": entry("b", "pass", "success")}
+    meta = {"a": PolicyMeta("high", "Pod Security", True), "b": PolicyMeta()}
+    r = report_for(POD, entries, meta)
+    assert r["apiVersion"] == "wgpolicyk8s.io/v1alpha2" and r["kind"] == "PolicyReport"
+    assert r["metadata"]["name"] == "uid-1" and r["metadata"]["namespace"] == "team-a"
+    assert r["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "vpol"}
+    assert r["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "uid-1"}]
+    assert r["scope"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "team-a", "uid": "uid-1"}
+    assert r["summary"] == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+    first = r["results"][0]
+    assert first == {"source": "vpol", "policy": "a", "result": "fail", "message": "bad", "scored": True,
+                     "timestamp": {"seconds": 100, "nanos": 0}, "severity": "high", "category": "Pod Security"}
+    cluster = report_for(NODE, entries, meta)
+    assert cluster["kind"] == "ClusterPolicyReport" and "namespace" not in cluster["metadata"]
+
+
+def test_result_properties_carry_validation_index_and_audit_annotations():
+    res = Result(policy="p", result="fail", message="x", validation=2, properties={"team": "a"})
+    e = ReportEntry.of(res, 5)
+    assert dict(e.properties) == {"team": "a", "validation": "2"}
+
+
+def test_merge_keeps_timestamps_of_unchanged_outcomes_and_other_policies():
+    old = {"a": entry("a", "pass", ts=1), "b": entry("b", "fail", ts=1)}
+    fresh = [entry("a", "pass", ts=9)]
+    merged = merge(old, fresh, replace=["a"])
+    assert merged == old  # unchanged: identical, so no write
+    changed = merge(old, [entry("a", "fail", ts=9)], replace=["a"])
+    assert changed["a"].timestamp == 9 and changed["b"] is old["b"]
+    full = merge(old, [entry("a", "pass", ts=9)], replace=None)
+    assert set(full) == {"a"}  # a full evaluation drops policies that no longer apply
+
+
+def test_entries_round_trip_through_a_report():
+    entries = {"a": ReportEntry("a", "fail", "bad", (("validation", "0"),), 42)}
+    report = report_for(POD, entries, {})
+    assert entries_from_report(report) == entries
