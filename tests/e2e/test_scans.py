@@ -1,0 +1,144 @@
+"""Background scans end to end: reports for existing resources, event-driven updates, cleanup, metrics."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.vpol_fixtures import (  # noqa: F401 - fixtures
+    GROUP,
+    PLURAL,
+    VERSION,
+    Policies,
+    operator,
+    policies,
+    vpol_installed,
+    wait_for,
+)
+
+CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
+
+
+def owner_policy(**extra: Any) -> dict[str, Any]:
+    spec = {
+        "validationActions": ["Audit"],
+        "matchConstraints": {"resourceRules": [CM_RULE]},
+        "validations": [{"expression": "has(object.data) && 'owner' in object.data",
+                         "message": "an owner key is required"}],
+    }
+    spec.update(extra)
+    return spec
+
+
+def make_cm(cluster: Any, namespace: str, name: str, data: dict[str, str]) -> str:
+    core = client.CoreV1Api(cluster.api_client)
+    cm = core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
+                                                                         data=data))
+    return str(cm.metadata.uid)
+
+
+def report(cluster: Any, namespace: str, uid: str) -> dict[str, Any] | None:
+    try:
+        return client.CustomObjectsApi(cluster.api_client).get_namespaced_custom_object(
+            "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", uid)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def result_of(cluster: Any, namespace: str, uid: str, policy: str) -> dict[str, Any] | None:
+    r = report(cluster, namespace, uid)
+    return next((x for x in (r or {}).get("results") or [] if x["policy"] == policy), None)
+
+
+def gauge(op: OperatorProcess, policy: str, result: str) -> float:
+    total = 0.0
+    for line in op.metrics().splitlines():
+        if line.startswith("vpol_report_results{") and f'policy="{policy}"' in line and f'result="{result}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_existing_resources_get_reports_and_follow_changes(policies: Policies, cluster: Any, namespace: str,
+                                                            operator: OperatorProcess) -> None:
+    bad = make_cm(cluster, namespace, "bad", {"x": "1"})
+    good = make_cm(cluster, namespace, "good", {"owner": "me"})
+    name = policies.create("scan", owner_policy())
+    policies.wait_condition(name, "Ready", "True")
+
+    fail = wait_for("a fail result for the bad ConfigMap", lambda: result_of(cluster, namespace, bad, name), 60)
+    assert fail["result"] == "fail" and fail["message"] == "an owner key is required"
+    assert fail["source"] == "vpol" and fail["scored"] is True
+    assert result_of(cluster, namespace, good, name)["result"] == "pass"
+    r = report(cluster, namespace, bad)
+    assert r["scope"]["name"] == "bad" and r["scope"]["uid"] == bad
+    assert r["metadata"]["ownerReferences"][0]["uid"] == bad
+    assert r["summary"]["fail"] == 1
+    wait_for("the gauge to count the failure", lambda: gauge(operator, name, "fail") == 1, 30)
+
+    # Fixing the resource flips its result well before any periodic scan.
+    core = client.CoreV1Api(cluster.api_client)
+    core.patch_namespaced_config_map("bad", namespace, {"data": {"owner": "you"}})
+    wait_for("the fixed ConfigMap to pass", lambda: (result_of(cluster, namespace, bad, name) or {}).get("result")
+             == "pass", 60)
+    wait_for("the gauge to follow", lambda: gauge(operator, name, "fail") == 0 and gauge(operator, name, "pass") == 2,
+             30)
+
+    # A new violating resource is reported within seconds.
+    late = make_cm(cluster, namespace, "late", {})
+    wait_for("a report for a new resource", lambda: (result_of(cluster, namespace, late, name) or {}).get("result")
+             == "fail", 60)
+
+    # Deleting a resource removes its report (owned by the resource).
+    core.delete_namespaced_config_map("late", namespace)
+    wait_for("the report of a deleted resource to go", lambda: report(cluster, namespace, late) is None, 60)
+
+    # Deleting the policy removes its results.
+    policies.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    wait_for("the policy's results to go", lambda: result_of(cluster, namespace, good, name) is None, 60)
+    wait_for("the gauge to drop", lambda: gauge(operator, name, "pass") == 0, 30)
+
+
+def test_false_match_conditions_leave_no_result(policies: Policies, cluster: Any, namespace: str) -> None:
+    skipped = make_cm(cluster, namespace, "skipped", {"x": "1"})
+    checked = make_cm(cluster, namespace, "checked", {"x": "1"})
+    name = policies.create("mc", owner_policy(matchConditions=[
+        {"name": "only-checked", "expression": "object.metadata.name == 'checked'"}]))
+    wait_for("the checked one to be reported", lambda: result_of(cluster, namespace, checked, name), 60)
+    assert result_of(cluster, namespace, skipped, name) is None
+
+
+def test_runaway_expression_errors_on_one_resource_and_the_scan_goes_on(policies: Policies, cluster: Any,
+                                                                         namespace: str) -> None:
+    heavy = make_cm(cluster, namespace, "heavy", {"n": "9000"})
+    light = make_cm(cluster, namespace, "light", {"n": "1"})
+    runaway = ("lists.range(int(object.data.n)).map(x, lists.range(int(object.data.n)).filter(y, y > x))"
+               ".size() >= 0")
+    name = policies.create("runaway", owner_policy(validations=[{"expression": runaway}]))
+    err = wait_for("an error result for the heavy ConfigMap", lambda: result_of(cluster, namespace, heavy, name),
+                   120)
+    assert err["result"] == "error", err
+    assert re.search(r"time limit|memory", err["message"]), err["message"]
+    ok = wait_for("the light ConfigMap's result", lambda: result_of(cluster, namespace, light, name), 60)
+    assert ok["result"] == "pass"
+
+
+def test_restart_rewrites_nothing_unchanged(policies: Policies, cluster: Any, namespace: str,
+                                            operator: OperatorProcess) -> None:
+    uid = make_cm(cluster, namespace, "stable", {"x": "1"})
+    name = policies.create("restart", owner_policy())
+    wait_for("a report", lambda: result_of(cluster, namespace, uid, name), 60)
+    time.sleep(2)
+    rv = report(cluster, namespace, uid)["metadata"]["resourceVersion"]
+    operator.stop()
+    operator.start()
+    time.sleep(8)  # the new process seeds from existing reports and rescans everything
+    assert report(cluster, namespace, uid)["metadata"]["resourceVersion"] == rv
+    assert result_of(cluster, namespace, uid, name)["result"] == "fail"
+
