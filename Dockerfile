@@ -29,3 +29,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/vpol", "run"]
+
+# Development image for the Tilt loop: sources live in /src/operator (synced by
+# Tilt) and `vpol run --reload` restarts itself when they change.
+FROM ${PYTHON_IMAGE} AS dev
+COPY --from=build /install /usr/local
+COPY --chown=65532:65532 operator /src/operator
+ENV PYTHONPATH=/src/operator PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+USER 65532:65532
+ENTRYPOINT ["python", "-m", "vpol.cli.main", "run", "--reload"]
+
+# The default target is the production image.
+FROM runtime

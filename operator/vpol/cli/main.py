@@ -197,6 +197,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vpol.controller.run import run
     from vpol.controller.runtime import Options
 
+    if args.reload:
+        from vpol.cli.reload import watch_and_restart
+
+        watch_and_restart()
+
     run(Options(kubeconfig=args.kubeconfig, context=args.context, metrics_port=args.metrics_port,
                 liveness_port=args.liveness_port, peering=args.peering, priority=args.priority,
                 workers=args.workers, resync=args.resync, scan_interval=args.scan_interval,
@@ -261,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="background evaluation deadline per resource")
     p.add_argument("--eval-memory-limit", type=int, default=1024, metavar="MIB",
                    help="address-space cap of the background evaluation worker")
+    p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("generate", help="print generated objects")
