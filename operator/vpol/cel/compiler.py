@@ -85,7 +85,7 @@ def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
     matches = list(_ERROR_RX.finditer(text))
     if not matches:
         return [(None, text.strip(), "")]
-    out = []
+    out: list[tuple[Position | None, str, str]] = []
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
         body = text[m.end():end].rstrip()

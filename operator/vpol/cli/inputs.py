@@ -76,6 +76,8 @@ class Loaded:
     problems: list[Problem] = field(default_factory=list)
     #: Files that could not be read at all (exit code 2).
     unreadable: list[Problem] = field(default_factory=list)
+    #: Documents that are not policies.kyverno.io objects (resources, tests...), passed over.
+    skipped: int = 0
 
     @property
     def has_errors(self) -> bool:
@@ -102,20 +104,24 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
                 out.problems.extend(problems)
                 if exc_obj is not None:
                     out.exceptions.append(exc_obj)
-            elif strict_kinds:
+            elif strict_kinds and _claims_policy_group(doc.data):
                 out.problems.append(_not_a_policy(doc))
+            else:
+                # Resources, test files and the like often sit beside policies: pass them over.
+                out.skipped += 1
     return out
+
+
+def _claims_policy_group(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("apiVersion", "")).split("/")[0] == "policies.kyverno.io"
 
 
 def _not_a_policy(doc: Document) -> Problem:
     data = doc.data
-    if isinstance(data, dict):
-        what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
-        reason = f"not a ValidatingPolicy ({what}); expected apiVersion policies.kyverno.io/v1 " \
-                 f"(or v1beta1, v1alpha1) and kind ValidatingPolicy"
-    else:
-        reason = "not a Kubernetes object (expected a mapping with apiVersion and kind)"
-    return Problem(reason, file=doc.file, position=doc.position(""))
+    what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
+    reason = f"unsupported policies.kyverno.io object ({what}); expected apiVersion policies.kyverno.io/v1 " \
+             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, NamespacedValidatingPolicy or PolicyException"
+    return Problem(reason, file=doc.file, path="apiVersion", position=doc.position("apiVersion"))
 
 
 def load_exceptions(paths: Iterable[str], out: Loaded) -> Loaded:
@@ -146,9 +152,9 @@ def load_resources(paths: Iterable[str], out: Loaded) -> Loaded:
             if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
                     data.get("items"), list):
                 for i, item in enumerate(data["items"]):
+                    pos = doc.position(f"items[{i}]")
                     out.resources.append(Document(data=item, file=doc.file, index=doc.index,
-                                                  positions={"": doc.position(f"items[{i}]")} if doc.position(
-                                                      f"items[{i}]") else {}))
+                                                  positions={"": pos} if pos else {}))
                 continue
             if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
                 out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",

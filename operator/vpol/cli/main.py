@@ -44,6 +44,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
     problems = list(loaded.problems)
+    if not loaded.policies and not loaded.problems and not loaded.unreadable:
+        print(f"no ValidatingPolicy found in {' '.join(args.paths)}", file=sys.stderr)
+        return EXIT_FAIL
     for policy in loaded.policies:
         compiled = compile_policy(policy)
         problems.extend(compiled.problems)
@@ -78,6 +81,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
+    if not loaded.policies and not loaded.has_errors:
+        print(f"no ValidatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
+        return EXIT_FAIL
     _print_problems(loaded.problems)
     try:
         values = load_values(args.values or [])
@@ -91,8 +97,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
     for engine in engines:
         _print_problems(engine.compiled.errors())
-    for exc in exceptions:
-        _print_problems(exc.problems)
+    for compiled_exc in exceptions:
+        _print_problems(compiled_exc.problems)
     resolve = resolver(extra)
     results = []
     progress = Progress(len(loaded.resources), "evaluating", enabled=not args.no_progress)

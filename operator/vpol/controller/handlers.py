@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -40,6 +41,12 @@ def _runtime(memo: Any) -> Runtime:
     return rt
 
 
+def _enqueue(memo: Any, name: str) -> None:
+    queue = _runtime(memo).queue
+    if queue is not None:
+        queue.add(name)
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     rt = _runtime(memo)
@@ -63,8 +70,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_policy=rt.scanner.set_policy if rt.scanner else None,
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None)
 
+    reconciler = rt.reconciler
+
     async def process(name: str) -> None:
-        result = await asyncio.to_thread(rt.reconciler.reconcile, name)
+        result = await asyncio.to_thread(reconciler.reconcile, name)
         rt.record(result)
 
     for i in range(rt.options.workers):
@@ -75,7 +84,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def _resync(rt: Runtime) -> None:
     while True:
         try:
-            names = await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in rt.reconciler.objects.list_policies()])
+            assert rt.reconciler is not None and rt.queue is not None
+            objects = rt.reconciler.objects
+            names = await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in objects.list_policies()])
             for name in names:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
@@ -99,28 +110,28 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(POLICIES)
 def policy_event(name: str, memo: kopf.Memo, **_: Any) -> None:
-    _runtime(memo).queue.add(name)
+    _enqueue(memo, name)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
-def vap_event(labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+def vap_event(labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
     owner = labels.get(POLICY_LABEL)
     if owner:
-        _runtime(memo).queue.add(owner)
+        _enqueue(memo, owner)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", labels=GENERATED_LABELS)
-def binding_event(labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
+def binding_event(labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
     owner = labels.get(POLICY_LABEL)
     if owner:
-        _runtime(memo).queue.add(owner)
+        _enqueue(memo, owner)
 
 
 @kopf.on.event(EXCEPTIONS)
-def exception_event(spec: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     for ref in spec.get("policyRefs") or []:
-        if isinstance(ref, dict) and ref.get("name"):
-            _runtime(memo).queue.add(str(ref["name"]))
+        if isinstance(ref, Mapping) and ref.get("name"):
+            _enqueue(memo, str(ref["name"]))
 
 
 @kopf.on.probe(id="queue")

@@ -214,6 +214,6 @@ def _api_message(exc: ApiException) -> str:
     import json
 
     try:
-        return str(json.loads(exc.body).get("message", exc.reason))
+        return str(json.loads(exc.body or "").get("message", exc.reason))
     except (TypeError, ValueError):
         return str(exc.reason)

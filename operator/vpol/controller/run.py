@@ -18,8 +18,9 @@ def login_from(rt: Runtime) -> None:
 
     @kopf.on.login()
     def login(**_: object) -> kopf.ConnectionInfo:
-        token = (cfg.api_key or {}).get("authorization", "") or (cfg.api_key or {}).get("BearerToken", "")
-        scheme, _, token = token.partition(" ") if " " in token else ("Bearer", "", token)
+        keys: dict[str, str] = dict(cfg.api_key or {})
+        header = keys.get("authorization", "") or keys.get("BearerToken", "")
+        scheme, _sep, token = header.partition(" ") if " " in header else ("Bearer", "", header)
         return kopf.ConnectionInfo(
             server=cfg.host,
             ca_path=cfg.ssl_ca_cert,

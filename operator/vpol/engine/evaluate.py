@@ -81,7 +81,8 @@ class CompiledException:
 
 
 def compile_exception(exc: PolicyException) -> CompiledException:
-    programs, problems = [], []
+    programs: list[Program] = []
+    problems: list[Problem] = []
     for i, mc in enumerate(exc.match_conditions):
         prog, probs = compile_expression(mc.expression, f"spec.matchConditions[{i}].expression",
                                          "matchCondition", EnvSpec())

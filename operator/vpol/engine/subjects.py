@@ -24,9 +24,10 @@ def resource_type(obj: Mapping[str, Any], resolve: Resolver | None = None) -> Re
     found = resolve(api_version, kind) if resolve else None
     if found is not None:
         return found
-    md = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    md = obj.get("metadata")
+    namespace = md.get("namespace") if isinstance(md, dict) else None
     return ResourceType(group=group, version=version, resource=guess_plural(kind), kind=kind,
-                        namespaced=bool(md.get("namespace")))
+                        namespaced=bool(namespace))
 
 
 def namespace_object(name: str, known: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ def missing_permissions(api: client.ApiClient, resources: Iterable[tuple[str, st
                 resource_attributes=client.V1ResourceAttributes(group=group, version=version, resource=resource,
                                                                 verb=verb)))
             result = authz.create_self_subject_access_review(review)
-            if not result.status.allowed:
+            if not (result.status and result.status.allowed):
                 gv = f"{group}/{version}" if group else version
                 missing.append(f"{verb} {gv} {resource}")
     return missing

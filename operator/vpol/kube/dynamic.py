@@ -97,14 +97,12 @@ class Watcher(threading.Thread):
         backoff = 0.5
         while not self.stopped:
             try:
-                rv = self._list()
+                rv: str | None = self._list()
                 self.synced.set()
                 self.on_event("SYNCED", {})
                 backoff = 0.5
-                while not self.stopped:
-                    rv = self._watch(rv)
-                    if rv is None:
-                        break  # 410 Gone: relist
+                while not self.stopped and rv is not None:
+                    rv = self._watch(rv)  # None after 410 Gone: relist
             except Exception as exc:  # noqa: BLE001 - reconnect with backoff, never die
                 self.errors += 1
                 logger.warning("watch of %s failed: %s; retrying in %.1fs", "/".join(self.gvr), exc, backoff)

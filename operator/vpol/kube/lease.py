@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -32,7 +33,7 @@ class LeaderElection(threading.Thread):
     def __init__(self, api: client.ApiClient, namespace: str, name: str = "vpol-scanner", *,
                  duration: int = 15, renew: float = 5.0):
         super().__init__(daemon=True, name="vpol-leader-election")
-        self.coordination = client.CoordinationV1Api(api)
+        self.coordination: Any = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.lease_name = name
         self.identity = identity()

@@ -30,8 +30,9 @@ class Objects:
 
     def __init__(self, api: client.ApiClient):
         self.api = api
-        self.admission = client.AdmissionregistrationV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        # Typed as Any: the generated client's annotations do not describe dict bodies and results.
+        self.admission: Any = client.AdmissionregistrationV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
 
     # -- policies
 

@@ -17,7 +17,7 @@ GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
 class Reports:
     def __init__(self, api: client.ApiClient):
         self.api = api
-        self.custom = client.CustomObjectsApi(api)
+        self.custom: Any = client.CustomObjectsApi(api)
 
     def existing(self, label_selector: str) -> Iterator[dict[str, Any]]:
         """Every report carrying ``label_selector``, both kinds, page by page."""

@@ -347,7 +347,8 @@ def _metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, s
     namespace = r.str_(md, "namespace", "metadata") if namespaced else ""
     labels = {str(k): str(v) for k, v in r.obj(md.get("labels"), "metadata.labels").items()}
     annotations = {str(k): str(v) for k, v in r.obj(md.get("annotations"), "metadata.annotations").items()}
-    generation = md.get("generation") if isinstance(md.get("generation"), int) else 0
+    raw_generation = md.get("generation")
+    generation = raw_generation if isinstance(raw_generation, int) else 0
     return name, namespace, labels, annotations, str(md.get("uid") or ""), generation
 
 
