@@ -63,7 +63,11 @@ class Subject:
         return labels if isinstance(labels, dict) else {}
 
     def admission_request(self) -> dict[str, Any]:
-        """The CEL ``request`` variable (admission.k8s.io/v1 AdmissionRequest shape)."""
+        """The CEL ``request`` variable (admission.k8s.io/v1 AdmissionRequest shape).
+
+        As in the API server, the objects themselves are not repeated here:
+        they are the ``object`` and ``oldObject`` variables.
+        """
         t = self.type
         kind = {"group": t.group, "version": t.version, "kind": t.kind}
         resource = {"group": t.group, "version": t.version, "resource": t.resource}
@@ -79,8 +83,6 @@ class Subject:
             "namespace": self.namespace,
             "operation": self.operation,
             "userInfo": self.user_info,
-            "object": self.object,
-            "oldObject": self.old_object,
             "dryRun": self.dry_run,
             "options": None,
         }
