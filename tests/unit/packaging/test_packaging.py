@@ -1,0 +1,49 @@
+"""Packaging checks that need no cluster: vpol's own Deployment passes vpol's example policies,
+the Dockerfile follows the rules the README promises, and the manifests hang together."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from vpol.cli.main import main
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_own_deployment_passes_every_example_policy(capsys):
+    code = main(["apply", "--policy", str(REPO / "examples" / "pod-security"), str(REPO / "examples" / "best-practices"),
+                 "--resource", str(REPO / "manifests" / "deployment.yaml"), "-o", "json"])
+    results = json.loads(capsys.readouterr().out)
+    assert code == 0, [r for r in results if r["result"] != "pass"]
+    assert len(results) >= 20 and all(r["result"] == "pass" for r in results)
+
+
+def test_dockerfile_rules():
+    text = (REPO / "Dockerfile").read_text()
+    bases = re.findall(r"^ARG PYTHON_IMAGE=(\S+)", text, re.M)
+    assert bases and ":latest" not in bases[0] and re.search(r":\d+\.\d+\.\d+", bases[0])
+    runtime = text[text.index("AS runtime"):text.index("AS dev")]
+    assert re.search(r"^USER \d+:\d+$", runtime, re.M)
+    assert 'ENTRYPOINT ["/usr/local/bin/vpol", "run"]' in runtime
+    assert "pip install --prefix=/install ." in text  # the project metadata the README installs from
+    assert "org.opencontainers.image.source" in text and "org.opencontainers.image.version" in text
+
+
+def test_deployment_matches_the_entrypoint_and_rbac():
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "deployment.yaml").read_text()))
+    [deploy] = docs
+    pod = deploy["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert "command" not in container  # the image's entrypoint (vpol run) is used
+    assert deploy["spec"]["replicas"] == 2 and "--peering=vpol" in container["args"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    rbac = list(yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text()))
+    sa = next(d for d in rbac if d["kind"] == "ServiceAccount")
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    kustomization = yaml.safe_load((REPO / "manifests" / "kustomization.yaml").read_text())
+    for res in kustomization["resources"]:
+        assert (REPO / "manifests" / res).exists(), res
