@@ -162,7 +162,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
 
-    print("machine:", file=sys.stderr)
+    print("machine:")
     for k, v in machine().items():
         print(f"  {k}: {v}")
     t = time.monotonic()

@@ -28,6 +28,11 @@ type pki struct {
 	AdminCert, AdminKey           string
 	ControllerCert, ControllerKey string
 	SAKey, SAPub                  string
+	// Front proxy (requestheader authentication): the apiserver's client
+	// certificate towards aggregated API servers, and the CA that
+	// delegating components (the controller-manager) trust for it.
+	FrontProxyCACert, FrontProxyCAKey string
+	FrontProxyCert, FrontProxyKey     string
 }
 
 func newPKI(dir string) *pki {
@@ -44,6 +49,11 @@ func newPKI(dir string) *pki {
 		ControllerKey:  j("controller-manager.key"),
 		SAKey:          j("sa.key"),
 		SAPub:          j("sa.pub"),
+
+		FrontProxyCACert: j("front-proxy-ca.crt"),
+		FrontProxyCAKey:  j("front-proxy-ca.key"),
+		FrontProxyCert:   j("front-proxy-client.crt"),
+		FrontProxyKey:    j("front-proxy-client.key"),
 	}
 }
 
@@ -58,35 +68,16 @@ func (p *pki) generate(serviceIP net.IP) error {
 	now := time.Now().Add(-time.Hour) // tolerate small clock differences
 	notAfter := now.Add(10 * 365 * 24 * time.Hour)
 
-	caKey, err := newKey()
+	caCert, caKey, err := newCA("vpol-test-ca", now, notAfter, p.CACert, p.CAKey)
 	if err != nil {
 		return err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "vpol-test-ca"},
-		NotBefore:             now,
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	fpCert, fpKey, err := newCA("vpol-test-front-proxy-ca", now, notAfter, p.FrontProxyCACert, p.FrontProxyCAKey)
 	if err != nil {
-		return err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	if err := writeCert(p.CACert, caDER); err != nil {
-		return err
-	}
-	if err := writeKey(p.CAKey, caKey); err != nil {
 		return err
 	}
 
-	leaf := func(certPath, keyPath string, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) error {
+	leaf := func(caCert *x509.Certificate, caKey crypto.Signer, certPath, keyPath string, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) error {
 		key, err := newKey()
 		if err != nil {
 			return err
@@ -112,16 +103,21 @@ func (p *pki) generate(serviceIP net.IP) error {
 		return writeKey(keyPath, key)
 	}
 
-	if err := leaf(p.ServingCert, p.ServingKey, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
+	if err := leaf(caCert, caKey, p.ServingCert, p.ServingKey, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), serviceIP}); err != nil {
 		return err
 	}
-	if err := leaf(p.AdminCert, p.AdminKey, pkix.Name{CommonName: "vpol-admin", Organization: []string{"system:masters"}},
+	if err := leaf(caCert, caKey, p.AdminCert, p.AdminKey, pkix.Name{CommonName: "vpol-admin", Organization: []string{"system:masters"}},
 		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return err
 	}
-	if err := leaf(p.ControllerCert, p.ControllerKey, pkix.Name{CommonName: "system:kube-controller-manager"},
+	if err := leaf(caCert, caKey, p.ControllerCert, p.ControllerKey, pkix.Name{CommonName: "system:kube-controller-manager"},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+
+	if err := leaf(fpCert, fpKey, p.FrontProxyCert, p.FrontProxyKey, pkix.Name{CommonName: "front-proxy-client"},
 		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return err
 	}
@@ -138,6 +134,38 @@ func (p *pki) generate(serviceIP net.IP) error {
 		return err
 	}
 	return writePEM(p.SAPub, "PUBLIC KEY", pubDER, 0o644)
+}
+
+// newCA creates a self-signed CA and writes it to certPath and keyPath.
+func newCA(name string, notBefore, notAfter time.Time, certPath, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := writeCert(certPath, der); err != nil {
+		return nil, nil, err
+	}
+	if err := writeKey(keyPath, key); err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
 }
 
 func newKey() (*ecdsa.PrivateKey, error) {

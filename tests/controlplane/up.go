@@ -205,6 +205,15 @@ func (u *upper) bringUp(ctx context.Context) error {
 		"--tls-cert-file=" + u.pki.ServingCert,
 		"--tls-private-key-file=" + u.pki.ServingKey,
 		"--client-ca-file=" + u.pki.CACert,
+		// front proxy, as kubeadm sets it up: aggregated APIs work and
+		// delegating components find the requestheader CA they look for
+		"--requestheader-client-ca-file=" + u.pki.FrontProxyCACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + u.pki.FrontProxyCert,
+		"--proxy-client-key-file=" + u.pki.FrontProxyKey,
 		"--service-account-issuer=" + issuer,
 		"--service-account-key-file=" + u.pki.SAPub,
 		"--service-account-signing-key-file=" + u.pki.SAKey,
