@@ -38,7 +38,7 @@ def series_catalogue(module: types.ModuleType) -> dict[str, frozenset[str]]:
         # for label names that does not create a child series.
         name: str = value._name  # noqa: SLF001
         labels = frozenset(value._labelnames)  # noqa: SLF001
-        kind: str = value._type  # noqa: SLF001
+        kind = str(value._type)  # noqa: SLF001
         if kind == "counter":
             out[f"{name}_total"] = labels
             out[f"{name}_created"] = labels

@@ -16,10 +16,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.prometheus import promtool
-from tests.unit.monitoring import artifacts
-from tests.unit.monitoring.promql_refs import metric_names, problems, series_catalogue
-from vpol.controller import metrics
+from tests.e2e.prometheus import promtool, tools_required
+
+try:
+    import promql_parser  # noqa: F401 - a test dependency (pyproject's `test` extra)
+except ImportError:
+    if tools_required():
+        pytest.fail("promql-parser is not installed (pip install -e '.[test]')", pytrace=False)
+    pytest.skip("promql-parser is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+from tests.unit.monitoring import artifacts  # noqa: E402
+from tests.unit.monitoring.promql_refs import metric_names, problems, series_catalogue  # noqa: E402
+from vpol.controller import metrics  # noqa: E402
 
 CATALOGUE = series_catalogue(metrics)
 DASHBOARD = artifacts.load_dashboard()
