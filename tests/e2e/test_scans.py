@@ -25,9 +25,10 @@ CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "U
 
 
 def owner_policy(**extra: Any) -> dict[str, Any]:
+    # Only the test's own ConfigMaps (every namespace also holds kube-root-ca.crt).
     spec = {
         "validationActions": ["Audit"],
-        "matchConstraints": {"resourceRules": [CM_RULE]},
+        "matchConstraints": {"resourceRules": [CM_RULE], "objectSelector": {"matchLabels": {"vpol-test": "scan"}}},
         "validations": [{"expression": "has(object.data) && 'owner' in object.data",
                          "message": "an owner key is required"}],
     }
@@ -37,8 +38,8 @@ def owner_policy(**extra: Any) -> dict[str, Any]:
 
 def make_cm(cluster: Any, namespace: str, name: str, data: dict[str, str]) -> str:
     core = client.CoreV1Api(cluster.api_client)
-    cm = core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
-                                                                         data=data))
+    cm = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name, labels={"vpol-test": "scan"}), data=data))
     return str(cm.metadata.uid)
 
 

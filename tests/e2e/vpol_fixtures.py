@@ -41,7 +41,7 @@ def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
     assert proc.returncode == 0 or "AlreadyExists" in proc.stderr, proc.stderr
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
-    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests"))
+    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
     return cluster
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 
 from vpol.build.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
+from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
 from vpol.controller.scanner import ScanOptions, Scanner
@@ -73,7 +74,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = rt.reconciler
 
     async def process(name: str) -> None:
-        result = await asyncio.to_thread(reconciler.reconcile, name)
+        try:
+            result = await asyncio.to_thread(reconciler.reconcile, name)
+        except Exception:
+            metrics.RECONCILE_ERRORS.labels("policy").inc()
+            raise  # the queue retries with backoff
         rt.record(result)
 
     for i in range(rt.options.workers):

@@ -46,6 +46,17 @@ EVALUATION_DURATION = Histogram("vpol_evaluation_duration_seconds",
 REPORT_WRITES = Counter("vpol_report_writes_total", "Writes of PolicyReports", ["action"])
 
 
+# Counters with labels appear only once a label value is used; create the known
+# ones up front so dashboards and alerts see zeros instead of nothing.
+for _kind in ("policy", "scan"):
+    RECONCILE_ERRORS.labels(_kind)
+for _action in ("apply", "delete"):
+    GENERATED_WRITES.labels(_action)
+    REPORT_WRITES.labels(_action)
+for _scan in ("full", "incremental"):
+    SCAN_RESOURCES.labels(_scan)
+
+
 def observe_reconcile(result: Any, ready: Mapping[str, bool]) -> None:
     RECONCILES.labels("ok").inc()
     if result.status_written:

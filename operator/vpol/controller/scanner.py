@@ -176,6 +176,10 @@ class Scanner(threading.Thread):
         if self._evaluator:
             self._evaluator.close()
             self._evaluator = None
+        # Another replica reports now: drop our view so series are not counted twice.
+        self._state.clear()
+        self._counts.clear()
+        metrics.REPORT_RESULTS.clear()
         self._active = False
 
     def _step(self) -> None:

@@ -234,9 +234,7 @@ def test_service_and_servicemonitor_reach_the_operator_pods() -> None:
     assert selector.items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
     # the Service selects the operator's pods, and their container names the port
-    deployment_path = artifacts.REPO / "manifests" / "deployment.yaml"
-    if not deployment_path.is_file():
-        pytest.skip("manifests/deployment.yaml does not exist yet")
+    deployment_path = artifacts.REPO / "manifests" / "operator" / "deployment.yaml"
     (deployment,) = [d for d in load_docs(deployment_path) if d["kind"] == "Deployment"]
     template = deployment["spec"]["template"]
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()

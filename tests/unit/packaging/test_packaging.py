@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_own_deployment_passes_every_example_policy(capsys):
     code = main(["apply", "--policy", str(REPO / "examples" / "pod-security"), str(REPO / "examples" / "best-practices"),
-                 "--resource", str(REPO / "manifests" / "deployment.yaml"), "-o", "json"])
+                 "--resource", str(REPO / "manifests" / "operator" / "deployment.yaml"), "-o", "json"])
     results = json.loads(capsys.readouterr().out)
     assert code == 0, [r for r in results if r["result"] != "pass"]
     assert len(results) >= 20 and all(r["result"] == "pass" for r in results)
@@ -34,16 +34,17 @@ def test_dockerfile_rules():
 
 
 def test_deployment_matches_the_entrypoint_and_rbac():
-    docs = list(yaml.safe_load_all((REPO / "manifests" / "deployment.yaml").read_text()))
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "operator" / "deployment.yaml").read_text()))
     [deploy] = docs
     pod = deploy["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert "command" not in container  # the image's entrypoint (vpol run) is used
     assert deploy["spec"]["replicas"] == 2 and "--peering=vpol" in container["args"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    rbac = list(yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text()))
+    rbac = list(yaml.safe_load_all((REPO / "manifests" / "operator" / "rbac.yaml").read_text()))
     sa = next(d for d in rbac if d["kind"] == "ServiceAccount")
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
-    kustomization = yaml.safe_load((REPO / "manifests" / "kustomization.yaml").read_text())
-    for res in kustomization["resources"]:
-        assert (REPO / "manifests" / res).exists(), res
+    for folder in ("manifests", "manifests/operator", "manifests/monitoring"):
+        kustomization = yaml.safe_load((REPO / folder / "kustomization.yaml").read_text())
+        for res in kustomization["resources"]:
+            assert (REPO / folder / res).exists(), (folder, res)
