@@ -92,6 +92,8 @@ async def _resync(rt: Runtime) -> None:
             assert rt.reconciler is not None and rt.queue is not None
             objects = rt.reconciler.objects
             names = await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in objects.list_policies()])
+            if rt.scanner is not None:
+                rt.scanner.expect(names)
             for name in names:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period

@@ -101,6 +101,11 @@ class Scanner(threading.Thread):
         self._active = False
         self._last_full = 0.0
         self.writes = 0
+        # The first scan waits until every existing policy has been reported once, so a
+        # restarted operator does not take its own reports for stale and rewrite them.
+        self._expected: set[str] | None = None
+        self._seen_policies: set[str] = set()
+        self._primed = threading.Event()
 
     # -- inputs (thread-safe) ---------------------------------------------------------------
 
@@ -109,6 +114,8 @@ class Scanner(threading.Thread):
         if policy is not None and not policy.spec.evaluation.background_enabled:
             policy = None
         with self._lock:
+            self._seen_policies.add(name)
+            self._check_primed()
             old = self._policies.get(name)
             if policy is None and old is None:
                 return
@@ -120,6 +127,17 @@ class Scanner(threading.Thread):
             else:
                 self._policies[name] = policy
         self._events.put(("policy", name))
+
+    def expect(self, names: Iterable[str]) -> None:
+        """The policies that exist at start-up; scanning starts once each has been seen."""
+        with self._lock:
+            if self._expected is None:
+                self._expected = set(names)
+                self._check_primed()
+
+    def _check_primed(self) -> None:
+        if self._expected is not None and self._expected <= self._seen_policies:
+            self._primed.set()
 
     def set_exceptions(self, exceptions: Iterable[PolicyException]) -> None:
         new = list(exceptions)
@@ -158,6 +176,8 @@ class Scanner(threading.Thread):
         self._deactivate()
 
     def _activate(self) -> None:
+        if not self._primed.wait(120):
+            logger.warning("not every policy was reconciled within 120s; scanning with those that were")
         logger.info("background scans starting")
         self._seed_from_reports()
         self._ns_watcher = Watcher(self.api, "", "v1", "namespaces", self._on_namespace, kind="Namespace")
