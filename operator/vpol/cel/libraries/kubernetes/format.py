@@ -12,18 +12,19 @@ Kubernetes returns optionals: ``format.named(name)`` is
 function, so in the evaluating environment:
 
 * ``format.named(name)`` returns a Format whose name is empty when the
-  format does not exist, and ``hasValue()``, ``value()`` and ``orValue()``
-  are defined on Format to behave like the optional's;
+  format does not exist, and ``hasValue()`` and ``value()`` are defined on
+  Format to behave like the optional's;
 * ``validate(s)`` returns the list of errors (empty when valid), and
-  ``hasValue()``, ``value()`` and ``orValue()`` are defined on
-  ``list(string)`` the same way.
+  ``hasValue()`` and ``value()`` are defined on ``list(string)`` the same way.
 
 So the documented uses (``!format.dns1123Label().validate(x).hasValue()``,
 ``....validate(x).value().join(', ')``, ``format.named(n).value()``) work;
-other optional operations on these results (``.or()``, ``.optMap()``,
-``== optional.none()``) do not. The check-only declarations
-(:func:`vpol.cel.libraries.kubernetes.check_extension`) keep the exact
-optional types.
+other optional operations on these results (``.orValue()``, ``.or()``,
+``.optMap()``, ``== optional.none()``) do not: cel-cpp evaluates
+``orValue``/``or`` itself and only on real optionals, so they are not
+declared here (a compile error rather than a runtime one). The check-only
+declarations (:func:`vpol.cel.libraries.kubernetes.check_extension`) type
+these results ``dyn``, which accepts every use Kubernetes accepts.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ def is_date(text: str) -> bool:
     if len(text) != 10 or text[4] != "-" or text[7] != "-":
         return False
     year_text, month_text, day_text = text[:4], text[5:7], text[8:10]
-    year_digits = year_text[1:] if year_text[0] in "+-" else year_text
-    if not all(c in _DIGITS for c in year_digits) or not all(c in _DIGITS for c in month_text + day_text):
+    if not all(c in _DIGITS for c in year_text + month_text + day_text):
         return False
     year, month, day = int(year_text), int(month_text), int(day_text)
     return 1 <= month <= 12 and 1 <= day <= _days_in(month, year)
@@ -137,10 +137,6 @@ def _format_value(fmt: Any) -> Any:
     return fmt
 
 
-def _format_or_value(fmt: Any, other: Any) -> Any:
-    return fmt if fmt.name else other
-
-
 def _errors_has_value(errors: list[str]) -> bool:
     return bool(errors)
 
@@ -151,14 +147,12 @@ def _errors_value(errors: list[str]) -> list[str]:
     return errors
 
 
-def _errors_or_value(errors: list[str], other: list[str]) -> list[str]:
-    return errors if errors else other
-
-
 def functions() -> list[Fn]:
     fmt, errs = _FORMAT, _ERRORS
-    optional_format = T.AbstractType("optional_type", [FORMAT_TYPE])
-    optional_errors = T.AbstractType("optional_type", [T.List(T.STRING)])
+    # Optional types cannot be declared from Python either (they come out as
+    # dyn), so the check-only declarations say dyn: that accepts everything
+    # Kubernetes accepts on an optional (orValue, or, optMap...).
+    optional_format = optional_errors = T.DYN
     fns = [
         Fn(LIBRARY, f"format.{name}", f"format.{name}", (), FORMAT_TYPE, lambda name=name: FormatMessage(name=name))
         for name in FORMATS
@@ -173,12 +167,9 @@ def functions() -> list[Fn]:
         # The optional emulation (run environment only).
         Fn(LIBRARY, "hasValue", "format_has_value", (fmt,), T.BOOL, _format_has_value, member=True, env="run"),
         Fn(LIBRARY, "value", "format_value", (fmt,), FORMAT_TYPE, _format_value, member=True, env="run"),
-        Fn(LIBRARY, "orValue", "format_or_value", (fmt, fmt), FORMAT_TYPE, _format_or_value, member=True, env="run"),
         Fn(LIBRARY, "hasValue", "format_errors_has_value", (errs,), T.BOOL, _errors_has_value, member=True,
            env="run"),
         Fn(LIBRARY, "value", "format_errors_value", (errs,), T.List(T.STRING), _errors_value, member=True,
            env="run"),
-        Fn(LIBRARY, "orValue", "format_errors_or_value", (errs, errs), T.List(T.STRING), _errors_or_value,
-           member=True, env="run"),
     ]
     return fns

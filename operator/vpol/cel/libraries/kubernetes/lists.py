@@ -15,6 +15,7 @@ empty ``list(int)``: see the deviations in the package docstring.
 from __future__ import annotations
 
 import datetime
+import itertools
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -65,11 +66,10 @@ def _check_dispatch(function: str, items: list[Any], summable: bool) -> None:
     if not items:
         return
     first = items[0]
-    ok = (
-        isinstance(first, (int, float, datetime.timedelta))
-        if summable
-        else comparison.comparable(first)
-    )
+    if summable:
+        ok = isinstance(first, (int, float, datetime.timedelta)) and not isinstance(first, bool)
+    else:
+        ok = comparison.comparable(first)
     if not ok:
         raise _no_overload(function)
 
@@ -89,7 +89,22 @@ def _cel_value(v: Any) -> Any:
     return v
 
 
+def _homogeneous(items: list[Any]) -> type | None:
+    """The common type of a list of ints, strings or NaN-free floats (fast paths), else None."""
+    if not items:
+        return None
+    kind = type(items[0])
+    if kind not in (int, str, float):
+        return None
+    for item in items:
+        if type(item) is not kind or (kind is float and item != item):
+            return None
+    return kind
+
+
 def is_sorted(items: list[Any]) -> bool:
+    if _homogeneous(items) is not None:
+        return all(a <= b for a, b in zip(items, items[1:]))
     _check_dispatch("isSorted", items, summable=False)
     prev: Any = None
     have_prev = False
@@ -126,6 +141,14 @@ def _add(acc: Any, item: Any) -> Any:
 
 
 def sum_(items: list[Any]) -> Any:
+    kind = _homogeneous(items)
+    if kind is int:
+        partial = list(itertools.accumulate(items))
+        if max(partial) > _INT64_MAX or min(partial) < _INT64_MIN:
+            raise KubernetesLibraryError("integer overflow")
+        return partial[-1]
+    if kind is float:
+        return _float_sum(items)
     _check_dispatch("sum", items, summable=True)
     first = items[0] if items else 0
     acc: Any
@@ -140,7 +163,18 @@ def sum_(items: list[Any]) -> Any:
     return _cel_value(acc)
 
 
+def _float_sum(items: list[float]) -> float:
+    """Left-to-right addition, as cel-go does (Python 3.12's ``sum`` compensates rounding)."""
+    total = 0.0
+    for item in items:
+        total += item
+    return total
+
+
 def _extreme(function: str, items: list[Any], replace_when: int) -> Any:
+    if _homogeneous(items) is not None:
+        # min/max return the first of equal extremes, as cel-go keeps its first choice
+        return min(items) if replace_when == 1 else max(items)
     _check_dispatch(function, items, summable=False)
     result: Any = None
     have = False
@@ -165,6 +199,11 @@ def max_(items: list[Any]) -> Any:
 
 
 def index_of(items: list[Any], item: Any) -> int:
+    if type(item) is str:
+        for i, value in enumerate(items):
+            if type(value) is str and value == item:
+                return i
+        return -1
     for i, value in enumerate(items):
         if comparison.equal(value, item):
             return i

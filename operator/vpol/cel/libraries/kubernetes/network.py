@@ -17,6 +17,7 @@ CEL ``==`` is netip's equality.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Any
 
@@ -35,6 +36,7 @@ _CIDR = message(CIDR_TYPE, CIDRMessage)
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_addr(raw: str) -> Address:
     """netip.ParseAddr plus Kubernetes' extra rules, with Kubernetes' messages."""
     try:
@@ -52,7 +54,12 @@ def _parse_addr(raw: str) -> Address:
 
 
 def _addr(msg: Any) -> Address:
-    return ipaddress.ip_address(msg.address)
+    return _canonical_addr(msg.address)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_addr(text: str) -> Address:
+    return ipaddress.ip_address(text)
 
 
 def _ip_message(addr: Address) -> Any:
@@ -140,6 +147,7 @@ def _prefix_error(raw: str, detail: str) -> KubernetesLibraryError:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_prefix(raw: str) -> tuple[Address, int]:
     """netip.ParsePrefix plus Kubernetes' extra rule, with Kubernetes' messages."""
     slash = raw.rfind("/")

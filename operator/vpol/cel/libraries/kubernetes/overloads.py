@@ -20,11 +20,15 @@ rules that cel-go does not (all measured here):
   by overloads with different result types is declared with a ``dyn`` result.
 * A function that already exists in the environment (the builtin
   ``string``, ``indexOf``/``lastIndexOf`` of the strings extension,
-  ``hasValue``/``value``/``orValue`` of the optional extension) cannot be
+  ``hasValue``/``value`` of the optional extension) cannot be
   declared again through ``functions=`` ("declared multiple times"), but it
   can be extended through a ``cel.CelExtension``. Declarations there are all
   registered at runtime, so each kind group is collapsed into a single
   overload (see :data:`EXTENDED_NAMES`).
+* A ``dyn`` parameter declared through ``functions=`` never matches at
+  runtime ("No matching overloads found"); declared in a CelExtension it
+  matches any kind. So functions with a ``dyn`` parameter (``includes``)
+  go through the extension as well.
 * Finally, :func:`check_extension` gives the exact Kubernetes declarations
   (optional results, ``string(CIDR)``...) for an environment that is only
   used for type checking and never evaluates: there, same-kind overloads do
@@ -48,7 +52,7 @@ T = cel.Type
 
 #: Functions that exist before our libraries are added: they can only be
 #: extended through a CelExtension, never declared through ``functions=``.
-EXTENDED_NAMES = frozenset({"string", "indexOf", "lastIndexOf", "hasValue", "value", "orValue"})
+EXTENDED_NAMES = frozenset({"string", "indexOf", "lastIndexOf", "hasValue", "value"})
 
 
 class KubernetesLibraryError(RuntimeError):
@@ -196,11 +200,14 @@ def run_declarations(fns: Iterable[Fn]) -> RunDeclarations:
     for name, groups in _groups(fn for fn in fns if fn.env in ("both", "run")).items():
         overloads: list[cel.Overload] = []
         library = next(iter(groups.values()))[0].library
+        extended = name in EXTENDED_NAMES or any(
+            p.kind == "dyn" for group in groups.values() for fn in group for p in fn.params
+        )
         for group in groups.values():
             group = _carrier_first(group)
             impl = _dispatcher(group)
             head = group[0]
-            if name in EXTENDED_NAMES:
+            if extended:
                 # Every declaration in an extension is registered at runtime:
                 # one overload per kind group, typed by its carrier.
                 overloads.append(
@@ -219,7 +226,7 @@ def run_declarations(fns: Iterable[Fn]) -> RunDeclarations:
                     cel.Overload(fn.overload_id, fn.result, [p.type for p in fn.params], is_member=fn.member)
                 )
         decl = cel.FunctionDecl(name, overloads)
-        if name in EXTENDED_NAMES:
+        if extended:
             out.extended.append(decl)
         else:
             out.by_library.setdefault(library, []).append(decl)

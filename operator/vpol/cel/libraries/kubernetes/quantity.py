@@ -18,7 +18,8 @@ a method, even though the Kubernetes docs list it among the methods.
 
 from __future__ import annotations
 
-from fractions import Fraction
+import functools
+import math
 from typing import Any
 
 from vpol.cel import types
@@ -107,16 +108,28 @@ class Decimal:
         return value if -(2**63) <= value <= _INT64_MAX else None
 
     def as_float(self) -> float:
-        if self.coefficient == 0:
-            return 0.0
-        magnitude = self._magnitude()
-        if magnitude > 400:
-            return float("inf") if self.coefficient > 0 else float("-inf")
-        if magnitude < -400:
-            return 0.0 if self.coefficient > 0 else -0.0
-        if self.exponent >= 0:
-            return float(self.coefficient * 10**self.exponent)
-        return float(Fraction(self.coefficient, 10**-self.exponent))
+        """``AsApproximateFloat64``'s arithmetic (coefficient times Go's ``math.Pow10``)."""
+        try:
+            base = float(self.coefficient)
+        except OverflowError:
+            base = math.inf if self.coefficient > 0 else -math.inf
+        if self.exponent == 0:
+            return base
+        return base * _go_pow10(self.exponent)
+
+
+_POW10 = [float(f"1e{i}") for i in range(32)]
+_POW10_POS32 = [float(f"1e{32 * i}") for i in range(10)]
+_POW10_NEG32 = [float(f"1e-{32 * i}") for i in range(11)]
+
+
+def _go_pow10(n: int) -> float:
+    """Go's ``math.Pow10`` (same tables, so the same rounding)."""
+    if 0 <= n <= 308:
+        return _POW10_POS32[n // 32] * _POW10[n % 32]
+    if -323 <= n <= 0:
+        return _POW10_NEG32[-n // 32] / _POW10[-n % 32]
+    return math.inf if n > 0 else 0.0
 
 
 def _split(text: str) -> tuple[bool, str, str, str, str]:
@@ -184,8 +197,13 @@ def _inf_dec_accepts(value: str) -> bool:
     return bool(whole or fraction) and (whole + fraction).isdigit()
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(text: str) -> Decimal:
-    """The value of a quantity string, or KubernetesLibraryError with Kubernetes' message."""
+    """The value of a quantity string, or KubernetesLibraryError with Kubernetes' message.
+
+    Cached: policies parse the same literals and fields over and over, and
+    a Decimal is never modified.
+    """
     if not text:
         raise KubernetesLibraryError(ERR_FORMAT_WRONG)
     if text == "0":
@@ -216,7 +234,7 @@ def parse(text: str) -> Decimal:
     if base == 10:
         amount = Decimal(digits, exponent - len(denom))
     else:
-        amount = Decimal(digits * 2**exponent * 5 ** len(denom), -len(denom))
+        amount = Decimal(digits * 2**exponent, -len(denom))
     amount = _round_up_nano(amount)
     if base == 2 and abs(amount.coefficient) > 0 and amount.compare(Decimal(_INT64_MAX, 0)) > 0:
         amount = Decimal(_INT64_MAX, 0)
@@ -244,7 +262,10 @@ def to_message(amount: Decimal) -> Any:
 
 
 def from_message(msg: Any) -> Decimal:
-    return Decimal(int(msg.coefficient or "0"), msg.exponent)
+    amount = Decimal.__new__(Decimal)  # already canonical: skip normalization
+    amount.coefficient = int(msg.coefficient or "0")
+    amount.exponent = msg.exponent
+    return amount
 
 
 def quantity(text: str) -> Any:

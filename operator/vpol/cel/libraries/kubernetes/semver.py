@@ -12,6 +12,7 @@ message does not keep it).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from vpol.cel import types
@@ -56,6 +57,7 @@ def _number(text: str, what: str) -> int:
     return _parse_uint(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(text: str) -> tuple[int, int, int, tuple[str, ...]]:
     """blang/semver ``Parse``: (major, minor, patch, pre-release identifiers)."""
     if not text:

@@ -10,6 +10,8 @@ message keeps that string plus the components the accessors return.
 
 from __future__ import annotations
 
+import functools
+
 from vpol.cel import types
 from vpol.cel.libraries.kubernetes import gourl
 from vpol.cel.libraries.kubernetes.overloads import STRING, Fn, KubernetesLibraryError, T, message
@@ -27,21 +29,24 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def to_url(text: str) -> object:
+@functools.lru_cache(maxsize=4096)
+def _fields(text: str) -> tuple[bytes, bytes, bytes, bytes, bytes]:
     try:
         gourl.parse_request_uri(text)
         parsed = gourl.parse(text)
     except gourl.URLError as exc:
         raise KubernetesLibraryError(f"URL parse error during conversion from string: {exc}") from None
+    return parsed.string(), parsed.scheme, parsed.host, parsed.escaped_path(), parsed.raw_query
+
+
+def to_url(text: str) -> object:
+    canonical, scheme, host, escaped_path, raw_query = _fields(text)
     return URLMessage(
-        canonical=parsed.string(),
-        scheme=parsed.scheme,
-        host=parsed.host,
-        escaped_path=parsed.escaped_path(),
-        raw_query=parsed.raw_query,
+        canonical=canonical, scheme=scheme, host=host, escaped_path=escaped_path, raw_query=raw_query
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def is_url(text: str) -> bool:
     try:
         gourl.parse_request_uri(text)
