@@ -224,3 +224,51 @@ def test_no_status_write_without_change(policies: Policies, operator: OperatorPr
     rv = policies.get(name)["metadata"]["resourceVersion"]
     time.sleep(5)  # several reconciles happen (VAP status updates, resync), none may write
     assert policies.get(name)["metadata"]["resourceVersion"] == rv
+
+
+def _generated(policies: Policies, selector: str) -> list[str]:
+    items = policies.admission.list_validating_admission_policy(label_selector=selector).items
+    return sorted(i.metadata.name for i in items)
+
+
+def test_killed_mid_reconcile_converges_without_orphans(policies: Policies, operator: OperatorProcess) -> None:
+    names = [policies.create(f"kill{i}", cm_policy(["Deny"])) for i in range(6)]
+    time.sleep(0.3)
+    operator.kill()  # SIGKILL while reconciles are in flight
+    # delete one policy while the operator is down: its objects must not survive
+    gone = names.pop()
+    policies.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, gone)
+    operator.start()
+    for name in names:
+        policies.wait_condition(name, "Ready", "True")
+    for name in names:
+        assert _generated(policies, f"vpol.kyverno.io/policy={name}") == [f"vpol-{name}"]
+        binding = policies.binding(f"vpol-{name}-binding")
+        assert binding is not None
+    wait_for("the deleted policy's objects to be gone (owner references)",
+             lambda: _generated(policies, f"vpol.kyverno.io/policy={gone}") == [], 60)
+
+
+def test_two_replicas_do_not_fight(policies: Policies, operator: OperatorProcess, vpol_installed: Any,
+                                   tmp_path: Any) -> None:
+    from tests.e2e.operator_process import sa_kubeconfig
+
+    operator.stop()
+    kubeconfig = sa_kubeconfig(vpol_installed, tmp_path / "kubeconfig")
+    replicas = [OperatorProcess(kubeconfig, tmp_path / f"op{i}.log", peering="vpol", priority=10 + i).start()
+                for i in range(2)]
+    try:
+        name = policies.create("replicas", cm_policy(["Deny"]))
+        policies.wait_condition(name, "Ready", "True")
+        time.sleep(3)
+        policy_rv = policies.get(name)["metadata"]["resourceVersion"]
+        vap_rv = policies.vap(f"vpol-{name}")["metadata"]["resourceVersion"]
+        time.sleep(6)
+        assert policies.get(name)["metadata"]["resourceVersion"] == policy_rv
+        assert policies.vap(f"vpol-{name}")["metadata"]["resourceVersion"] == vap_rv
+        # the lower-priority replica stands by (Kopf peering)
+        assert "Pausing" in replicas[0].log() or "paused" in replicas[0].log().lower(), replicas[0].log()
+    finally:
+        for r in replicas:
+            r.stop()
+        operator.start()
