@@ -24,23 +24,24 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel import types
-from vpol.cel.libraries import all_libraries, kubernetes_libraries
+from vpol.cel.libraries import all_libraries, kubernetes, kubernetes_libraries
 from vpol.cel.library import Library
 
 T = cel.Type
 
 #: cel-go extensions that Kubernetes' base environment enables.
-_EXTENSIONS_YAML = """
+_K8S_EXTENSIONS_YAML = """
 name: vpol
 extensions:
   - name: lists
   - name: sets
   - name: two-var-comprehensions
   - name: optional
-  - name: bindings
   - name: strings
     version: 2
 """
+#: Kyverno's environment adds cel.bind (the API server's does not have it).
+_EXTENSIONS_YAML = _K8S_EXTENSIONS_YAML + "  - name: bindings\n"
 
 #: The variables every ValidatingPolicy expression may use (Kubernetes mode).
 POLICY_VARIABLES: tuple[str, ...] = ("object", "oldObject", "request", "namespaceObject", "variables", "exceptions")
@@ -108,7 +109,11 @@ def environment(spec: EnvSpec = EnvSpec()) -> cel.Env:
     with _LOCK:
         return cel.NewEnv(
             descriptor_pool=types.POOL,
-            config=cel.NewEnvConfigFromYaml(_EXTENSIONS_YAML),
+            config=cel.NewEnvConfigFromYaml(_K8S_EXTENSIONS_YAML if spec.kubernetes_only else _EXTENSIONS_YAML),
             variables=variable_types(spec),
+            # Overloads added to functions the environment already has (string(), indexOf
+            # on lists...) can only come through an extension; new functions come through
+            # `functions=`.
+            extensions=kubernetes.extensions(),
             functions=list(_function_decls(spec.kubernetes_only)),
         )

@@ -17,6 +17,15 @@ from collections.abc import Awaitable, Callable
 logger = logging.getLogger(__name__)
 
 
+def _brief(exc: BaseException) -> str:
+    """One line about an exception (API errors carry headers and bodies in their str())."""
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 class WorkQueue:
     def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0):
         self._ready: asyncio.Queue[str] = asyncio.Queue()
@@ -66,7 +75,7 @@ class WorkQueue:
             except Exception as exc:  # noqa: BLE001 - one bad key never stops the worker
                 delay = self.backoff(key)
                 self._failures[key] = self._failures.get(key, 0) + 1
-                logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, exc, delay)
+                logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, _brief(exc), delay)
                 self.add_after(key, delay)
             finally:
                 self._active.discard(key)

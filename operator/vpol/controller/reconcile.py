@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: How long cluster discovery (resources and schemas) is reused before refetching.
 DISCOVERY_TTL = 300.0
+#: After a failed discovery, how soon to try again (seconds).
+RETRY_AFTER_FAILURE = 15.0
 
 
 @dataclass
@@ -68,12 +70,14 @@ class DiscoveryCache:
                 try:
                     self._value = cluster_discovery(self.api, builtin())
                     self.error = ""
+                    self._at = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - fall back to the bundled discovery
                     logger.warning("cluster discovery failed, using the bundled one: %s", exc)
                     self.error = str(exc)
                     if self._value is None:
                         self._value = builtin()
-                self._at = time.monotonic()
+                    # try again soon rather than after a whole TTL
+                    self._at = time.monotonic() - self.ttl + RETRY_AFTER_FAILURE
             return self._value
 
     def invalidate(self) -> None:

@@ -1,21 +1,38 @@
-"""Creating Kubernetes API clients from a kubeconfig or the in-cluster service account."""
+"""Creating Kubernetes API clients from a kubeconfig or the in-cluster service account.
+
+Every call gets a default timeout: the generated client waits forever on a
+hung connection otherwise, and a handful of hung reconciles would stall the
+operator while its liveness probe stays green.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from kubernetes import client, config
+
+#: (connect, read) seconds for calls that set no timeout of their own.
+DEFAULT_TIMEOUT = (10.0, 60.0)
+
+
+class TimeoutApiClient(client.ApiClient):
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = DEFAULT_TIMEOUT
+        return super().call_api(*args, **kwargs)
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """A client for ``kubeconfig`` (or $KUBECONFIG, ~/.kube/config), else the in-cluster account."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    configuration = client.Configuration()
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
         try:
-            return config.new_client_from_config(config_file=path, context=context)
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+            return TimeoutApiClient(configuration)
         except config.ConfigException:
             if path:
                 raise
-    configuration = client.Configuration()
     config.load_incluster_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return TimeoutApiClient(configuration)
