@@ -143,3 +143,35 @@ def test_restart_rewrites_nothing_unchanged(policies: Policies, cluster: Any, na
     assert report(cluster, namespace, uid)["metadata"]["resourceVersion"] == rv
     assert result_of(cluster, namespace, uid, name)["result"] == "fail"
 
+
+
+def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: Any, namespace: str) -> None:
+    """resource.Get reads the cluster; http.* is off unless allowlisted; globalContext reports why it fails."""
+    make_cm(cluster, namespace, "settings", {"required": "team"})
+    target = make_cm(cluster, namespace, "target", {"team": "a"})
+    lookup = ("resource.Get('v1', 'configmaps', object.metadata.namespace, 'settings').data.required "
+              "in object.data")
+    name = policies.create("lookup", owner_policy(
+        validations=[{"expression": lookup, "message": "missing the required key"}],
+        matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
+    wait_for("a pass through resource.Get", lambda: (result_of(cluster, namespace, target, name) or {}).get("result")
+             == "pass", 60)
+    client.CoreV1Api(cluster.api_client).patch_namespaced_config_map("settings", namespace,
+                                                                     {"data": {"required": "owner"}})
+    # The settings change is not an event on the target: a later evaluation of the target sees it
+    # (lookups are cached for a few seconds), so touch the target until it does.
+    touches = iter(range(1000))
+
+    def failed_after_touch() -> bool:
+        client.CoreV1Api(cluster.api_client).patch_namespaced_config_map(
+            "target", namespace, {"metadata": {"labels": {"touched": str(next(touches))}}})
+        time.sleep(1)
+        return (result_of(cluster, namespace, target, name) or {}).get("result") == "fail"
+
+    wait_for("a fail after the looked-up object changed", failed_after_touch, 60, 1)
+
+    http_policy = policies.create("http", owner_policy(
+        validations=[{"expression": "http.Get('http://127.0.0.1:9/x').body.ok == true"}],
+        matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
+    res = wait_for("an error for a disabled http call", lambda: result_of(cluster, namespace, target, http_policy), 60)
+    assert res["result"] == "error" and "disabled" in res["message"], res
