@@ -177,7 +177,8 @@ def main() -> int:
     for i in range(args.runs):
         r = run_once(binary)
         results.append(r)
-        by_proc = ", ".join(f"{k} {v:.0f}" for k, v in r["peak_rss_mib_by_process"].items())  # type: ignore[union-attr]
+        by_process: dict[str, float] = r["peak_rss_mib_by_process"]  # type: ignore[assignment]
+        by_proc = ", ".join(f"{k} {v:.0f}" for k, v in by_process.items())
         print(f"run {i + 1}: start->ready {r['ready_s']:.2f}s (supervisor {r['supervisor_startup_s']:.2f}s), "
               f"first kubectl {r['first_kubectl_s']:.2f}s, stop {r['stop_s']:.2f}s, "
               f"peak RSS total {r['peak_total_rss_mib']:.0f} MiB ({by_proc} MiB)")

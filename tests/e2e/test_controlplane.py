@@ -80,7 +80,7 @@ def test_kubectl_get_namespaces(cluster: KubeCluster) -> None:
 
 
 def test_api_client_works(cluster: KubeCluster) -> None:
-    ns = client.CoreV1Api(cluster.api_client).read_namespace("kube-system")
+    ns: Any = client.CoreV1Api(cluster.api_client).read_namespace("kube-system")
     assert ns.metadata.labels["kubernetes.io/metadata.name"] == "kube-system"
 
 
@@ -119,7 +119,7 @@ def vap_manifests(name: str, namespace: str, expression: str, message: str) -> l
 def cleanup_vap(cluster: KubeCluster) -> Any:
     names: list[str] = []
     yield names
-    api = client.AdmissionregistrationV1Api(cluster.api_client)
+    api: Any = client.AdmissionregistrationV1Api(cluster.api_client)
     for name in names:
         for delete in (api.delete_validating_admission_policy_binding, api.delete_validating_admission_policy):
             try:
@@ -131,7 +131,7 @@ def cleanup_vap(cluster: KubeCluster) -> Any:
 
 def test_validating_admission_policy_denies_and_admits(
         cluster: KubeCluster, namespace: str, cleanup_vap: list[str], unique_name: UniqueName) -> None:
-    core = client.CoreV1Api(cluster.api_client)
+    core: Any = client.CoreV1Api(cluster.api_client)
     name = unique_name("e2e-require-owner")
     message = "configmaps in this namespace need data.owner (vpol e2e)"
     cleanup_vap.append(name)
@@ -153,7 +153,7 @@ def test_validating_admission_policy_denies_and_admits(
     with pytest.raises(ApiException) as info:
         core.create_namespaced_config_map(namespace, configmap("violating", {"team": "x"}))
     assert info.value.status == 422, info.value.body
-    body = json.loads(info.value.body)
+    body = json.loads(str(info.value.body))
     assert message in body["message"]
     assert name in body["message"]  # "ValidatingAdmissionPolicy '<name>' with binding ... denied request"
 
@@ -169,7 +169,7 @@ def test_validating_admission_policy_denies_and_admits(
 
 def test_validating_admission_policy_type_checking_status(
         cluster: KubeCluster, namespace: str, cleanup_vap: list[str], unique_name: UniqueName) -> None:
-    api = client.AdmissionregistrationV1Api(cluster.api_client)
+    api: Any = client.AdmissionregistrationV1Api(cluster.api_client)
     name = unique_name("e2e-ill-typed")
     cleanup_vap.append(name)
     # data values are strings: comparing one with an int does not type-check
@@ -195,7 +195,7 @@ def test_validating_admission_policy_type_checking_status(
 
 
 def test_garbage_collector_deletes_dependents(cluster: KubeCluster, namespace: str) -> None:
-    core = client.CoreV1Api(cluster.api_client)
+    core: Any = client.CoreV1Api(cluster.api_client)
 
     def owned_pair(prefix: str) -> tuple[str, str]:
         owner = core.create_namespaced_config_map(namespace, configmap(f"{prefix}-owner"))
@@ -226,8 +226,8 @@ def test_garbage_collector_deletes_dependents(cluster: KubeCluster, namespace: s
 
 
 def test_namespace_deletion_removes_contents(cluster: KubeCluster, unique_name: UniqueName) -> None:
-    core = client.CoreV1Api(cluster.api_client)
-    rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    core: Any = client.CoreV1Api(cluster.api_client)
+    rbac: Any = client.RbacAuthorizationV1Api(cluster.api_client)
     name = unique_name("e2e-nsdel")
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
@@ -262,7 +262,7 @@ def test_namespace_deletion_removes_contents(cluster: KubeCluster, unique_name: 
 
 def test_service_account_token_is_subject_to_rbac(
         cluster: KubeCluster, namespace: str, sa_client: Callable[..., Any]) -> None:
-    rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    rbac: Any = client.RbacAuthorizationV1Api(cluster.api_client)
     sa_name = "e2e-reader"
     rbac.create_namespaced_role(namespace, client.V1Role(
         metadata=client.V1ObjectMeta(name="configmap-reader"),
@@ -274,12 +274,12 @@ def test_service_account_token_is_subject_to_rbac(
 
     as_sa = sa_client(namespace, sa_name)
 
-    review = client.AuthenticationV1Api(as_sa).create_self_subject_review(
+    review: Any = client.AuthenticationV1Api(as_sa).create_self_subject_review(
         client.V1SelfSubjectReview(metadata=client.V1ObjectMeta()))
     assert review.status.user_info.username == f"system:serviceaccount:{namespace}:{sa_name}"
     assert "system:serviceaccounts" in review.status.user_info.groups
 
-    core = client.CoreV1Api(as_sa)
+    core: Any = client.CoreV1Api(as_sa)
     wait_for(lambda: core.list_namespaced_config_map(namespace), 15, "the Role to grant list configmaps")
 
     forbidden_calls: dict[str, Callable[[], Any]] = {
