@@ -84,31 +84,34 @@ class Loaded:
         return any(p.severity == "error" for p in self.problems)
 
 
+def _readable_documents(paths: Iterable[str], out: Loaded) -> Iterator[Document]:
+    """Every document of every file under ``paths``; unreadable files are recorded in ``out``."""
+    for path in expand(paths):
+        try:
+            yield from load_documents(path)
+        except InputError as exc:
+            out.unreadable.append(exc.problem)
+
+
 def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True) -> Loaded:
     """Load ValidatingPolicies (and PolicyExceptions found beside them)."""
     out = out or Loaded()
-    for path in expand(paths):
-        try:
-            docs = load_documents(path)
-        except InputError as exc:
-            out.unreadable.append(exc.problem)
-            continue
-        for doc in docs:
-            if is_policy_document(doc.data):
-                policy, problems = parse_policy(doc.data, doc)
-                out.problems.extend(problems)
-                if policy is not None:
-                    out.policies.append(policy)
-            elif is_exception_document(doc.data):
-                exc_obj, problems = parse_exception(doc.data, doc)
-                out.problems.extend(problems)
-                if exc_obj is not None:
-                    out.exceptions.append(exc_obj)
-            elif strict_kinds and _claims_policy_group(doc.data):
-                out.problems.append(_not_a_policy(doc))
-            else:
-                # Resources, test files and the like often sit beside policies: pass them over.
-                out.skipped += 1
+    for doc in _readable_documents(paths, out):
+        if is_policy_document(doc.data):
+            policy, problems = parse_policy(doc.data, doc)
+            out.problems.extend(problems)
+            if policy is not None:
+                out.policies.append(policy)
+        elif is_exception_document(doc.data):
+            exc_obj, problems = parse_exception(doc.data, doc)
+            out.problems.extend(problems)
+            if exc_obj is not None:
+                out.exceptions.append(exc_obj)
+        elif strict_kinds and _claims_policy_group(doc.data):
+            out.problems.append(_not_a_policy(doc))
+        else:
+            # Resources, test files and the like often sit beside policies: pass them over.
+            out.skipped += 1
     return out
 
 
@@ -125,40 +128,28 @@ def _not_a_policy(doc: Document) -> Problem:
 
 
 def load_exceptions(paths: Iterable[str], out: Loaded) -> Loaded:
-    for path in expand(paths):
-        try:
-            docs = load_documents(path)
-        except InputError as exc:
-            out.unreadable.append(exc.problem)
-            continue
-        for doc in docs:
-            exc_obj, problems = parse_exception(doc.data, doc)
-            out.problems.extend(problems)
-            if exc_obj is not None:
-                out.exceptions.append(exc_obj)
+    for doc in _readable_documents(paths, out):
+        exc_obj, problems = parse_exception(doc.data, doc)
+        out.problems.extend(problems)
+        if exc_obj is not None:
+            out.exceptions.append(exc_obj)
     return out
 
 
 def load_resources(paths: Iterable[str], out: Loaded) -> Loaded:
     """Kubernetes objects (``kind: List`` is flattened)."""
-    for path in expand(paths):
-        try:
-            docs = load_documents(path)
-        except InputError as exc:
-            out.unreadable.append(exc.problem)
+    for doc in _readable_documents(paths, out):
+        data = doc.data
+        if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
+                data.get("items"), list):
+            for i, item in enumerate(data["items"]):
+                pos = doc.position(f"items[{i}]")
+                out.resources.append(Document(data=item, file=doc.file, index=doc.index,
+                                              positions={"": pos} if pos else {}))
             continue
-        for doc in docs:
-            data = doc.data
-            if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
-                    data.get("items"), list):
-                for i, item in enumerate(data["items"]):
-                    pos = doc.position(f"items[{i}]")
-                    out.resources.append(Document(data=item, file=doc.file, index=doc.index,
-                                                  positions={"": pos} if pos else {}))
-                continue
-            if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
-                out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",
-                                            file=doc.file, position=doc.position("")))
-                continue
-            out.resources.append(doc)
+        if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
+            out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",
+                                        file=doc.file, position=doc.position("")))
+            continue
+        out.resources.append(doc)
     return out
