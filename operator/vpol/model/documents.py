@@ -80,8 +80,8 @@ def _value_start(node: yaml.ScalarNode) -> Position:
     if node.style in ("'", '"'):
         return Position(mark.line + 1, mark.column + 2)
     if node.style in ("|", ">"):
-        # The content begins on the next line; column is its indentation.
-        return Position(mark.line + 2, 1)
+        # The content begins on the next line.
+        return Position(mark.line + 2, 1, inline=False)
     return Position(mark.line + 1, mark.column + 1)
 
 

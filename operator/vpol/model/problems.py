@@ -19,6 +19,9 @@ Severity = Literal["error", "warning"]
 class Position:
     line: int  # 1-based
     column: int  # 1-based
+    #: False for block scalars (| and >): their text is re-flowed, so positions
+    #: inside an expression cannot be mapped onto file columns.
+    inline: bool = field(default=True, compare=False)
 
     def __str__(self) -> str:
         return f"{self.line}:{self.column}"
@@ -60,9 +63,9 @@ class Problem:
     def absolute_position(self) -> Position | None:
         if self.position and self.expression_position:
             # Single-line scalars: the expression starts at the field's column.
-            if self.expression_position.line == 1:
+            if self.expression_position.line == 1 and self.position.inline:
                 return Position(self.position.line, self.position.column + self.expression_position.column - 1)
-            return None
+            return Position(self.position.line, self.position.column)
         return self.position
 
     def short(self) -> str:
