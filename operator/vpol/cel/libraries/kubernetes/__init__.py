@@ -94,9 +94,10 @@ from collections.abc import Sequence
 
 from cel_expr_python import cel
 
+from vpol.cel.declare import Fn
 from vpol.cel.libraries.kubernetes import format as format_library
 from vpol.cel.libraries.kubernetes import comprehensions, lists, network, quantity, regex, semver, urls
-from vpol.cel.libraries.kubernetes.overloads import Fn, check_declarations, run_declarations
+from vpol.cel.libraries.kubernetes.overloads import check_declarations, run_declarations
 from vpol.cel.library import Library
 
 #: Function names (and their overloads) that the Kubernetes libraries own.

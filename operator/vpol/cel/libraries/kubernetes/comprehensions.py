@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vpol.cel.libraries.kubernetes.overloads import DYN, Fn, KubernetesLibraryError, T, map_of
+from vpol.cel.declare import DYN, Fn, T, map_of
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError
 
 LIBRARY = "kubernetes.twoVarComprehensions"
 

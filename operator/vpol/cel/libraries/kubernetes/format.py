@@ -34,8 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 from vpol.cel import types
+from vpol.cel.declare import STRING, Fn, T, list_of
 from vpol.cel.libraries.kubernetes import gourl, names
-from vpol.cel.libraries.kubernetes.overloads import STRING, Fn, KubernetesLibraryError, T, list_of, message
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError, message
 
 LIBRARY = "kubernetes.format"
 

@@ -20,23 +20,9 @@ from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from vpol.cel.declare import BOOL, BYTES, DOUBLE, DYN, INT, STRING, UINT, Fn, Param, T, list_of
 from vpol.cel.libraries.kubernetes import comparison
-from vpol.cel.libraries.kubernetes.overloads import (
-    BOOL,
-    BYTES,
-    DOUBLE,
-    DURATION,
-    DYN,
-    INT,
-    STRING,
-    TIMESTAMP,
-    UINT,
-    Fn,
-    KubernetesLibraryError,
-    Param,
-    T,
-    list_of,
-)
+from vpol.cel.libraries.kubernetes.overloads import DURATION, TIMESTAMP, KubernetesLibraryError
 
 LIBRARY = "kubernetes.lists"
 

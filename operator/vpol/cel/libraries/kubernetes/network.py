@@ -22,8 +22,9 @@ import ipaddress
 from typing import Any
 
 from vpol.cel import types
+from vpol.cel.declare import STRING, Fn, T
 from vpol.cel.libraries.kubernetes.goquote import go_quote
-from vpol.cel.libraries.kubernetes.overloads import STRING, Fn, KubernetesLibraryError, T, message
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError, message
 
 IP_LIBRARY = "kubernetes.net.ip"
 CIDR_LIBRARY = "kubernetes.net.cidr"

@@ -23,7 +23,8 @@ import math
 from typing import Any
 
 from vpol.cel import types
-from vpol.cel.libraries.kubernetes.overloads import INT, STRING, Fn, KubernetesLibraryError, T, message
+from vpol.cel.declare import INT, STRING, Fn, T
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError, message
 
 LIBRARY = "kubernetes.quantity"
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import re2
 
-from vpol.cel.libraries.kubernetes.overloads import INT, STRING, Fn, KubernetesLibraryError, T
+from vpol.cel.declare import INT, STRING, Fn, T
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError
 
 LIBRARY = "kubernetes.regex"
 

@@ -16,8 +16,9 @@ import functools
 from typing import Any
 
 from vpol.cel import types
+from vpol.cel.declare import BOOL, STRING, Fn, T
 from vpol.cel.libraries.kubernetes.goquote import go_quote
-from vpol.cel.libraries.kubernetes.overloads import BOOL, STRING, Fn, KubernetesLibraryError, T, message
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError, message
 
 LIBRARY = "kubernetes.Semver"
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 
 from vpol.cel import types
+from vpol.cel.declare import STRING, Fn, T
 from vpol.cel.libraries.kubernetes import gourl
-from vpol.cel.libraries.kubernetes.overloads import STRING, Fn, KubernetesLibraryError, T, message
+from vpol.cel.libraries.kubernetes.overloads import KubernetesLibraryError, message
 
 LIBRARY = "kubernetes.urls"
 

@@ -14,8 +14,9 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel import types
+from vpol.cel.declare import STRING, message
 from vpol.cel.libraries.kyverno.backend_call import call, describe
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.globalcontext"
 

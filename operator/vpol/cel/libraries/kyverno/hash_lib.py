@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 from cel_expr_python import cel
 
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn
+from vpol.cel.declare import STRING
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.hash"
 

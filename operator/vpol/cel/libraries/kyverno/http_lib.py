@@ -23,8 +23,9 @@ from cel_expr_python import cel
 from cryptography import x509
 
 from vpol.cel import types
+from vpol.cel.declare import JSON_VALUE, STRING, STRING_STRING_MAP, message
 from vpol.cel.libraries.kyverno.backend_call import call, describe
-from vpol.cel.libraries.kyverno.declarations import JSON_VALUE, STRING, STRING_STRING_MAP, Fn, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.http"
 

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from cel_expr_python import cel
 
 from vpol.cel import types
+from vpol.cel.declare import BOOL, STRING, message
 from vpol.cel.libraries.kyverno import imageref
-from vpol.cel.libraries.kyverno.declarations import BOOL, STRING, Fn, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.image"
 

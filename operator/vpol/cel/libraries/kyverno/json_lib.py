@@ -25,7 +25,8 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel import types
-from vpol.cel.libraries.kyverno.declarations import ANY_VALUE, STRING, Fn, message
+from vpol.cel.declare import ANY_VALUE, STRING, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.json"
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from cel_expr_python import cel
 
-from vpol.cel.libraries.kyverno.declarations import DOUBLE, INT, Fn
+from vpol.cel.declare import DOUBLE, INT
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.math"
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import rstr
 from cel_expr_python import cel
 
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn
+from vpol.cel.declare import STRING
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.random"
 DEFAULT_PATTERN = "[0-9a-z]{8}"

@@ -27,8 +27,9 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel import types
+from vpol.cel.declare import STRING, STRING_LIST, STRING_MAP, STRING_STRING_MAP, message
 from vpol.cel.libraries.kyverno.backend_call import call, describe
-from vpol.cel.libraries.kyverno.declarations import STRING, STRING_LIST, STRING_MAP, STRING_STRING_MAP, Fn, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.resource"
 

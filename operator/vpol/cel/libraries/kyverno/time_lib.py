@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 from cel_expr_python import cel
 
-from vpol.cel.libraries.kyverno.declarations import DURATION, TIMESTAMP, Fn
+from vpol.cel.declare import DURATION, TIMESTAMP
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.time"
 

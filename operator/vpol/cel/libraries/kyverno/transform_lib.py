@@ -13,7 +13,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel.libraries.kyverno.declarations import LIST, STRING, Fn
+from vpol.cel.declare import LIST, STRING
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.transform"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vpol.cel import types
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn
+from vpol.cel.declare import STRING
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.user"
 _PREFIX = "system:serviceaccount:"

@@ -43,7 +43,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, ExtensionOID
 
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn
+from vpol.cel.declare import STRING
+from vpol.cel.libraries.kyverno.declarations import Fn
 from vpol.cel.libraries.kyverno.values import go_json
 
 LIBRARY = "kyverno.x509"

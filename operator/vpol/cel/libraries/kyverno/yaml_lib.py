@@ -27,7 +27,8 @@ import yaml
 from cel_expr_python import cel
 
 from vpol.cel import types
-from vpol.cel.libraries.kyverno.declarations import STRING, Fn, message
+from vpol.cel.declare import STRING, message
+from vpol.cel.libraries.kyverno.declarations import Fn
 
 LIBRARY = "kyverno.yaml"
 
