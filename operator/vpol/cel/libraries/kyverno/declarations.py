@@ -41,7 +41,7 @@ KYVERNO = declare.Conventions(
     result=declare.guard_result,
     describe=declare.cel_message_of,
     test_lone_overload=True,
-    dyn_mixed_results=False,
+    dyn_mixed_results=True,  # http.Post and resource.Post share runtime kinds but not results
 )
 
 
