@@ -119,7 +119,8 @@ class Scanner(threading.Thread):
             old = self._policies.get(name)
             if policy is None and old is None:
                 return
-            if policy is not None and old is not None and old.raw == policy.raw and \
+            # Only what evaluation depends on counts (status writes change `raw` all the time).
+            if policy is not None and old is not None and old.spec == policy.spec and \
                     old.annotations == policy.annotations:
                 return
             if policy is None:
