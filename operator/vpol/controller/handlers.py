@@ -116,7 +116,11 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(POLICIES)
-def policy_event(name: str, memo: kopf.Memo, **_: Any) -> None:
+def policy_event(name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    rt = _runtime(memo)
+    version = str(meta.get("resourceVersion", ""))
+    if rt.reconciler is not None and version and rt.reconciler.written_versions.get(name) == version:
+        return  # the echo of our own status write: nothing new to reconcile
     _enqueue(memo, name)
 
 

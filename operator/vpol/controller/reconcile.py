@@ -25,7 +25,7 @@ from vpol.cel.compiler import compile_policy
 from vpol.cel.typecheck import check_policy
 from vpol.engine.autogen import autogen_configs, status_configs
 from vpol.engine.scope import matched_resources
-from vpol.kube.access import missing_permissions
+from vpol.kube.access import AccessChecker
 from vpol.kube.objects import Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
@@ -91,7 +91,11 @@ class Reconciler:
                  on_exceptions: Callable[[list[PolicyException]], None] | None = None):
         self.api = api
         self.objects = Objects(api)
+        self.access = AccessChecker(api)
         self.discovery = discovery or DiscoveryCache(api)
+        #: resourceVersion of each policy right after our own status write: the watch event
+        #: that write causes needs no reconcile.
+        self.written_versions: dict[str, str] = {}
         #: Told about every valid policy (None when it is gone or invalid): the scanner listens.
         self.on_policy = on_policy or (lambda name, policy: None)
         self.on_exceptions = on_exceptions or (lambda exceptions: None)
@@ -149,7 +153,7 @@ class Reconciler:
 
         if policy.spec.evaluation.background_enabled:
             resources = [(r.group, r.version, r.resource) for r in matched_resources(policy, discovery)]
-            findings.missing_permissions = missing_permissions(self.api, resources)
+            findings.missing_permissions = self.access.missing(resources)
 
         keep: set[tuple[str, str]] = set()
         if policy.spec.autogen.vap_enabled:
@@ -209,7 +213,7 @@ class Reconciler:
         result.ready = desired["conditionStatus"]["ready"]
         result.generated = bool(desired["generated"])
         if status_changed(current, desired):
-            self.objects.patch_policy_status(result.name, desired)
+            self.written_versions[result.name] = self.objects.patch_policy_status(result.name, desired)
             result.status_written = True
         return result
 

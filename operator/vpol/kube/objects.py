@@ -57,9 +57,11 @@ class Objects:
             raise
         return list(out.get("items") or [])
 
-    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> None:
-        self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, POLICY_PLURAL, name,
-                                                       {"status": dict(status)})
+    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> str:
+        """Merge-patch the status; returns the policy's new resourceVersion."""
+        result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, POLICY_PLURAL, name,
+                                                                {"status": dict(status)})
+        return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
     # -- generated admission policies
 
