@@ -272,3 +272,20 @@ def test_two_replicas_do_not_fight(policies: Policies, operator: OperatorProcess
         for r in replicas:
             r.stop()
         operator.start()
+
+
+def test_missing_read_access_is_reported(policies: Policies) -> None:
+    # The manifests' scanned-kinds role deliberately leaves out secrets.
+    spec = {"validationActions": ["Audit"],
+            "matchConstraints": {"resourceRules": [{**CM_RULE, "resources": ["secrets"]}]},
+            "validations": [{"expression": "true"}]}
+    name = policies.create("rbac", spec)
+    cond = policies.wait_condition(name, "RBACPermissionsGranted", "False")
+    assert "list v1 secrets" in cond["message"] and "watch v1 secrets" in cond["message"]
+    assert policies.condition(name, "Ready")["status"] == "False"
+    # without background scans the operator needs no read access
+    spec["evaluation"] = {"background": {"enabled": False}}
+    policies.replace_spec(name, spec)
+    cond = policies.wait_condition(name, "RBACPermissionsGranted", "True")
+    assert "Background scanning disabled" in cond["message"]
+    policies.wait_condition(name, "Ready", "True")
