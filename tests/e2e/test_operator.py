@@ -289,3 +289,22 @@ def test_missing_read_access_is_reported(policies: Policies) -> None:
     cond = policies.wait_condition(name, "RBACPermissionsGranted", "True")
     assert "Background scanning disabled" in cond["message"]
     policies.wait_condition(name, "Ready", "True")
+
+
+def test_type_warnings_reach_the_status(policies: Policies) -> None:
+    spec = cm_policy(["Audit"])
+    spec["validations"] = [{"expression": "object.metadata.name != ''"},
+                           {"expression": "object.dta.size() > 0"}]  # typo: ConfigMaps have `data`
+    name = policies.create("typo", spec)
+    cond = policies.wait_condition(name, "TypeChecked", "False")
+    assert "spec.validations[1].expression" in cond["message"]
+    assert policies.condition(name, "Ready")["status"] == "True"  # informational only
+
+    def warnings() -> Any:
+        status = policies.get(name).get("status") or {}
+        return (status.get("typeChecking") or {}).get("expressionWarnings")
+
+    found = wait_for("expression warnings", warnings, 30)
+    assert any(w["fieldRef"] == "spec.validations[1].expression" and "/v1, Kind=ConfigMap" in w["warning"]
+               and "dta" in w["warning"] for w in found), found
+    assert all(w["fieldRef"] != "spec.validations[0].expression" for w in found)
