@@ -26,7 +26,8 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,32 @@ from vpol.model.policy import PolicyException, ValidatingPolicy
 logger = logging.getLogger(__name__)
 
 GVR = tuple[str, str, str]
+
+#: Resources evaluated per round trip to the evaluation worker.
+CHUNK = 200
+#: Concurrent report writes.
+WRITERS = 8
+#: After a policy change, gather further changes until none arrives for SETTLE_QUIET
+#: seconds (at most SETTLE_MAX), then rescan once for all of them.
+SETTLE_QUIET = 1.0
+SETTLE_MAX = 5.0
+
+
+@dataclass
+class _Write:
+    ref: ResourceRef
+    #: The report to apply; None deletes it.
+    report: dict[str, Any] | None
+
+
+def _capture(fn: Callable[[Any], None]) -> Callable[[Any], BaseException | None]:
+    def run(arg: Any) -> BaseException | None:
+        try:
+            fn(arg)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            return exc
+        return None
+    return run
 
 
 @dataclass
@@ -97,6 +124,7 @@ class Scanner(threading.Thread):
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._ns_watcher: Watcher | None = None
         self._state: dict[str, _State] = {}
+        self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
         self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
         self._active = False
         self._last_full = 0.0
@@ -220,7 +248,7 @@ class Scanner(threading.Thread):
         objects: dict[str, tuple[str, dict[str, Any]]] = {}
         policies: set[str] = set()
         resync_all = False
-        for event in batch:
+        for event in self._gather(batch):
             if event[0] == "object":
                 _, etype, obj = event
                 uid = (obj.get("metadata") or {}).get("uid", "")
@@ -236,18 +264,29 @@ class Scanner(threading.Thread):
             self._sync_watchers()
         if resync_all:
             self._full_scan()
-        else:
-            for name in sorted(policies):
-                self._rescan_policy(name)
+        elif policies:
+            self._rescan_policies(policies)
         if objects:
             started = time.perf_counter()
-            for uid, (etype, obj) in objects.items():
+            for uid, (etype, _obj) in objects.items():
                 if etype == "DELETED":
                     self._forget(uid)
-                else:
-                    self._scan_object(obj, None)
+            changed = [obj for etype, obj in objects.values() if etype != "DELETED"]
+            self._scan_objects(changed, None)
             metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
-            metrics.SCAN_RESOURCES.labels("incremental").inc(len(objects))
+            metrics.SCAN_RESOURCES.labels("incremental").inc(len(changed))
+
+    def _gather(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """When policies change, wait briefly for more changes, so a burst costs one pass."""
+        if not any(e[0] in ("policy", "exceptions") for e in batch):
+            return batch
+        deadline = time.monotonic() + SETTLE_MAX
+        while time.monotonic() < deadline:
+            try:
+                batch.append(self._events.get(timeout=SETTLE_QUIET))
+            except queue.Empty:
+                break
+        return batch
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -317,28 +356,49 @@ class Scanner(threading.Thread):
         with self._lock:
             return {n: PolicyMeta(p.severity, p.category, p.scored) for n, p in self._policies.items()}
 
-    def _scan_object(self, obj: dict[str, Any], only: list[str] | None) -> None:
-        evaluator = self._evaluator_now()
-        ref = ResourceRef.of(obj)
-        if not ref.uid:
-            return
-        results: list[Result] = []
-        if evaluator is not None:
-            subject = subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
-                                  default_namespace="")
-            started = time.perf_counter()
-            results = evaluator.evaluate(subject, only)
-            metrics.EVALUATION_DURATION.observe(time.perf_counter() - started)
-        now = now_seconds()
-        fresh = []
-        for res in results:
-            metrics.POLICY_RESULTS.labels(res.policy, res.result, ref.kind, ref.namespace).inc()
-            if res.result == SKIP and not res.exception:
-                continue  # false matchConditions leave no result in background reports
-            fresh.append(ReportEntry.of(res, now))
-        self._store(ref, fresh, only)
+    def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None) -> int:
+        """Evaluate objects in chunks (one worker round trip each) and write changed reports."""
+        count = 0
+        chunk: list[dict[str, Any]] = []
+        for obj in objects:
+            chunk.append(obj)
+            if len(chunk) >= CHUNK:
+                count += self._scan_chunk(chunk, only)
+                chunk = []
+        if chunk:
+            count += self._scan_chunk(chunk, only)
+        return count
 
-    def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None) -> None:
+    def _scan_chunk(self, objects: list[dict[str, Any]], only: list[str] | None) -> int:
+        evaluator = self._evaluator_now()
+        refs = [ResourceRef.of(o) for o in objects]
+        pairs = [(ref, obj) for ref, obj in zip(refs, objects) if ref.uid]
+        results: list[list[Result]] = [[] for _ in pairs]
+        if evaluator is not None and pairs:
+            subjects = [subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
+                                    default_namespace="") for _ref, obj in pairs]
+            started = time.perf_counter()
+            results = evaluator.evaluate_many(subjects, only)
+            elapsed = time.perf_counter() - started
+            for _ in subjects:
+                metrics.EVALUATION_DURATION.observe(elapsed / len(subjects))
+        now = now_seconds()
+        writes = []
+        for (ref, _obj), res_list in zip(pairs, results):
+            fresh = []
+            for res in res_list:
+                metrics.POLICY_RESULTS.labels(res.policy, res.result, ref.kind, ref.namespace).inc()
+                if res.result == SKIP and not res.exception:
+                    continue  # false matchConditions leave no result in background reports
+                fresh.append(ReportEntry.of(res, now))
+            write = self._store(ref, fresh, only)
+            if write is not None:
+                writes.append(write)
+        self._flush(writes)
+        return len(pairs)
+
+    def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None) -> "_Write | None":
+        """Update the in-memory results of one resource; return the write it needs, if any."""
         state = self._state.get(ref.uid)
         previous = state.entries if state else {}
         with self._lock:
@@ -346,20 +406,39 @@ class Scanner(threading.Thread):
         entries = merge(previous, fresh, only)
         entries = {p: e for p, e in entries.items() if p in known}
         if state is not None and entries == previous and (state.written or not entries):
-            return
+            return None
         self._count(previous, ref, -1)
         self._count(entries, ref, +1)
         if not entries:
             self._state.pop(ref.uid, None)
             if state is not None and state.written:
-                self.reports.delete(ref.uid, ref.namespace)
-                metrics.REPORT_WRITES.labels("delete").inc()
-                self.writes += 1
+                return _Write(ref, None)
+            return None
+        self._state[ref.uid] = _State(ref, entries, False)
+        return _Write(ref, report_for(ref, entries, self._meta()))
+
+    def _flush(self, writes: list["_Write"]) -> None:
+        """Apply (or delete) reports concurrently; a failed write is retried at the next scan."""
+        if not writes:
             return
-        self.reports.apply(report_for(ref, entries, self._meta()))
-        metrics.REPORT_WRITES.labels("apply").inc()
-        self.writes += 1
-        self._state[ref.uid] = _State(ref, entries, True)
+
+        def run(w: _Write) -> None:
+            if w.report is None:
+                self.reports.delete(w.ref.uid, w.ref.namespace)
+                metrics.REPORT_WRITES.labels("delete").inc()
+            else:
+                self.reports.apply(w.report)
+                metrics.REPORT_WRITES.labels("apply").inc()
+                state = self._state.get(w.ref.uid)
+                if state is not None:
+                    state.written = True
+
+        for w, error in zip(writes, self._pool.map(_capture(run), writes)):
+            if error is not None:
+                logger.warning("writing the report of %s/%s failed: %s", w.ref.kind, w.ref.name, error)
+                metrics.RECONCILE_ERRORS.labels("scan").inc()
+            else:
+                self.writes += 1
 
     def _forget(self, uid: str) -> None:
         state = self._state.pop(uid, None)
@@ -393,27 +472,29 @@ class Scanner(threading.Thread):
                         item.setdefault("kind", kind)
                     yield item
 
-    def _rescan_policy(self, name: str) -> None:
+    def _rescan_policies(self, names: set[str]) -> None:
+        """Re-evaluate only these policies, in one pass over the kinds they match."""
         with self._lock:
-            policy = self._policies.get(name)
+            present = {n: self._policies[n] for n in names if n in self._policies}
         started = time.perf_counter()
-        count = 0
-        if policy is None:
-            for uid, state in list(self._state.items()):
-                if name in state.entries:
-                    self._store(state.ref, [], [name])
-            return
         discovery = self.discovery.get()
-        gvrs = [(i.group, i.version, i.resource) for i in matched_resources(policy, discovery)]
+        gvrs: dict[GVR, None] = {}
+        for policy in present.values():
+            for info in matched_resources(policy, discovery):
+                gvrs[(info.group, info.version, info.resource)] = None
         seen: set[str] = set()
-        for obj in self._list_all(gvrs):
-            seen.add((obj.get("metadata") or {}).get("uid", ""))
-            self._scan_object(obj, [name])
-            count += 1
-        # resources it no longer matches lose its result
-        for uid, state in list(self._state.items()):
-            if name in state.entries and uid not in seen:
-                self._store(state.ref, [], [name])
+
+        def listed() -> Iterable[dict[str, Any]]:
+            for obj in self._list_all(gvrs):
+                seen.add((obj.get("metadata") or {}).get("uid", ""))
+                yield obj
+
+        only = sorted(names)
+        count = self._scan_objects(listed(), only) if present else 0
+        # resources they no longer match (or deleted policies) lose their results
+        stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
+                 if uid not in seen and names & set(state.entries)]
+        self._flush([w for w in stale if w is not None])
         metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
 
@@ -421,15 +502,15 @@ class Scanner(threading.Thread):
         started = time.perf_counter()
         self._sync_watchers()
         seen: set[str] = set()
-        count = 0
-        for obj in self._list_all(list(self._watchers)):
-            uid = (obj.get("metadata") or {}).get("uid", "")
-            seen.add(uid)
-            self._scan_object(obj, None)
-            count += 1
-        for uid, state in list(self._state.items()):
-            if uid not in seen:
-                self._store(state.ref, [], None)
+
+        def listed() -> Iterable[dict[str, Any]]:
+            for obj in self._list_all(list(self._watchers)):
+                seen.add((obj.get("metadata") or {}).get("uid", ""))
+                yield obj
+
+        count = self._scan_objects(listed(), None)
+        stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
+        self._flush([w for w in stale if w is not None])
         self._last_full = time.monotonic()
         metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)
         metrics.SCAN_RESOURCES.labels("full").inc(count)

@@ -55,3 +55,14 @@ def test_normal_results_match_in_process_engine():
         got = [(r.policy, r.result) for r in ev.evaluate(subject(pod("abcd")))]
     want = [(p.name, PolicyEngine(p).evaluate(subject(pod("abcd"))).result) for p in policies]
     assert got == want
+
+
+def test_batches_isolate_a_runaway_subject():
+    policy = make_policy(name="size", validations=[
+        {"expression": "lists.range(int(object.metadata.labels.n)).map(x, "
+                       "lists.range(int(object.metadata.labels.n)).filter(y, y > x)).size() >= 0"}])
+    limits = Limits(seconds_per_subject=1.0, memory_bytes=8 * 1024**3)
+    pods = [pod(f"p{i}", labels={"n": "9000" if i == 2 else "3"}) for i in range(5)]
+    with SandboxedEvaluator([policy], limits=limits) as ev:
+        results = ev.evaluate_many([subject(p) for p in pods])
+    assert [r[0].result for r in results] == ["pass", "pass", "error", "pass", "pass"]
