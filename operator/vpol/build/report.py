@@ -11,6 +11,7 @@ yields an identical report and no write.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,9 +50,13 @@ class PolicyMeta:
     scored: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReportEntry:
-    """One policy's result on one resource, in the compact form kept in memory."""
+    """One policy's result on one resource, in the compact form kept in memory.
+
+    A scan keeps one per (resource, policy): slots and interned strings keep
+    that small (policy names, outcomes and most messages repeat).
+    """
 
     policy: str
     result: str
@@ -66,7 +71,8 @@ class ReportEntry:
             props.setdefault("validation", str(res.validation))
         if res.autogen:
             props.setdefault("autogen", res.autogen)
-        return cls(res.policy, res.result, res.message, tuple(sorted(props.items())), now)
+        return cls(sys.intern(res.policy), sys.intern(res.result), sys.intern(res.message),
+                   tuple(sorted((sys.intern(k), v) for k, v in props.items())), now)
 
     def same_outcome(self, other: "ReportEntry") -> bool:
         return (self.policy, self.result, self.message, self.properties) == \
