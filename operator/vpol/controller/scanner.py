@@ -213,6 +213,12 @@ class Scanner(threading.Thread):
         self._ns_watcher.start()
         self._ns_watcher.synced.wait(30)
         self._active = True
+        # Everything queued so far (policy arrivals, object changes) is covered by this scan.
+        while True:
+            try:
+                self._events.get_nowait()
+            except queue.Empty:
+                break
         self._full_scan()
 
     def _deactivate(self) -> None:
