@@ -1,0 +1,370 @@
+"""Shared pieces of the cluster benchmarks (bench/operator_ready.py, bench/scan.py).
+
+Holds: a description of the machine and of its load, starting and stopping
+a local control plane (tests/controlplane) or using an existing kubeconfig,
+installing vpol's CRDs and RBAC the way the e2e fixtures do, running the
+operator as its ServiceAccount (tests/e2e/operator_process.py), sampling the
+resident memory of the operator and of its child processes from /proc,
+reading the operator's Prometheus metrics, percentiles and table printing.
+
+Not a test module: nothing here asserts; the benchmarks print what they measure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.e2e.conftest import KubeCluster  # noqa: E402
+from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig  # noqa: E402
+
+CLUSTER_SCRIPT = REPO / "tests" / "controlplane" / "cluster"
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+def machine() -> dict[str, str]:
+    """nproc, CPU model, memory, kernel, Python, and the load average right now."""
+    model = "?"
+    mem_kib = 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "nproc": str(os.cpu_count()),
+        "cpu": model,
+        "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load average (1/5/15 min) at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+class LoadSampler(threading.Thread):
+    """Samples the 1-minute load average and whole-machine CPU busy share while a benchmark runs."""
+
+    def __init__(self, interval: float = 2.0):
+        super().__init__(daemon=True, name="load-sampler")
+        self.interval = interval
+        self.loads: list[float] = []
+        self.busy: list[float] = []
+        self._halt = threading.Event()
+
+    @staticmethod
+    def _cpu() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def run(self) -> None:
+        total0, idle0 = self._cpu()
+        while not self._halt.wait(self.interval):
+            self.loads.append(os.getloadavg()[0])
+            total1, idle1 = self._cpu()
+            if total1 > total0:
+                self.busy.append(1 - (idle1 - idle0) / (total1 - total0))
+            total0, idle0 = total1, idle1
+
+    def stop(self) -> str:
+        self._halt.set()
+        self.join(5)
+        if not self.loads:
+            return "n/a"
+        return (f"load average (1 min) during the run: mean {statistics.mean(self.loads):.1f}, "
+                f"max {max(self.loads):.1f}; CPU busy (all cores) mean {100 * statistics.mean(self.busy or [0]):.0f}%")
+
+
+def other_load() -> str:
+    """The busiest processes not started by this benchmark (to judge interference)."""
+    me = os.getpid()
+    out = subprocess.run(["ps", "-eo", "pid,ppid,pcpu,rss,comm", "--sort=-pcpu"], capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines()[1:] if ln.split()[0] != str(me)][:5]
+    return "; ".join(" ".join(ln.split()[2:]) for ln in lines)
+
+
+# -- a cluster --------------------------------------------------------------------------------
+
+def _exports(stdout: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"export (\w+)=(.*)$", line.strip())
+        if m:
+            value = m.group(2)
+            if m.group(1) == "PATH":
+                value = value.removesuffix(':"$PATH"')
+            env[m.group(1)] = shlex.split(value)[0]
+    return env
+
+
+def _committed_script() -> Path:
+    """tests/controlplane as committed (the working tree may be mid-edit by someone else)."""
+    dest = Path(tempfile.mkdtemp(prefix="vpol-cpsrc-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", "tests/controlplane"],
+                             capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "tests" / "controlplane" / "cluster"
+
+
+@dataclass
+class Cluster:
+    """A cluster for a benchmark: started here (and stopped by ``stop()``) or given by a kubeconfig."""
+
+    kube: KubeCluster
+    state_dir: Path | None = None
+    script: Path | None = None
+
+    @classmethod
+    def start(cls, state_dir: Path, apiserver_args: Sequence[str] = ()) -> "Cluster":
+        extra = [f"--apiserver-arg={a}" for a in apiserver_args]
+        proc = None
+        for script in (CLUSTER_SCRIPT, None):
+            path = script or _committed_script()
+            shutil.rmtree(state_dir, ignore_errors=True)
+            proc = subprocess.run([str(path), "start", str(state_dir), *extra], capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=600)
+            if proc.returncode == 0:
+                env = _exports(proc.stdout)
+                kubectl = Path(env["PATH"]) / "kubectl"
+                return cls(KubeCluster(env["KUBECONFIG"], kubectl, state_dir=state_dir), state_dir, path)
+            subprocess.run([str(path), "stop", str(state_dir)], capture_output=True, timeout=120)
+            print(f"`{path} start` failed, trying the committed tests/controlplane:\n{proc.stderr[-2000:]}",
+                  file=sys.stderr)
+        raise SystemExit(f"could not start a control plane:\n{proc.stderr if proc else ''}")
+
+    @classmethod
+    def existing(cls, kubeconfig: str, kubectl: str | None) -> "Cluster":
+        return cls(KubeCluster(kubeconfig, kubectl or shutil.which("kubectl") or "kubectl"))
+
+    def stop(self) -> None:
+        self.kube.close()
+        if self.state_dir is not None and self.script is not None:
+            subprocess.run([str(self.script), "stop", str(self.state_dir)], capture_output=True, timeout=180)
+            shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+
+
+def install_vpol(kube: KubeCluster) -> None:
+    """CRDs (server-side apply), report CRDs (create if absent) and manifests/operator, as the e2e fixture does."""
+    import yaml
+
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=vpol-bench",
+                             "-f", "-", input=json.dumps(doc))
+                kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                             f"crd/{doc['metadata']['name']}")
+    proc = kube.kubectl("create", "-f", str(REPO / "crds" / "reports"), check=False)
+    if proc.returncode != 0 and "AlreadyExists" not in proc.stderr:
+        raise RuntimeError(proc.stderr)
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
+    kube.kubectl("apply", "--server-side", "--field-manager=vpol-bench", "-k", str(REPO / "manifests" / "operator"))
+
+
+def start_operator(kube: KubeCluster, workdir: Path, extra: Sequence[str] = (), log_name: str = "operator.log"
+                   ) -> OperatorProcess:
+    """`vpol run` as the vpol-system/vpol ServiceAccount (token), like the e2e tests run it."""
+    kubeconfig = workdir / "sa-kubeconfig"
+    if not kubeconfig.exists():
+        sa_kubeconfig(kube, kubeconfig)
+    return OperatorProcess(kubeconfig, workdir / log_name, extra=tuple(extra)).start(timeout=120)
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+def status_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class MemoryPeaks:
+    operator_peak_kib: int = 0      # max sampled VmRSS of the operator process
+    operator_hwm_kib: int = 0       # its VmHWM (kernel's peak) at the last sample
+    operator_now_kib: int = 0
+    children_peak_kib: dict[int, int] = field(default_factory=dict)   # pid -> max(VmRSS, VmHWM)
+    children_cmd: dict[int, str] = field(default_factory=dict)
+    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, operator, children) KiB
+
+    def _workers(self) -> dict[int, int]:
+        """Peaks of the evaluation worker processes (multiprocessing "spawn" children)."""
+        return {p: v for p, v in self.children_peak_kib.items() if "spawn_main" in self.children_cmd.get(p, "")}
+
+    @property
+    def worker_peak_kib(self) -> int:
+        return max(self._workers().values(), default=0)
+
+    @property
+    def workers_started(self) -> int:
+        return len(self._workers())
+
+    def children_summary(self) -> str:
+        """Evaluation workers (count, largest peak) and any other child process."""
+        workers = self._workers()
+        parts = []
+        if workers:
+            parts.append(f"{len(workers)} evaluation worker process(es) started, largest peak "
+                         f"{max(workers.values()) / 1024:.0f} MiB")
+        for pid, kib in sorted(self.children_peak_kib.items()):
+            if pid not in workers:
+                cmd = self.children_cmd.get(pid, "")
+                what = "multiprocessing resource tracker" if "resource_tracker" in cmd else cmd[:60]
+                parts.append(f"{what} {kib / 1024:.0f} MiB")
+        return "; ".join(parts) or "none"
+
+
+
+class MemorySampler(threading.Thread):
+    """Samples VmRSS/VmHWM of a process and of every descendant (the evaluation worker) from /proc."""
+
+    def __init__(self, pid: int, interval: float = 0.25):
+        super().__init__(daemon=True, name="rss-sampler")
+        self.pid = pid
+        self.interval = interval
+        self.peaks = MemoryPeaks()
+        self._halt = threading.Event()
+        self._t0 = time.monotonic()
+
+    def sample(self) -> None:
+        p = self.peaks
+        rss = status_kib(self.pid, "VmRSS")
+        if rss:
+            p.operator_now_kib = rss
+            p.operator_peak_kib = max(p.operator_peak_kib, rss)
+            p.operator_hwm_kib = max(p.operator_hwm_kib, status_kib(self.pid, "VmHWM"))
+        kids = 0
+        for child in descendants(self.pid):
+            value = max(status_kib(child, "VmRSS"), status_kib(child, "VmHWM"))
+            kids += status_kib(child, "VmRSS")
+            if "multiprocessing" not in p.children_cmd.get(child, ""):  # may be sampled before its exec
+                p.children_cmd[child] = cmdline(child)[:120]
+            p.children_peak_kib[child] = max(p.children_peak_kib.get(child, 0), value)
+        p.samples.append((time.monotonic() - self._t0, rss, kids))
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> MemoryPeaks:
+        self._halt.set()
+        self.join(5)
+        self.sample()
+        return self.peaks
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The operator's /metrics as {(sample name, sorted labels): value}."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(op.metrics()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def metric_sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    total = 0.0
+    for (sname, slabels), value in samples.items():
+        if sname != name:
+            continue
+        d = dict(slabels)
+        if all(d.get(k) == v for k, v in labels.items()):
+            total += value
+    return total
+
+
+# -- numbers ----------------------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def table(rows: Iterable[Sequence[str]], header: Sequence[str]) -> str:
+    """A Markdown table (also readable in a terminal)."""
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h)) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    out = [line([str(h) for h in header]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)

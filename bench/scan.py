@@ -1,0 +1,566 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test) of background scans and PolicyReports (issue 5).
+
+On a local control plane (tests/controlplane; no scheduler or kubelet, so
+Pods stay Pending, which does not matter for scanning) with vpol installed
+and the operator running as in the e2e tests (`vpol run` as the
+vpol-system/vpol ServiceAccount):
+
+1. creates --namespaces namespaces and --pods Pods spread over them (parallel
+   requests), a share of them violating one Pod Security Standard check each;
+2. ("apply") applies --policies of the Pod Security Standard policies in
+   examples/pod-security/ (restricted first, then baseline, alphabetically;
+   all Audit with background scanning) to the running operator and measures
+   the full-scan wall time: from the first policy being applied until every
+   Pod's results are in reports (the operator's vpol_report_results gauge
+   reaches pods x policies) and report writes stop; evaluations per second
+   (vpol_policy_results_total), report writes (vpol_report_writes_total),
+   the operator's peak RSS and, separately, its evaluation worker's; then
+   checks the reports themselves (one PolicyReport per Pod with every result);
+   this phase is cut off after --apply-timeout and its end extrapolated
+   when it is slow; the reports it wrote are then deleted;
+3. ("cold") starts a fresh operator with the policies present and no reports,
+   and measures the same figures from the operator's start;
+4. ("restart") restarts the operator with nothing changed and measures the
+   time to its first full scan and its report writes (targets: zero writes,
+   <= 10 s); with --rescan-interval S also one periodic full rescan.
+
+Targets (issue 5): full scan <= 60 s, operator peak RSS <= 150 MiB, rescan
+with nothing changed: zero writes and <= 10 s.
+
+Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
+       [--phases apply,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
+       [--kubeconfig FILE --kubectl PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yaml  # noqa: E402
+from common import (  # noqa: E402
+    REPO,
+    Cluster,
+    LoadSampler,
+    MemoryPeaks,
+    MemorySampler,
+    install_vpol,
+    machine,
+    metric_sum,
+    other_load,
+    scrape,
+    start_operator,
+    table,
+    wait_until,
+)
+from kubernetes import client  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from vpol.kube.dynamic import list_pages  # noqa: E402
+
+NS_PREFIX = "bench-scan-"
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
+REPORTS = ("wgpolicyk8s.io", "v1alpha2", "policyreports")
+
+
+# -- workload ---------------------------------------------------------------------------------
+
+def policy_files(count: int) -> list[Path]:
+    root = REPO / "examples" / "pod-security"
+    files = sorted((root / "restricted").glob("*/policy.yaml")) + sorted((root / "baseline").glob("*/policy.yaml"))
+    if count > len(files):
+        raise SystemExit(f"only {len(files)} Pod Security Standard policies in {root}")
+    return files[:count]
+
+
+def _container(name: str) -> dict[str, Any]:
+    return {
+        "name": name, "image": "registry.example/app:1.0",
+        "ports": [{"containerPort": 8080}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "runAsUser": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+
+
+#: One Pod Security Standard violation each (applied to an otherwise restricted-compliant Pod).
+VIOLATIONS: dict[str, Any] = {
+    "privileged": lambda p: p["spec"]["containers"][0]["securityContext"].update(
+        privileged=True, allowPrivilegeEscalation=True),
+    "host-network": lambda p: p["spec"].update(hostNetwork=True),
+    "host-path": lambda p: (p["spec"].update(volumes=[{"name": "h", "hostPath": {"path": "/var/log"}}]),
+                            p["spec"]["containers"][0].update(volumeMounts=[{"name": "h", "mountPath": "/h"}])),
+    "add-sys-admin": lambda p: p["spec"]["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+    "run-as-root": lambda p: p["spec"]["containers"][0]["securityContext"].update(runAsNonRoot=False, runAsUser=0),
+    "seccomp-unconfined": lambda p: p["spec"]["containers"][0]["securityContext"].update(
+        seccompProfile={"type": "Unconfined"}),
+    "host-port": lambda p: p["spec"]["containers"][0]["ports"][0].update(hostPort=8080),
+    "privilege-escalation": lambda p: p["spec"]["containers"][0]["securityContext"].update(
+        allowPrivilegeEscalation=True),
+}
+
+
+def pod(name: str, index: int, violating_share: float) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench", "vpol-bench": "scan"}},
+        "spec": {"containers": [_container("app")], "automountServiceAccountToken": False,
+                 "securityContext": {"runAsNonRoot": True}},
+    }
+    # Deterministic mix: of every 100 Pods, the first share*100 violate one check each (round robin).
+    if index % 100 < violating_share * 100:
+        kinds = list(VIOLATIONS)
+        VIOLATIONS[kinds[index % len(kinds)]](body)
+        body["metadata"]["labels"]["violation"] = kinds[index % len(kinds)]
+    return body
+
+
+def create_workload(kube: Any, namespaces: int, pods: int, violating_share: float, threads: int) -> float:
+    core: Any = client.CoreV1Api(kube.api_client)
+    names = [f"{NS_PREFIX}{i:02d}" for i in range(namespaces)]
+    for name in names:
+        try:
+            core.create_namespace({"metadata": {"name": name, "labels": {"vpol-bench": "scan"}}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    # The ServiceAccount admission plugin refuses Pods until the namespace's default ServiceAccount exists.
+    wait_until(lambda: all(core.list_namespaced_service_account(n, field_selector="metadata.name=default").items
+                           for n in names), 120, 0.5)
+
+    def create(i: int) -> None:
+        ns = names[i % namespaces]
+        body = pod(f"pod-{i:05d}", i, violating_share)
+        for attempt in range(5):
+            try:
+                core.create_namespaced_pod(ns, body, _preload_content=False)
+                return
+            except ApiException as exc:
+                if exc.status == 409:
+                    return
+                if exc.status in (429, 500, 503, 504) and attempt < 4:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, range(pods)))
+    return time.monotonic() - started
+
+
+def count_pods(kube: Any) -> int:
+    n = 0
+    for items, _rv in list_pages(kube.api_client, "", "v1", "pods", label_selector="vpol-bench=scan"):
+        n += len(items)
+    return n
+
+
+def apply_policies(kube: Any, files: list[Path]) -> list[str]:
+    custom = client.CustomObjectsApi(kube.api_client)
+    names = []
+    for path in files:
+        doc = yaml.safe_load(path.read_text())
+        custom.patch_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, doc["metadata"]["name"], doc,
+                                           field_manager="vpol-bench", force=True,
+                                           _content_type="application/apply-patch+yaml")
+        names.append(doc["metadata"]["name"])
+    return names
+
+
+def check_reports(kube: Any, policies: int) -> dict[str, int]:
+    """Reads every PolicyReport once: how many Pods have a report, with every policy's result."""
+    out = {"reports": 0, "pod reports": 0, "complete": 0, "fail results": 0, "pass results": 0, "other results": 0}
+    for items, _rv in list_pages(kube.api_client, *REPORTS):
+        for r in items:
+            out["reports"] += 1
+            if (r.get("scope") or {}).get("kind") != "Pod":
+                continue
+            out["pod reports"] += 1
+            results = r.get("results") or []
+            if len({x.get("policy") for x in results}) >= policies:
+                out["complete"] += 1
+            for x in results:
+                key = f"{x.get('result')} results"
+                out[key if key in out else "other results"] += 1
+    return out
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+@dataclass
+class Progress:
+    t: float
+    writes: float
+    results_present: float
+    evaluations: float
+    resources_full: float
+    resources_incr: float
+    full_scans: float
+    full_seconds: float
+
+
+def progress(op: Any, t0: float) -> Progress:
+    m = scrape(op)
+    return Progress(
+        t=time.monotonic() - t0,
+        writes=metric_sum(m, "vpol_report_writes_total"),
+        results_present=metric_sum(m, "vpol_report_results"),
+        evaluations=metric_sum(m, "vpol_policy_results_total"),
+        resources_full=metric_sum(m, "vpol_scan_resources_total", scan="full"),
+        resources_incr=metric_sum(m, "vpol_scan_resources_total", scan="incremental"),
+        full_scans=metric_sum(m, "vpol_scan_duration_seconds_count", scan="full"),
+        full_seconds=metric_sum(m, "vpol_scan_duration_seconds_sum", scan="full"),
+    )
+
+
+@dataclass
+class ScanRun:
+    wall_complete: float | None = None     # every result present
+    wall_quiet: float | None = None        # last change of report writes / evaluations
+    quiet_reached: bool = False            # False: still busy when --settle-limit ended the wait
+    last: Progress | None = None
+    first: Progress | None = None
+    timeline: list[Progress] = field(default_factory=list)
+
+
+def follow(op: Any, t0: float, expected: int, timeout: float, quiet: float, label: str,
+           settle_limit: float = 1e9) -> ScanRun:
+    """Polls the operator's metrics until all ``expected`` results are present, a full scan has finished
+    and nothing changed for ``quiet`` s (or ``settle_limit`` s passed since both were true)."""
+    done_at: float | None = None
+    run = ScanRun()
+    last_change = 0.0
+    prev: Progress | None = None
+    next_print = 0.0
+    while True:
+        p = progress(op, t0)
+        if run.first is None:
+            run.first = p
+        run.timeline.append(p)
+        if prev is None or (p.writes, p.evaluations, p.resources_full, p.resources_incr) != \
+                (prev.writes, prev.evaluations, prev.resources_full, prev.resources_incr):
+            last_change = p.t
+        if run.wall_complete is None and p.results_present >= expected:
+            run.wall_complete = p.t
+        prev = p
+        if p.t >= next_print:
+            print(f"  [{label}] t={p.t:6.1f}s results {p.results_present:.0f}/{expected} writes {p.writes:.0f} "
+                  f"evaluations {p.evaluations:.0f}", flush=True)
+            next_print = p.t + 15
+        if run.wall_complete is not None and p.full_scans >= 1:
+            done_at = p.t if done_at is None else done_at
+            if p.t - last_change >= quiet:
+                run.quiet_reached = True
+                break
+            if p.t - done_at >= settle_limit:
+                print(f"  [{label}] still evaluating {settle_limit:.0f}s after the scan finished; not waiting longer",
+                      flush=True)
+                break
+        if p.t > timeout:
+            print(f"  [{label}] timed out after {timeout:.0f}s", flush=True)
+            break
+        time.sleep(0.5)
+    run.wall_quiet = last_change
+    run.last = prev
+    return run
+
+
+class Profiler:
+    """py-spy on the operator (and its worker) while a phase runs, when --profile DIR is given."""
+
+    def __init__(self, out: Path | None, pid: int, name: str):
+        self.proc = None
+        if out is not None and shutil.which("py-spy"):
+            out.mkdir(parents=True, exist_ok=True)
+            self.proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "50",
+                                          "--format", "speedscope", "-o", str(out / f"{name}.speedscope.json")],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@dataclass
+class Phase:
+    """One measured operator lifetime: its scan progress and memory."""
+
+    name: str
+    run: ScanRun
+    peaks: MemoryPeaks
+    base: Progress
+    live: float = 0.0
+    first_full: float | None = None       # first full scan finished (s from t0)
+    first_full_seconds: float = 0.0       # its vpol_scan_duration_seconds
+    periodic_seconds: float | None = None
+    periodic_writes: float = 0.0
+    periodic_resources: float = 0.0
+
+    @property
+    def writes(self) -> float:
+        assert self.run.last is not None
+        return self.run.last.writes - self.base.writes
+
+    @property
+    def evaluations(self) -> float:
+        assert self.run.last is not None
+        return self.run.last.evaluations - self.base.evaluations
+
+
+def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, expected: int, timeout: float,
+                   *, scan_interval: float = 3600, apply: list[Path] | None = None, periodic: bool = False
+                   ) -> tuple[Phase, list[str]]:
+    """Start an operator, optionally apply policies, follow the scans until done, stop it.
+
+    t0 is the operator's start, or the first policy apply when ``apply`` is given.
+    """
+    t_start = time.monotonic()
+    op = start_operator(kube, work, ["--scan-interval", str(scan_interval), *args.operator_arg],
+                        log_name=f"operator-{name}.log")
+    assert op.proc is not None
+    sampler = MemorySampler(op.proc.pid)
+    sampler.start()
+    profiler = Profiler(Path(args.profile) if args.profile else None, op.proc.pid, name)
+    live = time.monotonic() - t_start
+    names: list[str] = []
+    try:
+        base = progress(op, t_start)
+        t0 = t_start
+        if apply:
+            t0 = time.monotonic()
+            names = apply_policies(kube, apply)
+            base = progress(op, t0)
+        run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit)
+        full = [p for p in run.timeline if p.full_scans >= 1]
+        phase = Phase(name, run, MemoryPeaks(), base, live=live,
+                      first_full=full[0].t if full else None,
+                      first_full_seconds=full[0].full_seconds if full else 0.0)
+        if periodic and full:
+            ok = wait_until(lambda: progress(op, t0).full_scans >= 2, scan_interval + timeout, 0.5)
+            p2 = progress(op, t0)
+            if ok:
+                phase.periodic_seconds = p2.full_seconds - full[0].full_seconds
+            phase.periodic_writes = p2.writes - full[0].writes
+            phase.periodic_resources = p2.resources_full - full[0].resources_full
+        phase.peaks = sampler.stop()
+        return phase, names
+    finally:
+        profiler.stop()
+        sampler.stop()
+        op.stop()
+
+
+def cleanup_workload(kube: Any) -> None:
+    """On a reused cluster: remove the bench namespaces (and their Pods/reports) and policies of an earlier run."""
+    core: Any = client.CoreV1Api(kube.api_client)
+    custom: Any = client.CustomObjectsApi(kube.api_client)
+    for f in policy_files(len(list((REPO / "examples" / "pod-security").glob("*/*/policy.yaml")))):
+        try:
+            custom.delete_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL,
+                                                yaml.safe_load(f.read_text())["metadata"]["name"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    for ns in core.list_namespace(label_selector="vpol-bench=scan").items:
+        core.delete_namespace(ns.metadata.name)
+    wait_until(lambda: not core.list_namespace(label_selector="vpol-bench=scan").items, 600, 1)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--namespaces", type=int, default=50)
+    parser.add_argument("--policies", type=int, default=16, help="how many PSS policies from examples/pod-security")
+    parser.add_argument("--violating-share", type=float, default=0.5, help="share of Pods with one violation")
+    parser.add_argument("--threads", type=int, default=16, help="parallel requests when creating Pods")
+    parser.add_argument("--apply-timeout", type=float, default=90,
+                        help="phase 1 (policies applied to a running operator) is cut off after this (s); the "
+                             "rest is extrapolated from its rate")
+    parser.add_argument("--timeout", type=float, default=300, help="limit of the other phases (s)")
+    parser.add_argument("--quiet", type=float, default=5, help="no change for this long means a scan is over (s)")
+    parser.add_argument("--settle-limit", type=float, default=30,
+                        help="after every result is in and a full scan finished, wait at most this long for the "
+                             "operator to go quiet (s)")
+    parser.add_argument("--rescan-interval", type=float, default=0,
+                        help="--scan-interval of the restarted operator, to also time one periodic full rescan "
+                             "(it starts once the restart's work is done; e.g. 60); default 0: not measured")
+    parser.add_argument("--phases", default="apply,cold,restart",
+                        help="comma-separated: apply (policies applied to a running operator), cold (fresh "
+                             "operator, policies present, no reports), restart (nothing changed)")
+    parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
+                                                             "--apply-timeout 60")
+    parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
+    parser.add_argument("--kubeconfig", help="use this cluster instead of starting a local control plane")
+    parser.add_argument("--kubectl", help="kubectl for --kubeconfig (default: PATH)")
+    parser.add_argument("--workdir", help="state and logs (default: a temporary directory)")
+    parser.add_argument("--operator-arg", action="append", default=[], help="extra `vpol run` flag (repeatable)")
+    args = parser.parse_args()
+    if args.quick:
+        args.pods, args.namespaces, args.rescan_interval, args.apply_timeout = 1000, 10, 20.0, 60.0
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+
+    info = machine()
+    print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in info.items()))
+    print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="vpol-bench-scan-"))
+    work.mkdir(parents=True, exist_ok=True)
+    load = LoadSampler()
+    load.start()
+    started = time.monotonic()
+    cluster = Cluster.existing(args.kubeconfig, args.kubectl) if args.kubeconfig else Cluster.start(work / "cluster")
+    try:
+        kube = cluster.kube
+        install_vpol(kube)
+        if args.kubeconfig:
+            cleanup_workload(kube)
+        files = policy_files(args.policies)
+        print(f"policies: {', '.join(f.parent.name for f in files)}")
+        took = create_workload(kube, args.namespaces, args.pods, args.violating_share, args.threads)
+        pods = count_pods(kube)
+        print(f"created {pods} Pods in {args.namespaces} namespaces in {took:.1f}s ({pods / took:.0f}/s)")
+        expected = pods * len(files)
+        rows: list[list[str]] = [["Pods / namespaces / policies", f"{pods} / {args.namespaces} / {len(files)}", ""]]
+        results: dict[str, Phase] = {}
+
+        if "apply" in phases:
+            print(f"phase apply: policies applied to a running operator; waiting for {expected} results...")
+            ph, names = operator_phase(kube, work, "apply", args, expected, args.apply_timeout, apply=files)
+            results["apply"] = ph
+            rows += scan_rows(ph, expected, pods, "policies applied to a running operator", args.apply_timeout)
+            ready = sum(1 for n in names if _ready(kube, n))
+            rows.append(["  policies Ready", f"{ready}/{len(names)}", ""])
+            if ph.run.wall_complete is not None:
+                rows += report_rows(kube, len(files), pods)
+            clear_reports(kube, args.namespaces)
+        else:
+            apply_policies(kube, files)
+
+        if "cold" in phases:
+            print("phase cold: no reports; operator started with the policies present...")
+            ph, _ = operator_phase(kube, work, "cold", args, expected, args.timeout)
+            results["cold"] = ph
+            rows += scan_rows(ph, expected, pods, "fresh operator (policies present, no reports), from its start",
+                              args.timeout)
+            rows += report_rows(kube, len(files), pods)
+
+        if "restart" in phases:
+            print("phase restart: operator restarted, nothing changed...")
+            ph, _ = operator_phase(kube, work, "restart", args, expected, args.timeout,
+                                   scan_interval=args.rescan_interval or 3600, periodic=args.rescan_interval > 0)
+            results["restart"] = ph
+            assert ph.run.last is not None
+            rows += [
+                ["restart, nothing changed: operator start -> first full scan done",
+                 f"{ph.first_full:.1f} s (the scan itself {ph.first_full_seconds:.1f} s)"
+                 if ph.first_full is not None else "not finished", "<= 10 s"],
+                ["  ... -> evaluations and writes stop", quiet_text(ph.run), ""],
+                ["  report writes", f"{ph.writes:.0f}", "0"],
+                ["  evaluations", f"{ph.evaluations:.0f} ({ph.evaluations / max(1, expected):.2f} per Pod x policy)",
+                 ""],
+            ]
+            if args.rescan_interval > 0:
+                rows += [
+                    [f"periodic full rescan (--scan-interval {args.rescan_interval:g}), nothing changed",
+                     f"{ph.periodic_seconds:.1f} s ({ph.periodic_resources:.0f} resources)"
+                     if ph.periodic_seconds is not None else "not finished", "<= 10 s"],
+                    ["  report writes", f"{ph.periodic_writes:.0f}", "0"],
+                ]
+            rows.append(["  operator / worker peak RSS", f"{ph.peaks.operator_hwm_kib / 1024:.0f} MiB / "
+                         f"{ph.peaks.worker_peak_kib / 1024:.0f} MiB", "<= 150 MiB"])
+
+        print()
+        print(table(rows, ["measure", "value", "target"]))
+        print(f"\n{load.stop()}")
+        print(f"busiest processes at the end (pcpu rss comm): {other_load()}")
+        print(f"total benchmark time {time.monotonic() - started:.0f}s; logs in {work}")
+        (work / "timeline.json").write_text(json.dumps(
+            {name: {"timeline": [p.__dict__ for p in ph.run.timeline], "rss": ph.peaks.samples}
+             for name, ph in results.items()}))
+        return 0
+    finally:
+        try:
+            if args.kubeconfig:
+                cleanup_workload(cluster.kube)
+        finally:
+            cluster.stop()
+
+
+def scan_rows(ph: Phase, expected: int, pods: int, what: str, timeout: float) -> list[list[str]]:
+    run = ph.run
+    assert run.last is not None
+    present = run.last.results_present
+    if run.wall_complete is not None:
+        done = f"{run.wall_complete:.1f} s"
+        end = run.wall_complete
+    else:
+        rate = present / max(0.001, run.last.t)
+        done = (f"not reached: {present:.0f}/{expected} results after {run.last.t:.0f} s "
+                f"(at {rate:.0f} results/s, ~{expected / max(rate, 0.001):.0f} s projected)")
+        end = run.last.t
+    return [
+        [f"full scan, {what} -> every result in reports", done, "<= 60 s"],
+        ["  ... -> evaluations and writes stop", quiet_text(run) if run.wall_complete is not None else "", ""],
+        ["  evaluations (vpol_policy_results_total)",
+         f"{ph.evaluations:.0f} ({ph.evaluations / max(1, expected):.2f} per Pod x policy), "
+         f"{ph.evaluations / max(0.001, end):.0f}/s", ""],
+        ["  report writes (vpol_report_writes_total)",
+         f"{ph.writes:.0f} ({ph.writes / max(1, present / max(1, expected / pods)):.2f} per Pod reported)",
+         "1 per Pod"],
+        ["  operator peak RSS (VmHWM)", f"{ph.peaks.operator_hwm_kib / 1024:.0f} MiB", "<= 150 MiB"],
+        ["  evaluation worker peak RSS (separate process)",
+         f"{ph.peaks.worker_peak_kib / 1024:.0f} MiB ({ph.peaks.workers_started} worker process(es) started)",
+         ""],
+    ]
+
+
+def quiet_text(run: ScanRun) -> str:
+    assert run.last is not None
+    if run.quiet_reached:
+        return f"{run.wall_quiet:.1f} s"
+    return f"still evaluating at {run.last.t:.0f} s (last change {run.wall_quiet:.1f} s)"
+
+
+def report_rows(kube: Any, policies: int, pods: int) -> list[list[str]]:
+    r = check_reports(kube, policies)
+    return [["  reports read back: Pod reports / with every result",
+             f"{r['pod reports']} / {r['complete']} (fail {r['fail results']}, pass {r['pass results']}, "
+             f"other {r['other results']})", f"{pods} / {pods}"]]
+
+
+def clear_reports(kube: Any, namespaces: int) -> None:
+    custom: Any = client.CustomObjectsApi(kube.api_client)
+    # One deletecollection per namespace, several at once (the API server deletes a collection's items one by one).
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: custom.delete_collection_namespaced_custom_object(
+            *REPORTS[:2], f"{NS_PREFIX}{i:02d}", REPORTS[2], _preload_content=False), range(namespaces)))
+    wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0], 300, 1)
+
+
+def _ready(kube: Any, name: str) -> bool:
+    obj: Any = client.CustomObjectsApi(kube.api_client).get_cluster_custom_object(
+        POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, name)
+    return bool(((obj.get("status") or {}).get("conditionStatus") or {}).get("ready"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
