@@ -157,9 +157,10 @@ def entries_from_report(report: Mapping[str, Any]) -> dict[str, ReportEntry]:
             continue
         props = item.get("properties") or {}
         ts = (item.get("timestamp") or {}).get("seconds", 0)
-        out[str(item.get("policy", ""))] = ReportEntry(
-            str(item.get("policy", "")), str(item.get("result", "")), str(item.get("message", "")),
-            tuple(sorted((str(k), str(v)) for k, v in props.items())), int(ts or 0))
+        policy = sys.intern(str(item.get("policy", "")))
+        out[policy] = ReportEntry(
+            policy, sys.intern(str(item.get("result", ""))), sys.intern(str(item.get("message", ""))),
+            tuple(sorted((sys.intern(str(k)), str(v)) for k, v in props.items())), int(ts or 0))
     return dict(sorted(out.items()))
 
 

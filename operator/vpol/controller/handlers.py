@@ -124,18 +124,29 @@ def policy_event(name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) 
     _enqueue(memo, name)
 
 
-@kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
-def vap_event(labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
+def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],
+                     labels: Mapping[str, str], memo: Any) -> None:
     owner = labels.get(POLICY_LABEL)
-    if owner:
-        _enqueue(memo, owner)
+    if not owner:
+        return
+    rt = _runtime(memo)
+    version = str(meta.get("resourceVersion", ""))
+    if event_type != "DELETED" and rt.reconciler is not None and version and \
+            rt.reconciler.generated_versions.get((kind, name)) == version:
+        return  # the echo of our own apply
+    _enqueue(memo, owner)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
+def vap_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+              memo: kopf.Memo, **_: Any) -> None:
+    _generated_event("ValidatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", labels=GENERATED_LABELS)
-def binding_event(labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
-    owner = labels.get(POLICY_LABEL)
-    if owner:
-        _enqueue(memo, owner)
+def binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+                  memo: kopf.Memo, **_: Any) -> None:
+    _generated_event("ValidatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event(EXCEPTIONS)

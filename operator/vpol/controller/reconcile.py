@@ -96,6 +96,8 @@ class Reconciler:
         #: resourceVersion of each policy right after our own status write: the watch event
         #: that write causes needs no reconcile.
         self.written_versions: dict[str, str] = {}
+        #: The same for the VAPs and bindings we apply: (kind, name) -> resourceVersion.
+        self.generated_versions: dict[tuple[str, str], str] = {}
         #: Told about every valid policy (None when it is gone or invalid): the scanner listens.
         self.on_policy = on_policy or (lambda name, policy: None)
         self.on_exceptions = on_exceptions or (lambda exceptions: None)
@@ -178,7 +180,10 @@ class Reconciler:
     def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
         for obj in objects:
             try:
-                self.objects.apply(obj)
+                applied = self.objects.apply(obj)
+                version = str(((applied or {}).get("metadata") or {}).get("resource_version")
+                              or ((applied or {}).get("metadata") or {}).get("resourceVersion") or "")
+                self.generated_versions[(obj["kind"], obj["metadata"]["name"])] = version
                 result.applied.append(obj["metadata"]["name"])
             except ApiException as exc:
                 if exc.status in (400, 422):
