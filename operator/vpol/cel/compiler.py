@@ -13,16 +13,14 @@ Rules enforced (besides syntax and types):
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cel_expr_python import cel
-from google.protobuf import descriptor_pb2
 
-from vpol.cel import types
 from vpol.cel.environment import EnvSpec, environment
+from vpol.cel.variables import typed_variables_message
 from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import Position, Problem
 
@@ -35,7 +33,7 @@ T = cel.Type
 MAX_NESTING = 64
 
 _ERROR_RX = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
-_UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 'vpol\.vars\.V[0-9a-f]+'")
+_UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 'vpol\.typecheck\.Vars[0-9a-f]+'")
 _VAR_REF_RX = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)|\bvariables\s*\[\s*\??\s*['\"]([^'\"]+)['\"]")
 
 #: Expected result type per expression role: (allowed type names, description).
@@ -127,44 +125,6 @@ def variable_references(src: str) -> frozenset[str]:
     return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
 
 
-_SCALAR_FIELDS = {
-    "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
-    "int": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
-    "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-    "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
-}
-
-
-def variables_message(declared: Sequence[tuple[str, str]]) -> str:
-    """A message type whose fields are the given (name, result type) variables.
-
-    Scalar results keep their type, anything else is ``google.protobuf.Value``
-    (dyn). Deduplicated by content.
-    """
-    key = hashlib.sha1(repr(tuple(declared)).encode()).hexdigest()[:16]
-    full = f"vpol.vars.V{key}"
-    # proto2: proto3 rejects field names whose JSON forms clash (fooBar / foo_bar).
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name=f"vpol/vars/{key}.proto", package="vpol.vars", syntax="proto2",
-        dependency=["google/protobuf/struct.proto"],
-    )
-    msg = fdp.message_type.add(name=f"V{key}")
-    seen: set[str] = set()
-    for number, (name, typ) in enumerate(declared, start=1):
-        if name in seen:  # a duplicate name is the parser's error to report; declare it once
-            continue
-        seen.add(name)
-        f = msg.field.add(name=name, number=number, json_name=name,
-                          label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-        if typ in _SCALAR_FIELDS:
-            f.type = _SCALAR_FIELDS[typ]
-        else:
-            f.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
-            f.type_name = ".google.protobuf.Value"
-    types.add_file(fdp)
-    return full
-
-
 def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[Program | None, list[Problem]]:
     """Compile one expression in the environment ``spec``; check its result type."""
     if not src.strip():
@@ -195,7 +155,7 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
     declared: list[tuple[str, str]] = []
 
     def spec_now() -> EnvSpec:
-        return EnvSpec(mode=mode, kubernetes_only=kubernetes_only, variables_type=variables_message(declared))
+        return EnvSpec(mode=mode, kubernetes_only=kubernetes_only, variables_type=typed_variables_message(declared))
 
     def add(src: str, path: str, role: str, env_spec: EnvSpec) -> Program | None:
         prog, problems = compile_expression(src, path, role, env_spec)
