@@ -142,6 +142,11 @@ def test_restart_rewrites_nothing_unchanged(policies: Policies, cluster: Any, na
     time.sleep(8)  # the new process seeds from existing reports and rescans everything
     assert report(cluster, namespace, uid)["metadata"]["resourceVersion"] == rv
     assert result_of(cluster, namespace, uid, name)["result"] == "fail"
+    # ...and it did not even evaluate the unchanged ConfigMap again (the report records what
+    # its results were computed from)
+    evaluations = [line for line in operator.metrics().splitlines()
+                   if line.startswith("vpol_policy_results_total{") and f'policy="{name}"' in line]
+    assert evaluations == [], evaluations
 
 
 

@@ -108,8 +108,14 @@ def summary(entries: Iterable[ReportEntry]) -> dict[str, int]:
     return counts
 
 
+#: Annotation recording what the results were computed from (object and namespace
+#: resourceVersions, policy set), so an unchanged object need not be evaluated again,
+#: even by a restarted operator.
+SCAN_KEY_ANNOTATION = "vpol.kyverno.io/scan-key"
+
+
 def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
-               policies: Mapping[str, PolicyMeta]) -> dict[str, Any]:
+               policies: Mapping[str, PolicyMeta], scan_key: str = "") -> dict[str, Any]:
     """The PolicyReport (or ClusterPolicyReport) object for one resource."""
     results = []
     for entry in entries.values():
@@ -136,6 +142,8 @@ def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
     }
     if ref.namespace:
         metadata["namespace"] = ref.namespace
+    if scan_key:
+        metadata["annotations"] = {SCAN_KEY_ANNOTATION: scan_key}
     scope = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
     if ref.namespace:
         scope["namespace"] = ref.namespace

@@ -21,8 +21,10 @@ Objects are never cached: memory holds the compact results per resource.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
+import re
 import threading
 import time
 from collections import Counter
@@ -38,6 +40,7 @@ from vpol.build.report import (
     MANAGED_BY_LABEL,
     PolicyMeta,
     ReportEntry,
+    SCAN_KEY_ANNOTATION,
     ResourceRef,
     entries_from_report,
     merge,
@@ -59,6 +62,8 @@ from vpol.model.policy import PolicyException, ValidatingPolicy
 logger = logging.getLogger(__name__)
 
 GVR = tuple[str, str, str]
+
+_IMPURE = re.compile(r"\b(resource|http|globalContext)\s*\.|GetMetadata|getMetadata|time\s*\.\s*now|random\s*\(")
 
 #: Resources evaluated per round trip to the evaluation worker.
 CHUNK = 200
@@ -100,6 +105,8 @@ class _State:
     ref: ResourceRef
     entries: dict[str, ReportEntry]
     written: bool
+    #: What the entries were computed from (see _scan_key); "" when unknown.
+    key: str = ""
 
 
 class Scanner(threading.Thread):
@@ -119,6 +126,8 @@ class Scanner(threading.Thread):
         self._lock = threading.Lock()
         self._evaluator: SandboxedEvaluator | None = None
         self._evaluator_key: tuple[Any, ...] = ()
+        self._policy_hash = ""
+        self._pure = False
         self._watchers: dict[GVR, Watcher] = {}
         self._types: dict[tuple[str, str], ResourceType] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
@@ -345,6 +354,10 @@ class Scanner(threading.Thread):
             exceptions = list(self._exceptions)
         key = tuple((p.name, repr(p.raw.get("spec")), tuple(sorted(p.annotations.items()))) for p in policies) + (
             repr(exceptions),)
+        self._policy_hash = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        # Results of policies that read other objects, the network or the clock can change
+        # without their resource changing: those resources are always evaluated again.
+        self._pure = not any(_IMPURE.search(repr(p.raw.get("spec"))) for p in policies)
         if not policies:
             if self._evaluator:
                 self._evaluator.close()
@@ -375,10 +388,24 @@ class Scanner(threading.Thread):
             count += self._scan_chunk(chunk, only)
         return count
 
+    def _scan_key(self, obj: dict[str, Any]) -> str:
+        md = obj.get("metadata") or {}
+        ns = self._namespaces.get(str(md.get("namespace") or ""), {})
+        ns_version = (ns.get("metadata") or {}).get("resourceVersion", "") if ns else ""
+        return f"{md.get('resourceVersion', '')}/{ns_version}/{self._policy_hash}"
+
+    def _unchanged(self, ref: ResourceRef, key: str) -> bool:
+        state = self._state.get(ref.uid)
+        return bool(self._pure and state is not None and state.written and state.key and state.key == key)
+
     def _scan_chunk(self, objects: list[dict[str, Any]], only: list[str] | None) -> int:
         evaluator = self._evaluator_now()
         refs = [ResourceRef.of(o) for o in objects]
-        pairs = [(ref, obj) for ref, obj in zip(refs, objects) if ref.uid]
+        keys = {ref.uid: self._scan_key(obj) for ref, obj in zip(refs, objects)}
+        # A full evaluation of an object nothing has changed about would only reproduce its report.
+        pairs = [(ref, obj) for ref, obj in zip(refs, objects)
+                 if ref.uid and not (only is None and self._unchanged(ref, keys[ref.uid]))]
+        skipped = sum(1 for ref in refs if ref.uid) - len(pairs)
         results: list[list[Result]] = [[] for _ in pairs]
         if evaluator is not None and pairs:
             subjects = [subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
@@ -397,14 +424,19 @@ class Scanner(threading.Thread):
                 if res.result == SKIP and not res.exception:
                     continue  # false matchConditions leave no result in background reports
                 fresh.append(ReportEntry.of(res, now))
-            write = self._store(ref, fresh, only)
+            write = self._store(ref, fresh, only, keys[ref.uid] if only is None else "")
             if write is not None:
                 writes.append(write)
         self._flush(writes)
-        return len(pairs)
+        return len(pairs) + skipped
 
-    def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None) -> "_Write | None":
-        """Update the in-memory results of one resource; return the write it needs, if any."""
+    def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None,
+               key: str = "") -> "_Write | None":
+        """Update the in-memory results of one resource; return the write it needs, if any.
+
+        ``key`` says what a full evaluation was computed from; a partial one (``only``)
+        leaves the resource without a key, so the next full scan evaluates it again.
+        """
         state = self._state.get(ref.uid)
         previous = state.entries if state else {}
         with self._lock:
@@ -412,6 +444,10 @@ class Scanner(threading.Thread):
         entries = merge(previous, fresh, only)
         entries = {p: e for p, e in entries.items() if p in known}
         if state is not None and entries == previous and (state.written or not entries):
+            if state.key != key and entries:
+                # Same results from newer inputs: remember them (the report is refreshed lazily,
+                # at its next real change; until then a restart evaluates this object again).
+                state.key = key
             return None
         self._count(previous, ref, -1)
         self._count(entries, ref, +1)
@@ -420,8 +456,8 @@ class Scanner(threading.Thread):
             if state is not None and state.written:
                 return _Write(ref, None)
             return None
-        self._state[ref.uid] = _State(ref, entries, False)
-        return _Write(ref, report_for(ref, entries, self._meta()))
+        self._state[ref.uid] = _State(ref, entries, False, key)
+        return _Write(ref, report_for(ref, entries, self._meta(), key))
 
     def _flush(self, writes: list["_Write"]) -> None:
         """Apply (or delete) reports concurrently; a failed write is retried at the next scan."""
@@ -531,7 +567,8 @@ class Scanner(threading.Thread):
             ref = ResourceRef(str(scope.get("apiVersion", "")), str(scope.get("kind", "")),
                               str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
             entries = entries_from_report(report)
-            self._state[uid] = _State(ref, entries, True)
+            key = str(((report.get("metadata") or {}).get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
+            self._state[uid] = _State(ref, entries, True, key)
             self._count(entries, ref, +1)
 
 
