@@ -389,10 +389,33 @@ class Scanner(threading.Thread):
         return count
 
     def _scan_key(self, obj: dict[str, Any]) -> str:
+        """What a full evaluation of ``obj`` depends on; "" when that cannot be told."""
         md = obj.get("metadata") or {}
-        ns = self._namespaces.get(str(md.get("namespace") or ""), {})
-        ns_version = (ns.get("metadata") or {}).get("resourceVersion", "") if ns else ""
+        namespace = str(md.get("namespace") or "")
+        ns_version = ""
+        if namespace:
+            ns = self._namespaces.get(namespace)
+            ns_version = str(((ns or {}).get("metadata") or {}).get("resourceVersion", ""))
+            if not ns_version:
+                return ""  # the namespace is not in our cache yet: its labels are unknown
         return f"{md.get('resourceVersion', '')}/{ns_version}/{self._policy_hash}"
+
+    def _key_after(self, ref: ResourceRef, key: str, only: list[str] | None) -> str:
+        """The key a resource's results have after evaluating ``only`` (None: every policy).
+
+        A partial evaluation keeps a key when it covered every policy, or when the other
+        policies' results were computed from this same version of the object and namespace.
+        """
+        if only is None or not key:
+            return key
+        with self._lock:
+            covered = set(only) >= set(self._policies)
+        if covered:
+            return key
+        state = self._state.get(ref.uid)
+        if state is not None and state.key and state.key.rsplit("/", 1)[0] == key.rsplit("/", 1)[0]:
+            return key
+        return ""
 
     def _unchanged(self, ref: ResourceRef, key: str) -> bool:
         state = self._state.get(ref.uid)
@@ -424,7 +447,7 @@ class Scanner(threading.Thread):
                 if res.result == SKIP and not res.exception:
                     continue  # false matchConditions leave no result in background reports
                 fresh.append(ReportEntry.of(res, now))
-            write = self._store(ref, fresh, only, keys[ref.uid] if only is None else "")
+            write = self._store(ref, fresh, only, self._key_after(ref, keys[ref.uid], only))
             if write is not None:
                 writes.append(write)
         self._flush(writes)
@@ -434,8 +457,8 @@ class Scanner(threading.Thread):
                key: str = "") -> "_Write | None":
         """Update the in-memory results of one resource; return the write it needs, if any.
 
-        ``key`` says what a full evaluation was computed from; a partial one (``only``)
-        leaves the resource without a key, so the next full scan evaluates it again.
+        ``key`` says what the results were computed from ("" when unknown: the next full
+        scan evaluates the resource again).
         """
         state = self._state.get(ref.uid)
         previous = state.entries if state else {}
