@@ -25,6 +25,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import status_kib  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "controlplane" / "cluster"
 
@@ -68,16 +71,6 @@ def group_members(pgid: int) -> list[int]:
             if fields[0] != "Z" and int(fields[2]) == pgid:
                 out.append(int(entry))
     return out
-
-
-def status_kib(pid: int, key: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def component(pid: int) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from vpol.model.documents import Document, parse_documents
 from vpol.model.parse import is_exception_document, is_policy_document, parse_exception, parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
-from vpol.model.problems import InputError, Problem
+from vpol.model.problems import InputError, Position, Problem
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -57,15 +57,9 @@ def load_documents(path: Path) -> list[Document]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(Problem(f"invalid JSON: {exc.msg}", file=str(path),
-                                     position=_pos(exc.lineno, exc.colno))) from None
+                                     position=Position(exc.lineno, exc.colno))) from None
         return [Document(data=data, file=str(path))] if data is not None else []
     return parse_documents(text, str(path))
-
-
-def _pos(line: int, col: int) -> Any:
-    from vpol.model.problems import Position
-
-    return Position(line, col)
 
 
 @dataclass
@@ -76,8 +70,6 @@ class Loaded:
     problems: list[Problem] = field(default_factory=list)
     #: Files that could not be read at all (exit code 2).
     unreadable: list[Problem] = field(default_factory=list)
-    #: Documents that are not policies.kyverno.io objects (resources, tests...), passed over.
-    skipped: int = 0
 
     @property
     def has_errors(self) -> bool:
@@ -109,9 +101,7 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
                 out.exceptions.append(exc_obj)
         elif strict_kinds and _claims_policy_group(doc.data):
             out.problems.append(_not_a_policy(doc))
-        else:
-            # Resources, test files and the like often sit beside policies: pass them over.
-            out.skipped += 1
+        # Anything else (resources, test files...) often sits beside policies: passed over.
     return out
 
 

@@ -128,6 +128,7 @@ class Scanner(threading.Thread):
         self._evaluator_key: tuple[Any, ...] = ()
         self._policy_hash = ""
         self._pure = False
+        self._meta_cache: dict[str, PolicyMeta] | None = None
         self._watchers: dict[GVR, Watcher] = {}
         self._types: dict[tuple[str, str], ResourceType] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
@@ -160,6 +161,7 @@ class Scanner(threading.Thread):
             if policy is not None and old is not None and old.spec == policy.spec and \
                     old.annotations == policy.annotations:
                 return
+            self._meta_cache = None
             if policy is None:
                 self._policies.pop(name, None)
             else:
@@ -372,8 +374,13 @@ class Scanner(threading.Thread):
         return self._evaluator
 
     def _meta(self) -> dict[str, PolicyMeta]:
+        """Report metadata of every scanned policy (rebuilt only when the policy set changes:
+        it is consulted for every resource)."""
         with self._lock:
-            return {n: PolicyMeta(p.severity, p.category, p.scored) for n, p in self._policies.items()}
+            if self._meta_cache is None:
+                self._meta_cache = {n: PolicyMeta(p.severity, p.category, p.scored)
+                                    for n, p in self._policies.items()}
+            return self._meta_cache
 
     def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None) -> int:
         """Evaluate objects in chunks (one worker round trip each) and write changed reports."""
@@ -462,8 +469,7 @@ class Scanner(threading.Thread):
         """
         state = self._state.get(ref.uid)
         previous = state.entries if state else {}
-        with self._lock:
-            known = set(self._policies)
+        known = self._meta()
         entries = merge(previous, fresh, only)
         entries = {p: e for p, e in entries.items() if p in known}
         if state is not None and entries == previous and (state.written or not entries):

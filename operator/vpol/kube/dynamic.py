@@ -148,6 +148,3 @@ class Watcher(threading.Thread):
             resp.release_conn()
         return rv
 
-
-def is_gone(exc: BaseException) -> bool:
-    return isinstance(exc, ApiException) and exc.status == 410
