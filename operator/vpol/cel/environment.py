@@ -103,7 +103,15 @@ def variable_types(spec: EnvSpec) -> dict[str, cel.Type]:
     return out
 
 
-@functools.lru_cache(maxsize=512)
+#: Environments kept. Each holds ~0.7 MiB of cel-cpp registries and a policy with
+#: variables needs its own (its ``variables`` message), so a large cache costs the
+#: operator hundreds of MiB with hundreds of policies while saving little: a policy
+#: is compiled when it changes, and one compile reuses its environments (measured:
+#: 16 PSS policies compiled and type-checked in 94-115 ms with or without a warm cache).
+ENVIRONMENT_CACHE = 32
+
+
+@functools.lru_cache(maxsize=ENVIRONMENT_CACHE)
 def environment(spec: EnvSpec = EnvSpec()) -> cel.Env:
     """The (cached) environment for ``spec``."""
     with _LOCK:
