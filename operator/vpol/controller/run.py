@@ -8,6 +8,7 @@ import kopf
 
 from vpol.controller import handlers  # noqa: F401 - registers the Kopf handlers
 from vpol.controller import metrics
+from vpol.controller.allocator import limit_arenas
 from vpol.controller.runtime import Options, Runtime
 from vpol.kube.client import api_client
 
@@ -35,6 +36,7 @@ def login_from(rt: Runtime) -> None:
 
 
 def run(options: Options) -> None:
+    limit_arenas()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rt = Runtime(options=options, api=api_client(options.kubeconfig, options.context))
     login_from(rt)
