@@ -149,6 +149,32 @@ def test_restart_rewrites_nothing_unchanged(policies: Policies, cluster: Any, na
     assert evaluations == [], evaluations
 
 
+def test_a_report_the_operator_does_not_know_is_taken_over(policies: Policies, cluster: Any, namespace: str) -> None:
+    """A report that exists without our label (left by someone else) is not seeded; the first
+    write for its resource (a create) meets it and applies over it instead."""
+    uid = make_cm(cluster, namespace, "foreign", {"x": "1"})
+    custom = client.CustomObjectsApi(cluster.api_client)
+    custom.create_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+        "metadata": {"name": uid, "annotations": {"vpol.kyverno.io/scan-key": "stale"}},
+        "results": [{"policy": "someone-else", "result": "pass", "source": "other"}],
+    })
+    name = policies.create("takeover", owner_policy())
+    fail = wait_for("our result in the existing report", lambda: result_of(cluster, namespace, uid, name), 60)
+    assert fail["result"] == "fail"
+    r = report(cluster, namespace, uid)
+    assert [x["policy"] for x in r["results"]] == [name]
+    assert r["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "vpol"
+    assert r["metadata"]["annotations"]["vpol.kyverno.io/scan-key"] != "stale"
+    assert r["summary"]["fail"] == 1
+
+    # Later writes replace what the first one set (no stale results, key or counts).
+    client.CoreV1Api(cluster.api_client).patch_namespaced_config_map("foreign", namespace, {"data": {"owner": "x"}})
+    wait_for("the fixed ConfigMap to pass", lambda: (result_of(cluster, namespace, uid, name) or {}).get("result")
+             == "pass", 60)
+    r = report(cluster, namespace, uid)
+    assert [x["result"] for x in r["results"]] == ["pass"] and r["summary"]["fail"] == 0
+
 
 def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: Any, namespace: str) -> None:
     """resource.Get reads the cluster; http.* is off unless allowlisted; globalContext reports why it fails."""

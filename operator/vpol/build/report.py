@@ -101,6 +101,49 @@ def merge(previous: Mapping[str, ReportEntry], fresh: Iterable[ReportEntry],
     return dict(sorted(out.items()))
 
 
+#: A resource's results as kept in memory: one entry per policy, sorted by policy name.
+Results = tuple[ReportEntry, ...]
+
+
+class EntryPool:
+    """Shares equal ``ReportEntry`` values and equal result tuples between resources.
+
+    A scan keeps the results of every resource it covers. Most of them are
+    equal (same policies, outcomes and messages, written in the same second),
+    so sharing one object per distinct value keeps memory near a tuple of
+    references per resource instead of a dict of entries per resource
+    (measured: ~4 KiB per resource with 16 policies without sharing). The pool
+    forgets everything once it holds ``limit`` values, so it cannot grow
+    without bound; values handed out stay valid.
+    """
+
+    def __init__(self, limit: int = 20_000):
+        self.limit = limit
+        self._entries: dict[ReportEntry, ReportEntry] = {}
+        self._results: dict[Results, Results] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._results)
+
+    def entry(self, entry: ReportEntry) -> ReportEntry:
+        if len(self) >= self.limit:
+            self.clear()
+        return self._entries.setdefault(entry, entry)
+
+    def results(self, entries: Iterable[ReportEntry]) -> Results:
+        """The shared, policy-sorted tuple of ``entries`` (each entry shared as well)."""
+        items = tuple(self.entry(e) for e in sorted(entries, key=lambda e: e.policy))
+        return self._results.setdefault(items, items)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._results.clear()
+
+
+def by_policy(results: Iterable[ReportEntry]) -> dict[str, ReportEntry]:
+    return {e.policy: e for e in results}
+
+
 def summary(entries: Iterable[ReportEntry]) -> dict[str, int]:
     counts = dict.fromkeys(SUMMARY_KEYS, 0)
     for e in entries:
@@ -142,8 +185,9 @@ def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
     }
     if ref.namespace:
         metadata["namespace"] = ref.namespace
-    if scan_key:
-        metadata["annotations"] = {SCAN_KEY_ANNOTATION: scan_key}
+    # Always set (empty when unknown), so every write sets the same fields and a
+    # server-side apply after a create leaves no stale key behind.
+    metadata["annotations"] = {SCAN_KEY_ANNOTATION: scan_key}
     scope = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
     if ref.namespace:
         scope["namespace"] = ref.namespace

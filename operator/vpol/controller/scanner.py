@@ -27,9 +27,9 @@ import queue
 import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,13 @@ from kubernetes import client
 from vpol.build.report import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    EntryPool,
     PolicyMeta,
     ReportEntry,
+    Results,
     SCAN_KEY_ANNOTATION,
     ResourceRef,
+    by_policy,
     entries_from_report,
     merge,
     now_seconds,
@@ -69,27 +72,25 @@ _IMPURE = re.compile(r"\b(resource|http|globalContext)\s*\.|GetMetadata|getMetad
 CHUNK = 200
 #: Concurrent report writes.
 WRITERS = 8
+#: Report writes queued before the scan waits for them (evaluation continues while
+#: earlier writes are in flight; this bounds what is held for them).
+MAX_PENDING_WRITES = 2 * CHUNK
 #: After a policy change, gather further changes until none arrives for SETTLE_QUIET
 #: seconds (at most SETTLE_MAX), then rescan once for all of them.
 SETTLE_QUIET = 1.0
 SETTLE_MAX = 5.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Write:
     ref: ResourceRef
-    #: The report to apply; None deletes it.
-    report: dict[str, Any] | None
-
-
-def _capture(fn: Callable[[Any], None]) -> Callable[[Any], BaseException | None]:
-    def run(arg: Any) -> BaseException | None:
-        try:
-            fn(arg)
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            return exc
-        return None
-    return run
+    #: The results to report (the report body is built by the writer thread, so queued
+    #: writes cost a few references each); None deletes the report.
+    entries: Results | None
+    meta: dict[str, PolicyMeta] | None = None
+    key: str = ""
+    #: No report is known to exist: create it (cheaper for the API server than an apply).
+    create: bool = False
 
 
 @dataclass
@@ -100,10 +101,11 @@ class ScanOptions:
     batch: int = 500
 
 
-@dataclass
+@dataclass(slots=True)
 class _State:
     ref: ResourceRef
-    entries: dict[str, ReportEntry]
+    #: Shared through the scanner's EntryPool (most resources have equal results).
+    entries: Results
     written: bool
     #: What the entries were computed from (see _scan_key); "" when unknown.
     key: str = ""
@@ -134,7 +136,9 @@ class Scanner(threading.Thread):
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._ns_watcher: Watcher | None = None
         self._state: dict[str, _State] = {}
+        self._pool_entries = EntryPool()
         self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
+        self._pending: deque[tuple[_Write, Future[None]]] = deque()
         self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
         self._active = False
         self._last_full = 0.0
@@ -233,6 +237,7 @@ class Scanner(threading.Thread):
         self._full_scan()
 
     def _deactivate(self) -> None:
+        self._drain()
         for w in self._watchers.values():
             w.stop()
         self._watchers.clear()
@@ -290,6 +295,7 @@ class Scanner(threading.Thread):
                     self._forget(uid)
             changed = [obj for etype, obj in objects.values() if etype != "DELETED"]
             self._scan_objects(changed, None)
+            self._drain()
             metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
             metrics.SCAN_RESOURCES.labels("incremental").inc(len(changed))
 
@@ -468,10 +474,10 @@ class Scanner(threading.Thread):
         scan evaluates the resource again).
         """
         state = self._state.get(ref.uid)
-        previous = state.entries if state else {}
+        previous = state.entries if state else ()
         known = self._meta()
-        entries = merge(previous, fresh, only)
-        entries = {p: e for p, e in entries.items() if p in known}
+        merged = merge(by_policy(previous), fresh, only)
+        entries = self._pool_entries.results(e for p, e in merged.items() if p in known)
         if state is not None and entries == previous and (state.written or not entries):
             if state.key != key and entries:
                 # Same results from newer inputs: remember them (the report is refreshed lazily,
@@ -486,27 +492,38 @@ class Scanner(threading.Thread):
                 return _Write(ref, None)
             return None
         self._state[ref.uid] = _State(ref, entries, False, key)
-        return _Write(ref, report_for(ref, entries, self._meta(), key))
+        return _Write(ref, entries, self._meta(), key, create=state is None)
+
+    def _write(self, w: _Write) -> None:
+        """One report write (runs in a writer thread)."""
+        if w.entries is None:
+            self.reports.delete(w.ref.uid, w.ref.namespace)
+            metrics.REPORT_WRITES.labels("delete").inc()
+            return
+        report = report_for(w.ref, by_policy(w.entries), w.meta or {}, w.key)
+        if not (w.create and self.reports.create(report)):
+            self.reports.apply(report)
+        metrics.REPORT_WRITES.labels("apply").inc()
+        state = self._state.get(w.ref.uid)
+        if state is not None and state.entries is w.entries:
+            state.written = True
 
     def _flush(self, writes: list["_Write"]) -> None:
-        """Apply (or delete) reports concurrently; a failed write is retried at the next scan."""
-        if not writes:
-            return
+        """Queue report writes (or deletions) to the writer threads; a failed write is
+        retried at the next scan. Waits only when too many are queued (see _drain)."""
+        for w in writes:
+            self._pending.append((w, self._pool.submit(self._write, w)))
+        if len(self._pending) > MAX_PENDING_WRITES:
+            self._drain(MAX_PENDING_WRITES // 2)
 
-        def run(w: _Write) -> None:
-            if w.report is None:
-                self.reports.delete(w.ref.uid, w.ref.namespace)
-                metrics.REPORT_WRITES.labels("delete").inc()
-            else:
-                self.reports.apply(w.report)
-                metrics.REPORT_WRITES.labels("apply").inc()
-                state = self._state.get(w.ref.uid)
-                if state is not None:
-                    state.written = True
-
-        for w, error in zip(writes, self._pool.map(_capture(run), writes)):
-            if error is not None:
-                logger.warning("writing the report of %s/%s failed: %s", w.ref.kind, w.ref.name, error)
+    def _drain(self, keep: int = 0) -> None:
+        """Wait for queued writes until at most ``keep`` are left."""
+        while len(self._pending) > keep:
+            w, future = self._pending.popleft()
+            try:
+                future.result()
+            except Exception as exc:  # noqa: BLE001 - logged and counted; the next scan retries
+                logger.warning("writing the report of %s/%s failed: %s", w.ref.kind, w.ref.name, exc)
                 metrics.RECONCILE_ERRORS.labels("scan").inc()
             else:
                 self.writes += 1
@@ -516,9 +533,9 @@ class Scanner(threading.Thread):
         if state:
             self._count(state.entries, state.ref, -1)
 
-    def _count(self, entries: dict[str, ReportEntry], ref: ResourceRef, sign: int) -> None:
+    def _count(self, entries: Results, ref: ResourceRef, sign: int) -> None:
         meta = self._meta()
-        for entry in entries.values():
+        for entry in entries:
             m = meta.get(entry.policy, PolicyMeta())
             key = (entry.policy, ref.namespace, entry.result, m.severity, m.category)
             self._counts[key] += sign
@@ -564,13 +581,16 @@ class Scanner(threading.Thread):
         count = self._scan_objects(listed(), only) if present else 0
         # resources they no longer match (or deleted policies) lose their results
         stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
-                 if uid not in seen and names & set(state.entries)]
+                 if uid not in seen and any(e.policy in names for e in state.entries)]
         self._flush([w for w in stale if w is not None])
+        self._drain()
         metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
 
     def _full_scan(self) -> None:
         started = time.perf_counter()
+        # Values still in use stay shared; new ones are pooled afresh (bounds the pool).
+        self._pool_entries.clear()
         self._sync_watchers()
         seen: set[str] = set()
 
@@ -582,6 +602,7 @@ class Scanner(threading.Thread):
         count = self._scan_objects(listed(), None)
         stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
         self._flush([w for w in stale if w is not None])
+        self._drain()
         self._last_full = time.monotonic()
         metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)
         metrics.SCAN_RESOURCES.labels("full").inc(count)
@@ -595,7 +616,7 @@ class Scanner(threading.Thread):
                 continue
             ref = ResourceRef(str(scope.get("apiVersion", "")), str(scope.get("kind", "")),
                               str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
-            entries = entries_from_report(report)
+            entries = self._pool_entries.results(entries_from_report(report).values())
             key = str(((report.get("metadata") or {}).get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
             self._state[uid] = _State(ref, entries, True, key)
             self._count(entries, ref, +1)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from vpol.build.report import PolicyMeta, ReportEntry, ResourceRef, entries_from_report, merge, report_for
+from vpol.build.report import (
+    SCAN_KEY_ANNOTATION,
+    EntryPool,
+    PolicyMeta,
+    ReportEntry,
+    ResourceRef,
+    by_policy,
+    entries_from_report,
+    merge,
+    report_for,
+)
 from vpol.engine.evaluate import Result
 
 POD = ResourceRef("v1", "Pod", "web", "team-a", "uid-1")
@@ -51,3 +61,32 @@ def test_entries_round_trip_through_a_report():
     entries = {"a": ReportEntry("a", "fail", "bad", (("validation", "0"),), 42)}
     report = report_for(POD, entries, {})
     assert entries_from_report(report) == entries
+
+
+def test_entry_pool_shares_equal_entries_and_result_sets() -> None:
+    pool = EntryPool()
+    a = [ReportEntry("p2", "fail", "bad", (("validation", "0"),), 10), ReportEntry("p1", "pass", "", (), 10)]
+    b = [ReportEntry("p1", "pass", "", (), 10), ReportEntry("p2", "fail", "bad", (("validation", "0"),), 10)]
+    ra, rb = pool.results(a), pool.results(b)
+    assert ra is rb
+    assert [e.policy for e in ra] == ["p1", "p2"]
+    other = pool.results([ReportEntry("p1", "pass", "", (), 11)])
+    assert other is not ra and other[0] is not ra[0]
+    # single entries are shared across different result sets
+    mixed = pool.results([ReportEntry("p1", "pass", "", (), 10)])
+    assert mixed[0] is ra[0]
+    assert by_policy(ra) == {"p1": ra[0], "p2": ra[1]}
+
+
+def test_entry_pool_is_bounded() -> None:
+    pool = EntryPool(limit=10)
+    kept = [pool.results([ReportEntry("p", "pass", "", (), t)]) for t in range(100)]
+    assert len(pool) <= 10
+    assert [k[0].timestamp for k in kept] == list(range(100))  # values handed out stay valid
+
+
+def test_every_report_carries_the_scan_key_annotation() -> None:
+    ref = ResourceRef("v1", "Pod", "p", "ns", "u1")
+    entries = {"p1": ReportEntry("p1", "pass", "", (), 1)}
+    assert report_for(ref, entries, {}, "")["metadata"]["annotations"] == {SCAN_KEY_ANNOTATION: ""}
+    assert report_for(ref, entries, {}, "1/2/h")["metadata"]["annotations"] == {SCAN_KEY_ANNOTATION: "1/2/h"}
