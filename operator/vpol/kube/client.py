@@ -14,6 +14,11 @@ from kubernetes import client, config
 
 #: (connect, read) seconds for calls that set no timeout of their own.
 DEFAULT_TIMEOUT = (10.0, 60.0)
+#: Pooled connections per client. The generated client's default (5 per core) is less
+#: than the operator uses at once (a watch per scanned kind, the report writers,
+#: reconciles), and every connection beyond the pool is dropped after use, so the
+#: next call pays a new TLS handshake.
+POOL_SIZE = 32
 
 
 class TimeoutApiClient(client.ApiClient):
@@ -27,6 +32,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     """A client for ``kubeconfig`` (or $KUBECONFIG, ~/.kube/config), else the in-cluster account."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_SIZE)
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
