@@ -137,7 +137,7 @@ class Scanner(threading.Thread):
         self._ns_watcher: Watcher | None = None
         self._state: dict[str, _State] = {}
         self._pool_entries = EntryPool()
-        self._pool = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
+        self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
         self._pending: deque[tuple[_Write, Future[None]]] = deque()
         self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
         self._active = False
@@ -512,7 +512,7 @@ class Scanner(threading.Thread):
         """Queue report writes (or deletions) to the writer threads; a failed write is
         retried at the next scan. Waits only when too many are queued (see _drain)."""
         for w in writes:
-            self._pending.append((w, self._pool.submit(self._write, w)))
+            self._pending.append((w, self._writers.submit(self._write, w)))
         if len(self._pending) > MAX_PENDING_WRITES:
             self._drain(MAX_PENDING_WRITES // 2)
 
