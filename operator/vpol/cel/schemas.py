@@ -286,14 +286,9 @@ class _Builder:
                 field.label = FDP.LABEL_OPTIONAL  # two map fields would share one entry name
                 _set_type(field, _ANY_MAP)
                 return
-            entry = msg.nested_type.add(name=entry_name)
-            entry.options.map_entry = True
-            entry.field.add(name="key", number=1, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
-            value = entry.field.add(name="value", number=2, label=FDP.LABEL_OPTIONAL)
+            key, value = add_map_entry(msg, field, entry_name, f"{self.package}.{msg.name}")
+            key.type = FDP.TYPE_STRING
             _set_type(value, shape.element)
-            field.label = FDP.LABEL_REPEATED
-            field.type = FDP.TYPE_MESSAGE
-            field.type_name = f".{self.package}.{msg.name}.{entry.name}"
         else:
             field.label = FDP.LABEL_OPTIONAL
             _set_type(field, shape)
@@ -320,6 +315,21 @@ def _set_type(field: descriptor_pb2.FieldDescriptorProto, shape: _Shape) -> None
     else:
         field.type = FDP.TYPE_MESSAGE
         field.type_name = shape.message
+
+
+def add_map_entry(msg: descriptor_pb2.DescriptorProto, field: descriptor_pb2.FieldDescriptorProto,
+                  entry_name: str, scope: str) -> tuple[descriptor_pb2.FieldDescriptorProto,
+                                                         descriptor_pb2.FieldDescriptorProto]:
+    """Make ``field`` of ``msg`` (full name ``scope``) a map: adds the nested entry message
+    ``entry_name`` and returns its key and value fields, for the caller to type."""
+    entry = msg.nested_type.add(name=entry_name)
+    entry.options.map_entry = True
+    key = entry.field.add(name="key", number=1, label=FDP.LABEL_OPTIONAL)
+    value = entry.field.add(name="value", number=2, label=FDP.LABEL_OPTIONAL)
+    field.label = FDP.LABEL_REPEATED
+    field.type = FDP.TYPE_MESSAGE
+    field.type_name = f".{scope}.{entry_name}"
+    return key, value
 
 
 def map_entry_name(field_name: str) -> str:

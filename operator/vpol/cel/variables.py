@@ -116,15 +116,9 @@ def typed_variables_message(declared: Sequence[tuple[str, str]]) -> str:
             field.label = FDP.LABEL_REPEATED
             _set(field, _field_shape(tree[1], nested=True))
         elif shape is not None and shape[0] == "map":
-            entry = msg.nested_type.add(name=schemas.map_entry_name(var))
-            entry.options.map_entry = True
-            key = entry.field.add(name="key", number=1, label=FDP.LABEL_OPTIONAL)
+            key, value = schemas.add_map_entry(msg, field, schemas.map_entry_name(var), f"{package}.{name}")
             _set(key, _field_shape(tree[1]))
-            value = entry.field.add(name="value", number=2, label=FDP.LABEL_OPTIONAL)
             _set(value, _field_shape(tree[2], nested=True))
-            field.label = FDP.LABEL_REPEATED
-            field.type = FDP.TYPE_MESSAGE
-            field.type_name = f".{package}.{name}.{entry.name}"
         else:
             field.label = FDP.LABEL_OPTIONAL
             _set(field, shape)
