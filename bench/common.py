@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -35,7 +33,7 @@ if str(REPO) not in sys.path:
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.e2e.conftest import KubeCluster  # noqa: E402
+from tests.e2e.conftest import KubeCluster, exported_env  # noqa: E402
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig  # noqa: E402
 
 CLUSTER_SCRIPT = REPO / "tests" / "controlplane" / "cluster"
@@ -112,18 +110,6 @@ def other_load() -> str:
 
 # -- a cluster --------------------------------------------------------------------------------
 
-def _exports(stdout: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in stdout.splitlines():
-        m = re.match(r"export (\w+)=(.*)$", line.strip())
-        if m:
-            value = m.group(2)
-            if m.group(1) == "PATH":
-                value = value.removesuffix(':"$PATH"')
-            env[m.group(1)] = shlex.split(value)[0]
-    return env
-
-
 def _committed_script() -> Path:
     """tests/controlplane as committed (the working tree may be mid-edit by someone else)."""
     dest = Path(tempfile.mkdtemp(prefix="vpol-cpsrc-"))
@@ -151,7 +137,7 @@ class Cluster:
             proc = subprocess.run([str(path), "start", str(state_dir), *extra], capture_output=True, text=True,
                                   stdin=subprocess.DEVNULL, timeout=600)
             if proc.returncode == 0:
-                env = _exports(proc.stdout)
+                env = exported_env(proc.stdout)
                 kubectl = Path(env["PATH"]) / "kubectl"
                 return cls(KubeCluster(env["KUBECONFIG"], kubectl, state_dir=state_dir), state_dir, path)
             subprocess.run([str(path), "stop", str(state_dir)], capture_output=True, timeout=120)
@@ -168,6 +154,35 @@ class Cluster:
         if self.state_dir is not None and self.script is not None:
             subprocess.run([str(self.script), "stop", str(self.state_dir)], capture_output=True, timeout=180)
             shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+
+
+@dataclass
+class BenchRun:
+    """What every cluster benchmark starts with: the machine printed, a load sampler, a work
+    directory and a cluster (a local control plane, or ``--kubeconfig``'s)."""
+
+    work: Path
+    cluster: Cluster
+    load: LoadSampler
+    started: float
+
+    @classmethod
+    def begin(cls, workdir: str | None, prefix: str, kubeconfig: str | None, kubectl: str | None) -> "BenchRun":
+        print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in machine().items()))
+        print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
+        work = Path(workdir or tempfile.mkdtemp(prefix=prefix))
+        work.mkdir(parents=True, exist_ok=True)
+        load = LoadSampler()
+        load.start()
+        started = time.monotonic()
+        cluster = Cluster.existing(kubeconfig, kubectl) if kubeconfig else Cluster.start(work / "cluster")
+        return cls(work, cluster, load, started)
+
+    def end(self) -> str:
+        """The closing lines: load during the run, the busiest processes, the total time."""
+        return (f"\n{self.load.stop()}\n"
+                f"busiest processes at the end (pcpu rss comm): {other_load()}\n"
+                f"total benchmark time {time.monotonic() - self.started:.0f}s; logs in {self.work}")
 
 
 def install_vpol(kube: KubeCluster) -> None:

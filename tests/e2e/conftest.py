@@ -194,15 +194,20 @@ def start_local_cluster(state: Path, timeout: float = START_TIMEOUT) -> tuple[Pa
     proc = _run_script("start", str(state), "--timeout", str(int(timeout)), timeout=timeout + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"`cluster start {state}` failed:\n{_last_lines(proc.stderr, 60)}")
+    return state, exported_env(proc.stdout)
+
+
+def exported_env(stdout: str) -> dict[str, str]:
+    """The variables `cluster start` prints as `export NAME=VALUE` lines (PATH: the added part)."""
     env: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         m = re.match(r"export (\w+)=(.*)$", line.strip())
         if m:
             value = m.group(2)
             if m.group(1) == "PATH":
                 value = value.removesuffix(':"$PATH"')
             env[m.group(1)] = shlex.split(value)[0]
-    return state, env
+    return env
 
 
 def stop_local_cluster(state: Path) -> None:
