@@ -37,7 +37,6 @@ import logging
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -49,14 +48,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    Cluster,
-    LoadSampler,
+    BenchRun,
     MemorySampler,
     install_vpol,
-    machine,
     metric_sum,
     ms,
-    other_load,
     percentile,
     scrape,
     start_operator,
@@ -259,16 +255,8 @@ def main() -> int:
     logging.getLogger("vpol.kube.dynamic").setLevel(logging.ERROR)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
 
-    info = machine()
-    print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in info.items()))
-    print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="vpol-bench-ready-"))
-    work.mkdir(parents=True, exist_ok=True)
-    load = LoadSampler()
-    load.start()
-    started = time.monotonic()
-    cluster = (Cluster.existing(args.kubeconfig, args.kubectl) if args.kubeconfig
-               else Cluster.start(work / "cluster"))
+    run = BenchRun.begin(args.workdir, "vpol-bench-ready-", args.kubeconfig, args.kubectl)
+    work, cluster = run.work, run.cluster
     op = None
     sampler = None
     try:
@@ -375,9 +363,7 @@ def main() -> int:
             ["operator peak RSS (VmHWM)", f"{peaks.operator_hwm_kib / 1024:.0f} MiB"],
             ["child processes (peak RSS)", peaks.children_summary()],
         ], ["memory", "value"]))
-        print(f"\n{load.stop()}")
-        print(f"busiest processes at the end (pcpu rss comm): {other_load()}")
-        print(f"total benchmark time {time.monotonic() - started:.0f}s")
+        print(run.end())
         bench.watch.stop()
         return 0
     finally:

@@ -41,7 +41,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,15 +51,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml  # noqa: E402
 from common import (  # noqa: E402
+    BenchRun,
     REPO,
-    Cluster,
-    LoadSampler,
     MemoryPeaks,
     MemorySampler,
     install_vpol,
-    machine,
     metric_sum,
-    other_load,
     scrape,
     start_operator,
     table,
@@ -419,15 +415,8 @@ def main() -> int:
         args.pods, args.namespaces, args.rescan_interval, args.apply_timeout = 1000, 10, 20.0, 60.0
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
 
-    info = machine()
-    print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in info.items()))
-    print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="vpol-bench-scan-"))
-    work.mkdir(parents=True, exist_ok=True)
-    load = LoadSampler()
-    load.start()
-    started = time.monotonic()
-    cluster = Cluster.existing(args.kubeconfig, args.kubectl) if args.kubeconfig else Cluster.start(work / "cluster")
+    run = BenchRun.begin(args.workdir, "vpol-bench-scan-", args.kubeconfig, args.kubectl)
+    work, cluster = run.work, run.cluster
     try:
         kube = cluster.kube
         install_vpol(kube)
@@ -490,9 +479,7 @@ def main() -> int:
 
         print()
         print(table(rows, ["measure", "value", "target"]))
-        print(f"\n{load.stop()}")
-        print(f"busiest processes at the end (pcpu rss comm): {other_load()}")
-        print(f"total benchmark time {time.monotonic() - started:.0f}s; logs in {work}")
+        print(run.end())
         (work / "timeline.json").write_text(json.dumps(
             {name: {"timeline": [p.__dict__ for p in ph.run.timeline], "rss": ph.peaks.samples}
              for name, ph in results.items()}))
