@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.apiserver import KOPF, POLICIES, POLICY_PATH, VPOL, Effect, VpolApiServer
+from tests.faults.apiserver import KOPF, POLICIES, POLICY_PATH, VPOL, Effect, Fault, VpolApiServer
 from tests.faults.converge import WAIT, condition, expect_condition, is_ready, wait_policy
 from tests.faults.operator_process import Operator, StartOperator
 from tests.faults.policies import CreatePolicy, policy_body
@@ -49,6 +49,21 @@ async def patch_spec(api: VpolApiServer, name: str, spec: dict[str, Any]) -> Non
 async def assert_healthy(op: Operator) -> None:
     assert op.alive, f"the operator exited with {op.returncode}"
     assert await op.healthz() == 200
+
+
+async def start_with_held_policy_watch(kmock: VpolApiServer, operator: StartOperator,
+                                       effect: Effect) -> tuple[Operator, asyncio.Event, Fault]:
+    """Start the operator with Kopf's first policy watch failing with ``effect``, held until the
+    returned event is set. The operator's own startup listing fails once too, so only Kopf's
+    watch machinery can find a policy created meanwhile."""
+    resync_500 = kmock.inject(Effect.STATUS, status=500, method="GET", path=POLICY_PATH, agent=VPOL, times=1)
+    release = asyncio.Event()
+    first = kmock.inject(effect, method="GET", resource=POLICIES, watch=True, agent=KOPF, release=release,
+                         hold_limit=WAIT)
+    op = await operator()
+    await first.wait_hits(1, WAIT)
+    await resync_500.wait_hits(1, WAIT)
+    return op, release, first
 
 
 async def test_500s_on_policy_reads_lists_and_status_writes_are_retried(
@@ -105,14 +120,7 @@ async def test_409_conflicts_on_the_status_patch_converge_on_the_latest_generati
 async def test_410_gone_on_the_policy_watch_relists_and_picks_up_new_policies(
         kmock: VpolApiServer, operator: StartOperator,
         create_policy: CreatePolicy) -> None:
-    # The operator's own startup listing fails, so only Kopf's watch machinery can find the policy.
-    resync_500 = kmock.inject(Effect.STATUS, status=500, method="GET", path=POLICY_PATH, agent=VPOL, times=1)
-    release = asyncio.Event()
-    first = kmock.inject(Effect.GONE, method="GET", resource=POLICIES, watch=True, agent=KOPF, release=release,
-                         hold_limit=WAIT)
-    op = await operator()
-    await first.wait_hits(1, WAIT)
-    await resync_500.wait_hits(1, WAIT)
+    op, release, first = await start_with_held_policy_watch(kmock, operator, Effect.GONE)
     second = kmock.inject(Effect.GONE, method="GET", resource=POLICIES, watch=True, agent=KOPF)
 
     # Created while the only watch stream is stuck; its ADDED event never reaches that stream.
@@ -138,13 +146,7 @@ async def test_410_gone_on_the_policy_watch_relists_and_picks_up_new_policies(
 async def test_dropped_watch_streams_reconnect_and_pick_up_new_policies(
         kmock: VpolApiServer, operator: StartOperator,
         create_policy: CreatePolicy) -> None:
-    resync_500 = kmock.inject(Effect.STATUS, status=500, method="GET", path=POLICY_PATH, agent=VPOL, times=1)
-    release = asyncio.Event()
-    first = kmock.inject(Effect.DROP, method="GET", resource=POLICIES, watch=True, agent=KOPF, release=release,
-                         hold_limit=WAIT)
-    op = await operator()
-    await first.wait_hits(1, WAIT)
-    await resync_500.wait_hits(1, WAIT)
+    op, release, first = await start_with_held_policy_watch(kmock, operator, Effect.DROP)
     # The reconnection is cut too, at once, twice.
     again = kmock.inject(Effect.DROP, method="GET", resource=POLICIES, watch=True, agent=KOPF, times=2)
 
