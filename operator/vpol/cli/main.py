@@ -177,7 +177,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_generate_vap(args: argparse.Namespace) -> int:
-    from vpol.build.vap import desired_objects
+    from vpol.desired.vap import desired_objects
 
     loaded = load_policies(args.policies)
     if loaded.unreadable:

@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from vpol.build.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
+from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.reconcile import DiscoveryCache, Reconciler

@@ -19,8 +19,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.build.status import Findings, desired_status, status_changed
-from vpol.build.vap import POLICY_LABEL, desired_objects
+from vpol.desired.status import Findings, desired_status, status_changed
+from vpol.desired.vap import POLICY_LABEL, desired_objects
 from vpol.cel.compiler import compile_policy
 from vpol.cel.typecheck import check_policy
 from vpol.engine.autogen import autogen_configs, status_configs

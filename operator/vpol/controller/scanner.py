@@ -35,7 +35,7 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.build.report import (
+from vpol.desired.report import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     EntryPool,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vpol.build.status import Findings, desired_status, status_changed
+from vpol.desired.status import Findings, desired_status, status_changed
 
 
 def conds(status):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.build.vap import desired_objects, ineligibility
+from vpol.desired.vap import desired_objects, ineligibility
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
 
 

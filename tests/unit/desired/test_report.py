@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vpol.build.report import (
+from vpol.desired.report import (
     SCAN_KEY_ANNOTATION,
     EntryPool,
     PolicyMeta,
