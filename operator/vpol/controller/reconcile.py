@@ -1,10 +1,14 @@
-"""Reconciling one ValidatingPolicy: read, call the core, write.
+"""Reconciling one ValidatingPolicy or NamespacedValidatingPolicy: read, call the core, write.
 
-Reads the policy, the PolicyExceptions and the cluster's API discovery;
-the core compiles, type-checks, computes autogen and the desired VAPs and
+Reads the policy, the PolicyExceptions, the cluster's API discovery and vpol's
+webhook configuration; the core compiles, type-checks, computes autogen, the
+admission route (:mod:`vpol.desired.enforcement`), the desired VAPs and the
 status; this module applies/deletes generated objects and writes the status
 only when it changed. Everything is level-based: the same cluster state
 always leads to the same writes, and a second pass writes nothing.
+
+Keys are policy keys: ``name`` for a ValidatingPolicy, ``namespace/name`` for
+a NamespacedValidatingPolicy.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.desired.enforcement import GENERATION_ELIGIBLE, WebhookState, admission_finding, route
 from vpol.desired.status import Findings, desired_status, status_changed
 from vpol.desired.vap import POLICY_LABEL, desired_objects
+from vpol.desired.webhook_coverage import covered_generation
 from vpol.cel.compiler import compile_policy
 from vpol.cel.typecheck import check_policy
 from vpol.engine.autogen import autogen_configs, status_configs
@@ -51,6 +57,8 @@ class ReconcileResult:
     actions: str = ""
     background: bool = False
     generated: bool = False
+    #: NativeVAP, Webhook, None or NotApplicable ("" when the policy is gone).
+    enforcement: str = ""
 
 
 class DiscoveryCache:
@@ -88,8 +96,15 @@ class DiscoveryCache:
 class Reconciler:
     def __init__(self, api: client.ApiClient, *, discovery: DiscoveryCache | None = None,
                  on_policy: Callable[[str, ValidatingPolicy | None], None] | None = None,
-                 on_exceptions: Callable[[list[PolicyException]], None] | None = None):
+                 on_exceptions: Callable[[list[PolicyException]], None] | None = None,
+                 generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
+                 webhook_configuration: str = ""):
         self.api = api
+        #: --vap-generation: "eligible" or "opt-in".
+        self.generation = generation
+        #: Whether this operator runs its admission webhook, and the name of its configuration.
+        self.webhook = webhook
+        self.webhook_configuration = webhook_configuration
         self.objects = Objects(api)
         self.access = AccessChecker(api)
         self.discovery = discovery or DiscoveryCache(api)
@@ -112,13 +127,16 @@ class Reconciler:
         return out
 
     def reconcile(self, name: str) -> ReconcileResult:
+        """Reconcile the policy with key ``name`` (``name`` or ``namespace/name``)."""
         result = ReconcileResult(name)
+        namespaced = "/" in name
         body = self.objects.get_policy(name)
         if body is None:
             self.on_policy(name, None)
             # Deleted: ownerReferences let the garbage collector remove what we generated;
             # deleting explicitly as well makes it immediate and covers objects without owners.
-            result.deleted = self._delete_generated(name, keep=set())
+            if not namespaced:
+                result.deleted = self._delete_generated(name, keep=set())
             return result
 
         generation = int((body.get("metadata") or {}).get("generation") or 0)
@@ -128,7 +146,9 @@ class Reconciler:
             self.on_policy(name, None)
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.vap = None
-            result.deleted = self._delete_generated(name, keep=set())
+            findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
+            if not namespaced:
+                result.deleted = self._delete_generated(name, keep=set())
             return self._write_status(result, body, findings)
 
         result.actions = ",".join(policy.spec.validation_actions)
@@ -157,25 +177,52 @@ class Reconciler:
             resources = [(r.group, r.version, r.resource) for r in matched_resources(policy, discovery)]
             findings.missing_permissions = self.access.missing(resources)
 
+        way = route(policy, generation=self.generation, compiles=compiled.ok)
         keep: set[tuple[str, str]] = set()
-        if policy.spec.autogen.vap_enabled:
+        native_objects: tuple[str, ...] = ()
+        native_error = ""
+        if way.native_wanted:
             if not compiled.ok:
                 findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
+            elif not way.native:
+                findings.vap = (False, "NotEligible", f"skip generating ValidatingAdmissionPolicy: {way.ineligible}")
             else:
-                plan = desired_objects(policy, exceptions=self.exceptions())
-                if not plan.eligible:
-                    findings.vap = (False, "NotEligible", plan.reason)
+                plan = desired_objects(policy, exceptions=self.exceptions(), force=True)
+                ok, message = self._apply(plan.objects, result)
+                keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
+                findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
+                findings.generated = ok
+                if ok:
+                    native_objects = tuple(o["metadata"]["name"] for o in plan.objects
+                                           if o["kind"] == "ValidatingAdmissionPolicy")
+                    vap_warnings = self._vap_warnings(plan.objects)
+                    merged = list(dict.fromkeys([*findings.type_warnings, *vap_warnings]))
+                    findings.type_warnings = merged
                 else:
-                    ok, message = self._apply(plan.objects, result)
-                    keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
-                    findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
-                    findings.generated = ok
-                    if ok:
-                        vap_warnings = self._vap_warnings(plan.objects)
-                        merged = list(dict.fromkeys([*findings.type_warnings, *vap_warnings]))
-                        findings.type_warnings = merged
-        result.deleted = self._delete_generated(name, keep)
+                    # The API server refused the VAP: the webhook enforces the policy instead.
+                    native_error = message
+                    way = route(policy, generation=self.generation, compiles=True, vap_failed=True)
+        webhook = WebhookState(enabled=self.webhook, configuration=self.webhook_configuration)
+        if way.webhook and self.webhook:
+            webhook = self._webhook_state(name, generation)
+        findings.admission, findings.enforcement = admission_finding(
+            way, native_objects=native_objects, native_error=native_error, webhook=webhook, generation=generation)
+        if not namespaced:
+            result.deleted = self._delete_generated(name, keep)
+        result.enforcement = findings.enforcement
         return self._write_status(result, body, findings)
+
+    def _webhook_state(self, key: str, generation: int) -> WebhookState:
+        state = WebhookState(enabled=True, configuration=self.webhook_configuration)
+        try:
+            config = self.objects.get_webhook_configuration(self.webhook_configuration)
+        except ApiException as exc:
+            return WebhookState(enabled=True, configuration=self.webhook_configuration, error=_api_message(exc))
+        if config is None:
+            return state
+        covered = covered_generation(config, key)
+        return WebhookState(enabled=True, configuration=self.webhook_configuration,
+                            covered=covered is not None and covered >= generation)
 
     def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
         for obj in objects:

@@ -9,8 +9,18 @@ Conditions (metav1.Condition shape), written both to
   (informational: it never blocks readiness);
 - ``RBACPermissionsGranted``: the operator may get/list/watch what the
   policy (and its autogen variants) matches;
-- ``VAPGenerated``: only when generation is enabled;
-- ``Ready``: every condition above that applies, TypeChecked excepted, is True.
+- ``VAPGenerated``: only when native generation is asked for (explicitly, or by
+  the operator's ``eligible`` generation mode); informational: when the API server
+  cannot enforce the policy natively, the webhook does, and ``AdmissionEnforced``
+  says so;
+- ``AdmissionEnforced``: on every policy that applies at admission: True with
+  reason ``NativeVAP`` or ``Webhook`` (naming the objects), False with the reason
+  when nothing enforces it;
+- ``Ready``: every condition above that applies, TypeChecked and VAPGenerated
+  excepted, is True.
+
+``status.enforcement`` holds the route in one word for ``kubectl get``:
+``NativeVAP``, ``Webhook``, ``None`` or ``NotApplicable``.
 
 ``lastTransitionTime`` changes only when a condition's status flips, so a
 reconcile that finds nothing new produces an identical status and no write.
@@ -27,7 +37,10 @@ COMPILED = "Compiled"
 TYPE_CHECKED = "TypeChecked"
 RBAC = "RBACPermissionsGranted"
 VAP_GENERATED = "VAPGenerated"
+ADMISSION_ENFORCED = "AdmissionEnforced"
 READY = "Ready"
+#: Conditions that inform but never block readiness.
+INFORMATIONAL = (TYPE_CHECKED, VAP_GENERATED)
 
 #: Longest condition message we write (the API caps messages at 32 kB).
 MAX_MESSAGE = 4000
@@ -59,6 +72,10 @@ class Findings:
     vap: tuple[bool, str, str] | None = None
     generated: bool = False
     autogen: Mapping[str, Any] = field(default_factory=dict)
+    #: None: the policy does not apply at admission. Else (enforced, reason, message).
+    admission: tuple[bool, str, str] | None = None
+    #: The route in one word (see the module docstring).
+    enforcement: str = "None"
 
 
 def _truncate(text: str) -> str:
@@ -92,7 +109,10 @@ def conditions_for(f: Findings) -> list[Condition]:
     if f.vap is not None:
         ok, reason, message = f.vap
         out.append(Condition(VAP_GENERATED, ok, reason, _truncate(message)))
-    blocking = [c for c in out if c.type != TYPE_CHECKED and not c.status]
+    if f.admission is not None:
+        ok, reason, message = f.admission
+        out.append(Condition(ADMISSION_ENFORCED, ok, reason, _truncate(message)))
+    blocking = [c for c in out if c.type not in INFORMATIONAL and not c.status]
     if blocking:
         out.append(Condition(READY, False, "NotReady", "; ".join(f"{c.type} is False" for c in blocking)))
     else:
@@ -139,6 +159,7 @@ def desired_status(f: Findings, previous: Mapping[str, Any] | None, now: str | N
         "conditions": dicts,
         "autogen": {"configs": dict(f.autogen)},
         "generated": f.generated,
+        "enforcement": f.enforcement,
         "typeChecking": {"expressionWarnings": [{"fieldRef": ref, "warning": w} for ref, w in f.type_warnings]},
     }
     return status

@@ -42,6 +42,7 @@ PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
 
 @dataclass
 class Result:
+    #: The policy's key: its name, or ``namespace/name`` for a NamespacedValidatingPolicy.
     policy: str
     result: str
     message: str
@@ -224,8 +225,16 @@ class PolicyEngine:
     def ok(self) -> bool:
         return self.compiled.ok
 
+    def applies_to_namespace(self, subject: Subject) -> bool:
+        """A NamespacedValidatingPolicy sees only namespaced objects of its own namespace."""
+        if not self.policy.namespace:
+            return True
+        return subject.type.namespaced and subject.namespace == self.policy.namespace
+
     def evaluate(self, subject: Subject, data: SubjectData | None = None) -> Result | None:
         """The result for ``subject`` (None when no variant of the policy matches it)."""
+        if not self.applies_to_namespace(subject):
+            return None
         for config, compiled in self.variants:
             if constraints_match(compiled.policy.spec.match_constraints, subject) or (
                 subject.json_payload and compiled.policy.json_mode
@@ -246,7 +255,7 @@ class PolicyEngine:
             api_version = kind = ""
         if result == FAIL and not self.policy.scored:
             result = WARN
-        return Result(policy=self.policy.name, result=result, message=message,
+        return Result(policy=self.policy.key, result=result, message=message,
                       api_version=api_version or subject.type.api_version,
                       kind=kind or (subject.type.kind if not subject.json_payload else ""),
                       namespace=subject.namespace, name=subject.name, uid=uid, **kw)

@@ -95,6 +95,11 @@ class SandboxedEvaluator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Start the worker now (it also starts on first use); a running one is kept."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(
@@ -146,7 +151,23 @@ class SandboxedEvaluator:
         return "killed", reason
 
     def _wanted(self, policies: Sequence[str] | None) -> frozenset[int] | None:
-        return None if policies is None else frozenset(i for i, p in enumerate(self.policies) if p.name in policies)
+        """Indexes of the policies with these keys (``name``, or ``namespace/name``)."""
+        if policies is None:
+            return None
+        wanted = set(policies)
+        return frozenset(i for i, p in enumerate(self.policies) if p.key in wanted)
+
+    def evaluate_once(self, subject: Subject, policies: Sequence[str] | None = None) -> tuple[list[Result] | None, str]:
+        """Results of one round trip, without isolating a culprit: (results, "") or (None, why not).
+
+        For admission, where the whole request has one deadline: a request whose
+        evaluation runs out of time or memory is answered by the failurePolicy.
+        The worker is restarted on the next call (or by :meth:`start`).
+        """
+        status, payload = self._ask([subject], self._wanted(policies))
+        if status == "ok":
+            return list(payload[0]), ""
+        return None, str(payload)
 
     def evaluate_many(self, subjects: Sequence[Subject], policies: Sequence[str] | None = None
                       ) -> list[list[Result]]:
@@ -178,7 +199,7 @@ class SandboxedEvaluator:
             if status == "ok":
                 results.extend(payload[0])
             else:
-                results.append(Result(policy=policy.name, result=ERROR, message=str(payload),
+                results.append(Result(policy=policy.key, result=ERROR, message=str(payload),
                                       api_version=subject.type.api_version, kind=subject.type.kind,
                                       namespace=subject.namespace, name=subject.name))
         return results

@@ -17,6 +17,7 @@ from kubernetes.client.rest import ApiException
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
 POLICY_PLURAL = "validatingpolicies"
+NAMESPACED_POLICY_PLURAL = "namespacedvalidatingpolicies"
 EXCEPTION_PLURAL = "policyexceptions"
 STORAGE_VERSION = "v1"
 
@@ -36,8 +37,13 @@ class Objects:
 
     # -- policies
 
-    def get_policy(self, name: str) -> dict[str, Any] | None:
+    def get_policy(self, key: str) -> dict[str, Any] | None:
+        """The policy with key ``name`` (ValidatingPolicy) or ``namespace/name`` (NamespacedValidatingPolicy)."""
+        namespace, _, name = key.rpartition("/")
         try:
+            if namespace:
+                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace,
+                                                                NAMESPACED_POLICY_PLURAL, name)
             return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, POLICY_PLURAL, name)
         except ApiException as exc:
             if exc.status == 404:
@@ -45,8 +51,16 @@ class Objects:
             raise
 
     def list_policies(self) -> list[dict[str, Any]]:
+        """Every ValidatingPolicy and NamespacedValidatingPolicy."""
         out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, POLICY_PLURAL)
-        return list(out.get("items") or [])
+        items = list(out.get("items") or [])
+        try:
+            namespaced = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, NAMESPACED_POLICY_PLURAL)
+        except ApiException as exc:
+            if exc.status != 404:  # the CRD may not be installed
+                raise
+            namespaced = {}
+        return items + list(namespaced.get("items") or [])
 
     def list_exceptions(self) -> list[dict[str, Any]]:
         try:
@@ -57,10 +71,16 @@ class Objects:
             raise
         return list(out.get("items") or [])
 
-    def patch_policy_status(self, name: str, status: Mapping[str, Any]) -> str:
+    def patch_policy_status(self, key: str, status: Mapping[str, Any]) -> str:
         """Merge-patch the status; returns the policy's new resourceVersion."""
-        result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, POLICY_PLURAL, name,
-                                                                {"status": dict(status)})
+        namespace, _, name = key.rpartition("/")
+        body = {"status": dict(status)}
+        if namespace:
+            result = self.custom.patch_namespaced_custom_object_status(GROUP, STORAGE_VERSION, namespace,
+                                                                       NAMESPACED_POLICY_PLURAL, name, body)
+        else:
+            result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, POLICY_PLURAL, name,
+                                                                    body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
     # -- generated admission policies
@@ -72,6 +92,8 @@ class Objects:
             result = self.admission.patch_validating_admission_policy(name, dict(obj), **kw)
         elif obj["kind"] == "ValidatingAdmissionPolicyBinding":
             result = self.admission.patch_validating_admission_policy_binding(name, dict(obj), **kw)
+        elif obj["kind"] == "ValidatingWebhookConfiguration":
+            result = self.admission.patch_validating_webhook_configuration(name, dict(obj), **kw)
         else:
             raise ValueError(f"vpol does not apply {obj['kind']}")
         return self.api.sanitize_for_serialization(result)
@@ -83,6 +105,24 @@ class Objects:
             if exc.status == 404:
                 return None
             raise
+
+    def get_webhook_configuration(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api.sanitize_for_serialization(self.admission.read_validating_webhook_configuration(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete_webhook_configuration(self, name: str) -> bool:
+        """Delete it; False when it did not exist."""
+        try:
+            self.admission.delete_validating_webhook_configuration(name)
+            return True
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return False
 
     def list_generated(self, label_selector: str) -> list[tuple[str, str]]:
         """(kind, name) of every VAP and binding carrying ``label_selector``."""

@@ -301,7 +301,9 @@ def _spec(r: Reader, data: Any) -> PolicySpec:
     if "controllers" in pc and pc.get("controllers") is not None:
         controllers = tuple(c.lower() for c in r.strings(pc, "controllers", "spec.autogen.podControllers"))
     vap = r.obj(ag.get("validatingAdmissionPolicy"), "spec.autogen.validatingAdmissionPolicy", ("enabled",))
-    autogen = Autogen(controllers, r.bool_(vap, "enabled", "spec.autogen.validatingAdmissionPolicy", False))
+    vap_enabled = None if vap.get("enabled") is None else \
+        r.bool_(vap, "enabled", "spec.autogen.validatingAdmissionPolicy", False)
+    autogen = Autogen(controllers, vap_enabled)
 
     actions = r.strings(d, "validationActions", "spec", choices=VALIDATION_ACTIONS)
     if len(set(actions)) != len(actions):

@@ -101,7 +101,9 @@ class Evaluation:
 class Autogen:
     #: None: the default set of controllers; () : none.
     pod_controllers: tuple[str, ...] | None = None
-    vap_enabled: bool = False
+    #: spec.autogen.validatingAdmissionPolicy.enabled as written: None when unset (the operator's
+    #: --vap-generation mode decides), else the policy's explicit choice.
+    vap_enabled: bool | None = None
 
     def controllers(self) -> tuple[str, ...]:
         return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
@@ -142,6 +144,11 @@ class ValidatingPolicy:
     def locate(self, problem: Problem) -> Problem:
         """The problem with this policy's file, reference and the field's position filled in."""
         return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
+
+    @property
+    def key(self) -> str:
+        """What identifies the policy among all policies: ``name``, or ``namespace/name`` when namespaced."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
     @property
     def ref(self) -> str:

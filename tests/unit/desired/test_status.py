@@ -30,13 +30,31 @@ def test_compile_errors_block_readiness_type_warnings_do_not():
                                                          "warning": "w"}]
 
 
-def test_missing_permissions_and_vap_failures_block_readiness():
+def test_missing_permissions_and_unenforced_admission_block_readiness():
     s = desired_status(Findings(generation=1, missing_permissions=["list apps/v1 deployments"]), None)
     assert "list apps/v1 deployments" in conds(s)["RBACPermissionsGranted"]["message"]
     assert conds(s)["Ready"]["status"] == "False"
-    s = desired_status(Findings(generation=1, vap=(False, "NotEligible", "skip generating: x")), None)
-    assert conds(s)["VAPGenerated"]["status"] == "False" and conds(s)["Ready"]["status"] == "False"
+    s = desired_status(Findings(generation=1, admission=(False, "WebhookDisabled", "not enforced"),
+                                enforcement="None"), None)
+    assert conds(s)["AdmissionEnforced"]["status"] == "False" and conds(s)["Ready"]["status"] == "False"
+    assert "not enforced" in conds(s)["Ready"]["message"] or "AdmissionEnforced" in conds(s)["Ready"]["message"]
+    assert s["enforcement"] == "None"
+
+
+def test_vap_generation_failure_informs_but_the_webhook_path_keeps_the_policy_ready():
+    s = desired_status(Findings(generation=1, vap=(False, "NotEligible", "skip generating: x"),
+                                admission=(True, "Webhook", "enforced by vpol's admission webhook"),
+                                enforcement="Webhook"), None)
+    assert conds(s)["VAPGenerated"]["status"] == "False" and conds(s)["Ready"]["status"] == "True"
+    assert conds(s)["AdmissionEnforced"]["reason"] == "Webhook"
     assert s["conditionStatus"]["message"] == "skip generating: x"
+    assert s["enforcement"] == "Webhook"
+
+
+def test_policies_outside_admission_have_no_admission_condition():
+    s = desired_status(Findings(generation=1, admission=None, enforcement="NotApplicable"), None)
+    assert "AdmissionEnforced" not in conds(s) and conds(s)["Ready"]["status"] == "True"
+    assert s["enforcement"] == "NotApplicable"
 
 
 def test_last_transition_time_changes_only_on_flip():

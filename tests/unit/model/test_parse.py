@@ -38,7 +38,7 @@ def test_defaults_are_kyvernos():
     assert s.failure_policy == "Fail"
     assert s.evaluation.admission_enabled and s.evaluation.background_enabled
     assert s.evaluation.mode == "Kubernetes"
-    assert s.autogen.vap_enabled is False
+    assert s.autogen.vap_enabled is None  # unset: the operator's --vap-generation mode decides
     assert s.autogen.controllers() == DEFAULT_POD_CONTROLLERS
 
 

@@ -1,0 +1,45 @@
+"""Which policy generations vpol's webhook configuration covers, recorded on the configuration itself (pure).
+
+The replica that writes the ValidatingWebhookConfiguration is not necessarily
+the one that writes policy status. So the configuration carries, in the
+annotation ``vpol.kyverno.io/policies``, the generation of every policy its
+rules were computed from; a policy's ``AdmissionEnforced=True`` (reason
+``Webhook``) is written only once the configuration in the cluster covers the
+policy's current generation. Level-based: it is read from the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vpol.model.policy import ValidatingPolicy
+
+ANNOTATION = "vpol.kyverno.io/policies"
+
+
+def coverage(policies: Iterable[ValidatingPolicy]) -> dict[str, int]:
+    """Policy key -> generation."""
+    return {p.key: p.generation for p in policies}
+
+
+def coverage_annotation(policies: Iterable[ValidatingPolicy]) -> dict[str, str]:
+    return {ANNOTATION: json.dumps(coverage(policies), sort_keys=True, separators=(",", ":"))}
+
+
+def covered(config: Mapping[str, Any] | None) -> dict[str, int]:
+    """What a configuration object (as read from the cluster) covers; {} when unreadable."""
+    annotations = ((config or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        data = json.loads(annotations.get(ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): int(v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def covered_generation(config: Mapping[str, Any] | None, key: str) -> int | None:
+    """The generation of policy ``key`` the configuration covers, None when it does not cover it."""
+    return covered(config).get(key)
