@@ -212,7 +212,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 liveness_port=args.liveness_port, peering=args.peering, priority=args.priority,
                 workers=args.workers, resync=args.resync, scan_interval=args.scan_interval,
                 namespace=args.namespace, http_allow=tuple(args.http_allow or ()), eval_timeout=args.eval_timeout,
-                eval_memory_mib=args.eval_memory_limit))
+                eval_memory_mib=args.eval_memory_limit, vap_generation=args.vap_generation,
+                webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
+                webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
+                webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
+                webhook_eval_timeout=args.webhook_eval_timeout))
     return EXIT_OK
 
 
@@ -272,6 +276,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="background evaluation deadline per resource")
     p.add_argument("--eval-memory-limit", type=int, default=1024, metavar="MIB",
                    help="address-space cap of the background evaluation worker")
+    p.add_argument("--vap-generation", choices=["eligible", "opt-in"], default="eligible",
+                   help="eligible (default): every policy the API server can enforce natively gets its "
+                        "ValidatingAdmissionPolicies unless it sets spec.autogen.validatingAdmissionPolicy.enabled: "
+                        "false; opt-in: only policies that set it true (Kyverno's behaviour)")
+    p.add_argument("--webhook", choices=["on", "off"], default="on",
+                   help="run vpol's admission webhook for the policies not enforced natively (default on)")
+    p.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port of the webhook (default 9443)")
+    p.add_argument("--webhook-url", default="", metavar="URL",
+                   help="development and tests: the API server calls this URL (e.g. https://127.0.0.1:9443) "
+                        "instead of the Service")
+    p.add_argument("--webhook-service", default="vpol-webhook",
+                   help="the Service in front of the webhook, in --namespace (default vpol-webhook)")
+    p.add_argument("--webhook-timeout", type=int, default=10, metavar="SECONDS",
+                   help="timeoutSeconds of the webhooks (1-30, default 10)")
+    p.add_argument("--webhook-cert-secret", default="", metavar="NAME",
+                   help="an existing kubernetes.io/tls Secret in --namespace with ca.crt (e.g. from cert-manager); "
+                        "default: vpol makes and rotates its own in vpol-webhook-tls")
+    p.add_argument("--webhook-workers", type=int, default=2,
+                   help="evaluation worker processes of the webhook (default 2)")
+    p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",
+                   help="longest evaluation of one admission request; beyond it the failurePolicy answers")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

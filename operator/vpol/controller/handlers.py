@@ -1,9 +1,12 @@
 """Kopf handlers: they only turn events into work-queue keys.
 
-- every event of a ValidatingPolicy (any served version) queues that policy;
+- every event of a ValidatingPolicy or NamespacedValidatingPolicy (any served
+  version) queues that policy (key ``name`` or ``namespace/name``);
 - an event of a generated VAP or binding (label ``vpol.kyverno.io/policy``)
   queues its policy, so edits and deletions are repaired within seconds;
 - an event of a PolicyException queues the policies it references;
+- an event of vpol's ValidatingWebhookConfiguration queues the policies whose
+  covered generation changed (their ``AdmissionEnforced`` condition depends on it);
 - on startup every policy is queued, and again every ``resync`` seconds.
 
 No handler here holds state on the watched objects (no finalizers, no
@@ -20,6 +23,8 @@ from typing import Any
 import kopf
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
+from vpol.desired.webhook import WEBHOOK_CONFIGURATION
+from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
@@ -28,10 +33,12 @@ from vpol.engine.sandbox import Limits
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
 from vpol.controller.runtime import Runtime
+from vpol.controller.admission.webhook import Admission
 
 logger = logging.getLogger(__name__)
 
 POLICIES = "validatingpolicies.policies.kyverno.io"
+NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
 EXCEPTIONS = "policyexceptions.policies.kyverno.io"
 GENERATED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 
@@ -59,17 +66,25 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.request_timeout = 60
     rt.queue = WorkQueue()
     discovery = DiscoveryCache(rt.api)
-    if rt.options.scan_interval > 0:
-        rt.leader = LeaderElection(rt.api, rt.options.namespace)
+    options = rt.options
+    if options.scan_interval > 0 or options.webhook:
+        # One leader (a Lease) scans and writes the webhook configuration; every replica serves admission.
+        rt.leader = LeaderElection(rt.api, options.namespace)
         rt.leader.start()
-        backend = LiveBackend(rt.options.kubeconfig, rt.options.context, http_allowlist=rt.options.http_allow)
-        limits = Limits(seconds_per_subject=rt.options.eval_timeout, memory_bytes=rt.options.eval_memory_mib * 1024**2)
+    backend = LiveBackend(options.kubeconfig, options.context, http_allowlist=options.http_allow)
+    if options.scan_interval > 0:
+        limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
-                             options=ScanOptions(scan_interval=rt.options.scan_interval, limits=limits))
+                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits))
         rt.scanner.start()
     rt.reconciler = Reconciler(rt.api, discovery=discovery,
                                on_policy=rt.scanner.set_policy if rt.scanner else None,
-                               on_exceptions=rt.scanner.set_exceptions if rt.scanner else None)
+                               on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
+                               generation=options.vap_generation, webhook=options.webhook,
+                               webhook_configuration=WEBHOOK_CONFIGURATION)
+    if options.webhook:
+        rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
+        await rt.admission.start()
 
     reconciler = rt.reconciler
 
@@ -91,7 +106,7 @@ async def _resync(rt: Runtime) -> None:
         try:
             assert rt.reconciler is not None and rt.queue is not None
             objects = rt.reconciler.objects
-            names = await asyncio.to_thread(lambda: [p["metadata"]["name"] for p in objects.list_policies()])
+            names = await asyncio.to_thread(lambda: [_key(p["metadata"]) for p in objects.list_policies()])
             if rt.scanner is not None:
                 rt.scanner.expect(names)
             for name in names:
@@ -107,6 +122,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in rt.tasks:
         task.cancel()
     await asyncio.gather(*rt.tasks, return_exceptions=True)
+    if rt.admission:
+        await rt.admission.stop()
     if rt.scanner:
         rt.scanner.stop()
         await asyncio.to_thread(rt.scanner.join, 10)
@@ -115,13 +132,33 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(rt.leader.join, 10)
 
 
+def _key(meta: Mapping[str, Any]) -> str:
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
 @kopf.on.event(POLICIES)
-def policy_event(name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+@kopf.on.event(NAMESPACED_POLICIES)
+def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     rt = _runtime(memo)
+    key = _key(meta)
     version = str(meta.get("resourceVersion", ""))
-    if rt.reconciler is not None and version and rt.reconciler.written_versions.get(name) == version:
+    if rt.reconciler is not None and version and rt.reconciler.written_versions.get(key) == version:
         return  # the echo of our own status write: nothing new to reconcile
-    _enqueue(memo, name)
+    _enqueue(memo, key)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+               labels=GENERATED_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
+def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """Policies whose covered generation changed get their AdmissionEnforced condition rewritten."""
+    rt = _runtime(memo)
+    now: dict[str, int] = {} if type == "DELETED" else covered(body)
+    before: dict[str, int] = rt.covered
+    rt.covered = now
+    for key in set(before) | set(now):
+        if before.get(key) != now.get(key):
+            _enqueue(memo, key)
 
 
 def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],

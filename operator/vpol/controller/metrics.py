@@ -45,6 +45,22 @@ EVALUATION_DURATION = Histogram("vpol_evaluation_duration_seconds",
                                 buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1, 10))
 REPORT_WRITES = Counter("vpol_report_writes_total", "Writes of PolicyReports", ["action"])
 
+ADMISSION_REQUESTS = Counter("vpol_admission_requests_total", "Admission requests received by vpol's webhook",
+                             ["webhook", "operation", "resource_kind"])
+ADMISSION_DECISIONS = Counter("vpol_admission_decisions_total",
+                              "Decisions of policies enforced by vpol's webhook (allow, deny, warn, audit, error)",
+                              ["policy", "decision"])
+ADMISSION_LATENCY = Histogram("vpol_admission_duration_seconds", "Time to answer an admission request",
+                              ["webhook"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                                    5, 10))
+ADMISSION_POLICY_LATENCY = Histogram("vpol_admission_policy_duration_seconds",
+                                     "Evaluation time of one policy in an admission request", ["policy"],
+                                     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5))
+ADMISSION_ENFORCED = Gauge("vpol_policy_admission_enforced",
+                           "One series per policy: how admission requests are checked against it (value 1)",
+                           ["policy", "path"])
+ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
+
 
 # Counters with labels appear only once a label value is used; create the known
 # ones up front so dashboards and alerts see zeros instead of nothing.
@@ -73,6 +89,13 @@ def set_policy_info(infos: Mapping[str, tuple[bool, str, bool, bool]]) -> None:
     for policy, (ready, actions, background, generated) in infos.items():
         POLICY_INFO.labels(policy, str(ready).lower(), actions, str(background).lower(),
                            str(generated).lower()).set(1)
+
+
+def set_enforcement(paths: Mapping[str, str]) -> None:
+    """Replace the vpol_policy_admission_enforced series: policy -> NativeVAP, Webhook, None or NotApplicable."""
+    ADMISSION_ENFORCED.clear()
+    for policy, path in paths.items():
+        ADMISSION_ENFORCED.labels(policy, path).set(1)
 
 
 def serve(port: int) -> None:

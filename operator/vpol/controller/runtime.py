@@ -34,6 +34,20 @@ class Options:
     #: Per-resource evaluation deadline and worker memory cap of background scans.
     eval_timeout: float = 5.0
     eval_memory_mib: int = 1024
+    #: --vap-generation: "eligible" (native VAPs for every eligible policy unless it opts out) or "opt-in".
+    vap_generation: str = "eligible"
+    #: Run the admission webhook for the policies the API server cannot enforce natively.
+    webhook: bool = True
+    webhook_port: int = 9443
+    #: Development and tests: the API server calls this URL instead of the Service.
+    webhook_url: str = ""
+    #: The Service in front of the webhook (in ``namespace``).
+    webhook_service: str = "vpol-webhook"
+    webhook_timeout: int = 10
+    #: An existing Secret holding the serving certificate (cert-manager); empty: vpol manages its own.
+    webhook_cert_secret: str = ""
+    webhook_workers: int = 2
+    webhook_eval_timeout: float = 3.0
 
 
 @dataclass
@@ -44,17 +58,25 @@ class Runtime:
     reconciler: Reconciler | None = None
     scanner: Any = None
     leader: Any = None
+    #: The admission webhook's parts (None with --webhook=off).
+    admission: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)
     infos: dict[str, tuple[bool, str, bool, bool]] = field(default_factory=dict)
+    enforcement: dict[str, str] = field(default_factory=dict)
+    #: What vpol's webhook configuration covered when last seen (policy key -> generation).
+    covered: dict[str, int] = field(default_factory=dict)
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:
             self.ready.pop(result.name, None)
             self.infos.pop(result.name, None)
+            self.enforcement.pop(result.name, None)
         else:
             self.ready[result.name] = result.ready
             self.infos[result.name] = (result.ready, result.actions, result.background, result.generated)
+            self.enforcement[result.name] = result.enforcement
         metrics.observe_reconcile(result, self.ready)
         metrics.set_policy_info(self.infos)
+        metrics.set_enforcement(self.enforcement)

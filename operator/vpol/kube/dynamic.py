@@ -73,7 +73,7 @@ class Watcher(threading.Thread):
 
     def __init__(self, api: client.ApiClient, group: str, version: str, resource: str,
                  on_event: Callable[[str, dict[str, Any]], None], *, kind: str = "", timeout: int = 300,
-                 emit_initial: bool = True):
+                 emit_initial: bool = True, on_list: Callable[[], None] | None = None):
         super().__init__(daemon=True, name=f"watch-{resource}.{group or 'core'}")
         self.api = api
         self.gvr = (group, version, resource)
@@ -83,11 +83,20 @@ class Watcher(threading.Thread):
         self._stop_event = threading.Event()
         self.synced = threading.Event()
         self.errors = 0
+        #: The last failure of a list or watch (None once one succeeds).
+        self.last_error: BaseException | None = None
         #: False: the first list only fixes the starting point (someone else scans the objects).
         self.emit_initial = emit_initial
+        #: Called before each list that emits its objects (so a caller can tell what a relist dropped).
+        self.on_list = on_list
 
     def stop(self) -> None:
         self._stop_event.set()
+
+    @property
+    def unavailable(self) -> bool:
+        """The resource cannot be listed at all: no such resource (404) or not allowed (403)."""
+        return getattr(self.last_error, "status", None) in (403, 404)
 
     @property
     def stopped(self) -> bool:
@@ -98,6 +107,7 @@ class Watcher(threading.Thread):
         while not self.stopped:
             try:
                 rv: str | None = self._list()
+                self.last_error = None
                 self.synced.set()
                 self.on_event("SYNCED", {})
                 backoff = 0.5
@@ -105,6 +115,7 @@ class Watcher(threading.Thread):
                     rv = self._watch(rv)  # None after 410 Gone: relist
             except Exception as exc:  # noqa: BLE001 - reconnect with backoff, never die
                 self.errors += 1
+                self.last_error = exc
                 logger.warning("watch of %s failed: %s; retrying in %.1fs", "/".join(self.gvr), exc, backoff)
                 self._stop_event.wait(backoff)
                 backoff = min(30.0, backoff * 2)
@@ -115,6 +126,8 @@ class Watcher(threading.Thread):
             for _items, rv in list_pages(self.api, *self.gvr, page_size=1):
                 return rv
             return rv
+        if self.on_list is not None:
+            self.on_list()
         for items, rv in list_pages(self.api, *self.gvr):
             for item in items:
                 self.on_event("ADDED", item)

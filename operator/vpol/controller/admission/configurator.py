@@ -1,0 +1,148 @@
+"""Writing vpol's ValidatingWebhookConfiguration (only the replica holding the leader Lease).
+
+Level-based: the desired configuration is computed from the webhook
+policies (:mod:`vpol.controller.admission.policies`), the serving CA and the
+operator's flags by the pure builder :mod:`vpol.desired.webhook`, annotated
+with the policy generations it covers (:mod:`vpol.desired.webhook_coverage`),
+and compared with the object in the cluster: applied (server-side, field
+manager ``vpol``) when different, deleted when no policy needs the webhook
+(zero webhook overhead then). Checked again on every policy change and every
+few seconds, so an edited or deleted configuration is repaired.
+
+Nothing is written before every policy watch has listed once: a
+configuration computed from half the policies would drop rules of the other
+half, leaving them unenforced.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
+from vpol.desired.webhook import desired_webhook_configuration
+from vpol.desired.webhook_coverage import coverage_annotation
+from vpol.kube.objects import Objects
+
+logger = logging.getLogger(__name__)
+
+
+def client_config(*, url: str = "", service: Mapping[str, Any] | None = None, ca_pem: bytes) -> dict[str, Any]:
+    config: dict[str, Any] = {"url": url} if url else {"service": dict(service or {})}
+    config["caBundle"] = base64.b64encode(ca_pem).decode()
+    return config
+
+
+def with_coverage(config: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+    md = config.setdefault("metadata", {})
+    md["annotations"] = {**(md.get("annotations") or {}), **coverage_annotation(snapshot.policies.values())}
+    return config
+
+
+def contains(actual: Any, desired: Any) -> bool:
+    """Every field of ``desired`` is in ``actual`` with the same value (fields the API server defaulted are
+    ignored; lists must have the same length, element by element)."""
+    if isinstance(desired, Mapping):
+        return isinstance(actual, Mapping) and all(k in actual and contains(actual[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(actual, list) and len(actual) == len(desired) and \
+            all(contains(a, d) for a, d in zip(actual, desired))
+    return bool(actual == desired)
+
+
+class WebhookConfigurator(threading.Thread):
+    def __init__(self, api: client.ApiClient, policies: AdmissionPolicies, *, name: str,
+                 client_config: Callable[[], dict[str, Any] | None], leading: threading.Event,
+                 timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
+                 period: float = 5.0, serving: Callable[[], int] | None = None):
+        super().__init__(daemon=True, name="vpol-webhook-configurator")
+        self.objects = Objects(api)
+        self.policies = policies
+        self.name = name
+        self.client_config = client_config
+        self.leading = leading
+        self.timeout_seconds = timeout_seconds
+        self.excluded_namespaces = tuple(excluded_namespaces)
+        self.period = period
+        #: The policy snapshot version this replica's own server evaluates with: rules are written
+        #: only for policies the local server already serves.
+        self.serving = serving or (lambda: self.policies.snapshot.version)
+        self._wake = threading.Event()
+        self._stop_event = threading.Event()
+        #: The last error writing the configuration ("" after a success).
+        self.error = ""
+        self.writes = 0
+        policies.listen(lambda _s: self._wake.set())
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        pending = False
+        while not self._stop_event.is_set():
+            self._wake.wait(0.2 if pending else self.period)
+            self._wake.clear()
+            if self._stop_event.is_set():
+                return
+            if not self.leading.is_set() or not self.policies.synced:
+                continue
+            pending = self.serving() < self.policies.snapshot.version
+            if pending:
+                continue
+            try:
+                self.reconcile()
+                self.error = ""
+            except Exception as exc:  # noqa: BLE001 - keep trying; status tells the policies
+                self.error = _describe(exc)
+                logger.warning("writing the webhook configuration %s failed: %s", self.name, self.error)
+
+    def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
+        if not snapshot.policies:
+            return None
+        config = self.client_config()
+        if config is None:
+            raise RuntimeError("no serving certificate yet")
+        desired = desired_webhook_configuration(
+            sorted(snapshot.policies.values(), key=lambda p: p.key), client_config=config,
+            timeout_seconds=self.timeout_seconds, excluded_namespaces=self.excluded_namespaces)
+        if desired is None:
+            return None
+        desired["metadata"]["name"] = self.name
+        return with_coverage(desired, snapshot)
+
+    def reconcile(self) -> str:
+        """Make the cluster's configuration the desired one; returns what was done."""
+        snapshot = self.policies.snapshot
+        desired = self.desired(snapshot)
+        actual = self.objects.get_webhook_configuration(self.name)
+        if desired is None:
+            if actual is not None and self.objects.delete_webhook_configuration(self.name):
+                self.writes += 1
+                logger.info("no policy needs the webhook: deleted %s", self.name)
+                return "deleted"
+            return "unchanged"
+        if actual is not None and contains(actual, {k: desired[k] for k in ("webhooks",)}) and \
+                contains(actual.get("metadata"), {k: v for k, v in desired["metadata"].items() if k != "name"}):
+            return "unchanged"
+        self.objects.apply(desired)
+        self.writes += 1
+        logger.info("applied webhook configuration %s (%d policies)", self.name, len(snapshot.policies))
+        return "applied"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        import json
+
+        try:
+            return f"HTTP {exc.status}: {json.loads(exc.body or '').get('message', exc.reason)}"
+        except (TypeError, ValueError):
+            return f"HTTP {exc.status}: {exc.reason}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

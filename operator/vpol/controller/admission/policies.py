@@ -1,0 +1,187 @@
+"""Every replica's view of the policies its admission webhook enforces.
+
+Kopf's peering lets only one replica handle events, but every replica serves
+admission requests, so each keeps its own copy of the policies and exceptions,
+fed by watches of its own (list, then watch; a relist drops what disappeared).
+Which policies the webhook enforces is decided by the same pure function as
+the reconciler's (:func:`vpol.desired.enforcement.route`), from the policy and
+the operator's flags, plus one fact only the cluster knows: the API server
+refused the policy's generated VAP (the reconciler records that in the status
+condition ``VAPGenerated=False, ApplyFailed`` for the current generation).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from vpol.cel.compiler import compile_policy
+from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
+from vpol.kube.dynamic import Watcher
+from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, NAMESPACED_POLICY_PLURAL, POLICY_PLURAL, STORAGE_VERSION
+from vpol.model.parse import parse_exception, parse_policy
+from vpol.model.policy import PolicyException, ValidatingPolicy
+
+logger = logging.getLogger(__name__)
+
+
+def vap_refused(body: Mapping[str, Any]) -> bool:
+    """The status says the API server refused this generation's VAP."""
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    for c in ((body.get("status") or {}).get("conditions")) or []:
+        if isinstance(c, Mapping) and c.get("type") == "VAPGenerated" and c.get("status") == "False" and \
+                c.get("reason") == "ApplyFailed" and int(c.get("observedGeneration") or 0) == generation:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The webhook policies and the exceptions at one moment (never mutated)."""
+
+    policies: Mapping[str, ValidatingPolicy] = field(default_factory=dict)
+    exceptions: tuple[PolicyException, ...] = ()
+    #: Bumped on every change.
+    version: int = 0
+
+
+class AdmissionPolicies:
+    def __init__(self, api: client.ApiClient, *, generation: str = GENERATION_ELIGIBLE,
+                 on_change: Callable[[Snapshot], None] | None = None):
+        self.api = api
+        self.generation = generation
+        self._listeners: list[Callable[[Snapshot], None]] = [on_change] if on_change else []
+        self._lock = threading.Lock()
+        self._webhook: dict[str, ValidatingPolicy] = {}
+        self._exceptions: dict[str, PolicyException] = {}
+        #: Keys seen since each watcher's current list began (to drop vanished ones at SYNCED).
+        self._listing: dict[str, set[str]] = {}
+        self._snapshot = Snapshot()
+        self.watchers: list[Watcher] = []
+
+    def listen(self, fn: Callable[[Snapshot], None]) -> None:
+        self._listeners.append(fn)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def synced(self) -> bool:
+        """Every kind has been listed once (a kind that cannot be listed, 403/404, has nothing to wait for)."""
+        return bool(self.watchers) and all(w.synced.is_set() or w.unavailable for w in self.watchers)
+
+    def start(self) -> None:
+        for plural, kind, handler in (
+            (POLICY_PLURAL, "ValidatingPolicy", self._on_policy),
+            (NAMESPACED_POLICY_PLURAL, "NamespacedValidatingPolicy", self._on_policy),
+            (EXCEPTION_PLURAL, "PolicyException", self._on_exception),
+        ):
+            watcher = Watcher(self.api, GROUP, STORAGE_VERSION, plural, _tracked(self, plural, handler), kind=kind,
+                              on_list=self._listing_starts(plural))
+            self.watchers.append(watcher)
+            watcher.start()
+
+    def stop(self) -> None:
+        for w in self.watchers:
+            w.stop()
+
+    def _listing_starts(self, plural: str) -> Callable[[], None]:
+        def begin() -> None:
+            self._listing[plural] = set()
+        return begin
+
+    # -- events (watcher threads)
+
+    def _on_policy(self, etype: str, obj: dict[str, Any]) -> str:
+        policy, _problems = parse_policy(obj)
+        if policy is None:
+            key = _key(obj)
+            self._set_policy(key, None)
+            return key
+        if etype == "DELETED":
+            self._set_policy(policy.key, None)
+            return policy.key
+        compiles = compile_policy(policy).ok
+        way = route(policy, generation=self.generation, compiles=compiles, vap_failed=vap_refused(obj))
+        self._set_policy(policy.key, policy if way.webhook else None)
+        return policy.key
+
+    def _on_exception(self, etype: str, obj: dict[str, Any]) -> str:
+        key = _key(obj)
+        exc, _problems = parse_exception(obj)
+        with self._lock:
+            if etype == "DELETED" or exc is None:
+                changed = self._exceptions.pop(key, None) is not None
+            else:
+                changed = self._exceptions.get(key) != exc
+                self._exceptions[key] = exc
+        if changed:
+            self._publish()
+        return key
+
+    def _set_policy(self, key: str, policy: ValidatingPolicy | None) -> None:
+        with self._lock:
+            before = self._webhook.get(key)
+            if policy is None:
+                self._webhook.pop(key, None)
+            else:
+                self._webhook[key] = policy
+        if before != policy or (before is not None and policy is not None and before.raw != policy.raw):
+            self._publish()
+
+    def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
+        with self._lock:
+            if plural == EXCEPTION_PLURAL:
+                gone = [k for k in self._exceptions if k not in seen]
+                for k in gone:
+                    del self._exceptions[k]
+            else:
+                namespaced = plural == NAMESPACED_POLICY_PLURAL
+                gone = [k for k in self._webhook if ("/" in k) == namespaced and k not in seen]
+                for k in gone:
+                    del self._webhook[k]
+        if gone:
+            self._publish()
+
+    def _publish(self) -> None:
+        with self._lock:
+            self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(self._exceptions.values()),
+                                      version=self._snapshot.version + 1)
+            snapshot = self._snapshot
+        for fn in self._listeners:
+            try:
+                fn(snapshot)
+            except Exception:  # noqa: BLE001 - one listener never stops the others
+                logger.exception("admission policy listener failed")
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    md = obj.get("metadata") or {}
+    ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+    return f"{ns}/{name}" if ns else name
+
+
+def _tracked(owner: AdmissionPolicies, plural: str,
+             handler: Callable[[str, dict[str, Any]], str]) -> Callable[[str, dict[str, Any]], None]:
+    """A watcher callback that also records which keys each list produced."""
+
+    def on_event(etype: str, obj: dict[str, Any]) -> None:
+        if etype == "SYNCED":
+            owner._drop_unlisted(plural, owner._listing.pop(plural, set()))
+            return
+        try:
+            key = handler(etype, obj)
+        except Exception:  # noqa: BLE001 - a bad object never stops the watch
+            logger.exception("admission: could not process %s %s", plural, _key(obj))
+            key = _key(obj)
+        listing = owner._listing.get(plural)
+        if listing is not None and etype != "DELETED":
+            listing.add(key)
+
+    return on_event

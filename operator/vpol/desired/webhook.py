@@ -1,0 +1,140 @@
+"""The ValidatingWebhookConfiguration vpol's webhook needs for a set of policies (pure).
+
+One webhook per failurePolicy present (``fail.validate.vpol.kyverno.io``
+at ``/validate/fail``, ``ignore.validate.vpol.kyverno.io`` at
+``/validate/ignore``), so the API server applies each policy's
+failurePolicy when the webhook cannot be reached, and the server evaluates
+only the policies of the webhook that called it. Each webhook's rules are
+exactly the resource rules of its policies and of their pod-controller
+autogen variants (deduplicated, sorted: the same policies always give the
+same object); a NamespacedValidatingPolicy's rules are ``scope: Namespaced``.
+``resourceNames`` and exclusions are not webhook rule fields: the engine
+applies them.
+
+Selectors: when every policy of a webhook has the same namespaceSelector
+(a NamespacedValidatingPolicy's is its own namespace) or objectSelector,
+the webhook carries it; otherwise the engine filters. The namespaceSelector
+always excludes ``excluded_namespaces`` (kube-system and vpol's own, by
+the caller), so a broken policy can never lock the cluster out.
+
+``timeoutSeconds``: the largest ``spec.webhookConfiguration.timeoutSeconds``
+of the webhook's policies, else the operator's default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
+from vpol.engine.autogen import autogen_configs
+from vpol.model.policy import ValidatingPolicy
+
+WEBHOOK_CONFIGURATION = "vpol-validating"
+API_VERSION = "admissionregistration.k8s.io/v1"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+FAILURE_POLICIES = ("Fail", "Ignore")
+
+
+def webhook_path(failure_policy: str) -> str:
+    return f"/validate/{failure_policy.lower()}"
+
+
+def webhook_name(failure_policy: str) -> str:
+    return f"{failure_policy.lower()}.validate.vpol.kyverno.io"
+
+
+def _rules(policy: ValidatingPolicy) -> list[tuple[Any, ...]]:
+    out = []
+    namespaced = bool(policy.namespace)
+    for variant in (policy, *(c.policy for c in autogen_configs(policy))):
+        m = variant.spec.match_constraints
+        if m is None:
+            continue
+        for r in m.resource_rules:
+            scope = "Namespaced" if namespaced else r.scope
+            out.append((tuple(sorted(r.operations)), tuple(sorted(r.api_groups)), tuple(sorted(r.api_versions)),
+                        tuple(sorted(r.resources)), scope))
+    return out
+
+
+def _rule_dict(rule: tuple[Any, ...]) -> dict[str, Any]:
+    operations, groups, versions, resources, scope = rule
+    return {"operations": list(operations), "apiGroups": list(groups), "apiVersions": list(versions),
+            "resources": list(resources), "scope": scope}
+
+
+def _raw_selector(policy: ValidatingPolicy, key: str) -> dict[str, Any]:
+    mc = (policy.raw.get("spec") or {}).get("matchConstraints") or {}
+    selector = mc.get(key)
+    return dict(selector) if isinstance(selector, Mapping) else {}
+
+
+def _namespace_selector(policy: ValidatingPolicy) -> dict[str, Any]:
+    selector = _raw_selector(policy, "namespaceSelector")
+    if policy.namespace:
+        labels = dict(selector.get("matchLabels") or {})
+        labels[NAMESPACE_NAME_LABEL] = policy.namespace
+        selector = {**selector, "matchLabels": labels}
+    return selector
+
+
+def _shared(selectors: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The selector every policy has, else the empty (match-everything) one."""
+    keys = {json.dumps(s, sort_keys=True) for s in selectors}
+    return json.loads(keys.pop()) if len(keys) == 1 else {}
+
+
+def _excluding(selector: dict[str, Any], excluded: Sequence[str]) -> dict[str, Any]:
+    if not excluded:
+        return selector
+    expressions = list(selector.get("matchExpressions") or [])
+    expressions.append({"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(set(excluded))})
+    return {**selector, "matchExpressions": expressions}
+
+
+def _client_config(base: Mapping[str, Any], path: str) -> dict[str, Any]:
+    config = json.loads(json.dumps(dict(base)))
+    if "url" in config:
+        config["url"] = config["url"].rstrip("/") + path
+    elif "service" in config:
+        config["service"]["path"] = path
+    return config
+
+
+def desired_webhook_configuration(policies: Sequence[ValidatingPolicy], *, client_config: Mapping[str, Any],
+                                  timeout_seconds: int = 10,
+                                  excluded_namespaces: Sequence[str] = ("kube-system",)) -> dict[str, Any] | None:
+    """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none."""
+    if not policies:
+        return None
+    webhooks = []
+    for failure_policy in FAILURE_POLICIES:
+        group = [p for p in policies if p.spec.failure_policy == failure_policy]
+        if not group:
+            continue
+        rules = sorted({rule for p in group for rule in _rules(p)})
+        if not rules:
+            continue
+        timeouts = [p.spec.webhook_timeout_seconds for p in group if p.spec.webhook_timeout_seconds]
+        webhooks.append({
+            "name": webhook_name(failure_policy),
+            "clientConfig": _client_config(client_config, webhook_path(failure_policy)),
+            "rules": [_rule_dict(r) for r in rules],
+            "failurePolicy": failure_policy,
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": _excluding(_shared([_namespace_selector(p) for p in group]), excluded_namespaces),
+            "objectSelector": _shared([_raw_selector(p, "objectSelector") for p in group]),
+            "sideEffects": "None",
+            "timeoutSeconds": max(timeouts) if timeouts else timeout_seconds,
+            "admissionReviewVersions": ["v1"],
+        })
+    if not webhooks:
+        return None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "webhooks": webhooks,
+    }

@@ -1,0 +1,93 @@
+"""The webhook's serving certificate in its Secret: read it, and (when vpol manages it) create or renew it.
+
+Every replica calls :meth:`WebhookTLS.ensure` now and then. With a managed
+Secret the first replica to find it missing or due for renewal writes a new
+one; a replica that loses the race (409) reads the winner's, so all replicas
+serve the same pair and the webhook configuration's caBundle matches it. An
+unmanaged Secret (``--webhook-cert-secret``, e.g. cert-manager's) is only read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.desired.certificates import (ServingCertificate, from_secret_data, needs_renewal, new_serving_certificate,
+                                       to_secret_data)
+
+logger = logging.getLogger(__name__)
+
+
+class CertificateUnavailable(RuntimeError):
+    """The Secret that should hold the certificate is missing or incomplete."""
+
+
+class WebhookTLS:
+    def __init__(self, api: client.ApiClient, namespace: str, secret_name: str = "vpol-webhook-tls", *,
+                 managed: bool = True, dns_names: Sequence[str] = (), ip_addresses: Sequence[str] = ()):
+        self.core: Any = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.secret_name = secret_name
+        self.managed = managed
+        self.dns_names = tuple(dns_names)
+        self.ip_addresses = tuple(ip_addresses)
+        self._current: ServingCertificate | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> ServingCertificate | None:
+        """The bundle last read or written (None before the first successful :meth:`ensure`)."""
+        with self._lock:
+            return self._current
+
+    def _read(self) -> tuple[Any, ServingCertificate | None]:
+        try:
+            secret = self.core.read_namespaced_secret(self.secret_name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None, None
+            raise
+        return secret, from_secret_data(secret.data)
+
+    def ensure(self, now: datetime.datetime | None = None) -> ServingCertificate:
+        """A current bundle: read, or (managed) created or renewed. Raises CertificateUnavailable otherwise."""
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        for _attempt in range(3):
+            secret, bundle = self._read()
+            if not self.managed:
+                if bundle is None:
+                    raise CertificateUnavailable(
+                        f"Secret {self.namespace}/{self.secret_name} is missing or lacks ca.crt, tls.crt, tls.key")
+                return self._keep(bundle)
+            if not needs_renewal(bundle, self.dns_names, self.ip_addresses, now=now):
+                assert bundle is not None
+                return self._keep(bundle)
+            fresh = new_serving_certificate(self.dns_names, self.ip_addresses, now=now)
+            metadata = client.V1ObjectMeta(name=self.secret_name, namespace=self.namespace,
+                                           labels={"app.kubernetes.io/managed-by": "vpol"})
+            data: dict[str, bytes | str] = dict(to_secret_data(fresh))
+            body = client.V1Secret(metadata=metadata, type="kubernetes.io/tls", data=data)
+            try:
+                if secret is None:
+                    self.core.create_namespaced_secret(self.namespace, body)
+                    logger.info("created the webhook serving certificate in %s/%s", self.namespace, self.secret_name)
+                else:
+                    metadata.resource_version = secret.metadata.resource_version
+                    self.core.replace_namespaced_secret(self.secret_name, self.namespace, body)
+                    logger.info("renewed the webhook serving certificate in %s/%s", self.namespace,
+                                self.secret_name)
+                return self._keep(fresh)
+            except ApiException as exc:
+                if exc.status != 409:  # 409: another replica wrote it first; read theirs
+                    raise
+        raise CertificateUnavailable(f"Secret {self.namespace}/{self.secret_name} keeps changing")
+
+    def _keep(self, bundle: ServingCertificate) -> ServingCertificate:
+        with self._lock:
+            self._current = bundle
+        return bundle
