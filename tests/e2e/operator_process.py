@@ -54,6 +54,8 @@ class OperatorProcess:
         self.log_path = log
         self.metrics_port = free_port()
         self.liveness_port = free_port()
+        # The API server calls the webhook by URL: the test control plane has no Service endpoints.
+        self.webhook_port = free_port()
         self.peering = peering
         self.priority = priority
         self.extra = extra
@@ -62,7 +64,8 @@ class OperatorProcess:
     def start(self, timeout: float = 60) -> "OperatorProcess":
         cmd = [sys.executable, "-m", "vpol.cli.main", "run", "--kubeconfig", str(self.kubeconfig),
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
-               "--resync", "30", *self.extra]
+               "--resync", "30", "--webhook-port", str(self.webhook_port),
+               "--webhook-url", f"https://127.0.0.1:{self.webhook_port}", *self.extra]
         if self.peering:
             cmd += ["--peering", self.peering, "--priority", str(self.priority)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +50,8 @@ from tests.unit.monitoring import artifacts
 from tests.unit.monitoring.promql_refs import metric_names
 
 JOB = "vpol-metrics"  # the Prometheus Operator names a ServiceMonitor's job after the Service
-ALERT_NAMES = {"VpolNewPolicyViolations", "VpolScanStalled", "VpolPolicyNotReady", "VpolReconcileErrors"}
+ALERT_NAMES = {"VpolNewPolicyViolations", "VpolScanStalled", "VpolPolicyNotReady", "VpolReconcileErrors",
+               "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow"}
 CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
 
 
@@ -116,6 +118,7 @@ m.REPORT_RESULTS.labels("require-owner", "", "fail", "high", "Best Practices").s
 m.POLICIES.labels("true").set(1)
 m.POLICIES.labels("false").set(1)
 m.set_policy_info({"require-owner": (True, "Audit", True, False), "broken": (False, "Deny", True, False)})
+m.set_enforcement({"require-owner": "Webhook", "broken": "None"})
 # vpol_scan_last_success_timestamp_seconds stays 0: no full scan ever finished.
 m.serve(int(sys.argv[1]))
 while True:
@@ -129,6 +132,11 @@ while True:
     m.RECONCILE_ERRORS.labels("scan").inc()
     m.STATUS_WRITES.inc()
     m.REPORT_WRITES.labels("apply").inc()
+    m.ADMISSION_REQUESTS.labels("fail", "CREATE", "ConfigMap").inc()
+    m.ADMISSION_DECISIONS.labels("require-owner", "deny").inc()
+    m.ADMISSION_DECISIONS.labels("require-owner", "error").inc()
+    m.ADMISSION_LATENCY.labels("fail").observe(2.5)  # slow: VpolWebhookSlow
+    m.ADMISSION_POLICY_LATENCY.labels("require-owner").observe(0.002)
     time.sleep(0.5)
 """
 
@@ -205,7 +213,11 @@ def test_every_expression_returns_data_for_unhealthy_series(synthetic_prometheus
         ("team-a", "require-owner"), ("", "require-owner")}
     assert [lb["policy"] for lb in by_name["VpolPolicyNotReady"]] == ["broken"]
     assert [lb["kind"] for lb in by_name["VpolReconcileErrors"]] == ["scan"]
-    assert all(lb["severity"] == "warning" for labels in by_name.values() for lb in labels)
+    assert [lb["policy"] for lb in by_name["VpolPolicyNotEnforced"]] == ["broken"]
+    assert [lb["policy"] for lb in by_name["VpolWebhookErrors"]] == ["require-owner"]
+    assert len(by_name["VpolWebhookSlow"]) == 1
+    assert all(lb["severity"] == ("critical" if name == "VpolPolicyNotEnforced" else "warning")
+               for name, labels in by_name.items() for lb in labels)
 
 
 # ------------------------------------------------------------------ the real operator
@@ -290,6 +302,14 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
     warning = create_policy(policies, "warn", audit_policy(owner), {**meta, "policies.kyverno.io/scored": "false"})
     erroring = create_policy(policies, "error", audit_policy("object.data['missing'] == 'x'"), meta)
     broken = create_policy(policies, "broken", audit_policy("object.data.("), {})
+    # enforced by vpol's webhook (a Kyverno-only function): one that denies, one that errors
+    hooked = {**audit_policy("sha256(object.metadata.name) != '' && !object.metadata.name.startsWith('deny')"),
+              "validationActions": ["Deny"]}
+    webhook_deny = create_policy(policies, "hook", hooked, {})
+    webhook_error = create_policy(policies, "hookerr", {**hooked, "failurePolicy": "Ignore", "validations": [
+        {"expression": "sha256(object.data['missing']) == ''"}]}, {})
+    traffic = AdmissionTraffic(cluster, namespace)
+    traffic.start()
 
     prom.wait_for(f"pass, fail, warn and error results in {namespace}",
                   f'sum by (result) (vpol_report_results{{namespace="{namespace}"}})',
@@ -305,6 +325,14 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
     prom.wait_for("evaluations of the seeded resource",
                   f'count_over_time(vpol_policy_results_total{{resource_namespace="{namespace}"}}[1m]) >= 2',
                   timeout=30)
+
+    prom.wait_for("webhook decisions of both webhook policies",
+                  f'count(count_over_time(vpol_admission_decisions_total{{policy=~"{webhook_deny}|{webhook_error}"}}[1m])'
+                  f' >= 2) >= 2', timeout=120)
+    assert prom.query(f'vpol_admission_decisions_total{{policy="{webhook_deny}", decision="deny"}}')
+    assert prom.query(f'vpol_admission_decisions_total{{policy="{webhook_error}", decision="error"}}')
+    assert prom.query(f'vpol_policy_admission_enforced{{policy="{webhook_deny}", path="Webhook"}}')
+    assert prom.query(f'vpol_policy_admission_enforced{{policy="{failing}", path="NativeVAP"}}')
 
     # Every expression returns data: for the test namespace alone, and for every namespace.
     for variables in ({"namespace": namespace, "policy": ".*"}, {"namespace": ".*", "policy": ".*"}):
@@ -331,3 +359,29 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
                 and any(lb["alertname"] == "VpolPolicyNotReady" and lb.get("policy") == broken for lb in labels))
 
     wait_for("the seeded alerts to be pending or firing", ours, timeout=30)
+    traffic.stop()
+
+
+class AdmissionTraffic(threading.Thread):
+    """Dry-run ConfigMap creates every half second (some denied), so admission series have rates."""
+
+    def __init__(self, cluster: Any, namespace: str):
+        super().__init__(daemon=True)
+        self.core = client.CoreV1Api(cluster.api_client)
+        self.namespace = namespace
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.done.wait(0.5):
+            n += 1
+            for prefix in ("deny", "ok"):
+                try:
+                    self.core.create_namespaced_config_map(self.namespace, client.V1ConfigMap(
+                        metadata=client.V1ObjectMeta(name=f"{prefix}-{n}", labels=SEED_LABEL)), dry_run="All")
+                except client.ApiException:
+                    pass
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(10)

@@ -73,7 +73,10 @@ def test_deny_policy_generates_an_enforced_vap(policies: Policies, cluster: Any,
     assert status["conditionStatus"]["ready"] is True and status["generated"] is True
     types = {c["type"]: c["status"] for c in status["conditions"]}
     assert types == {"Compiled": "True", "TypeChecked": "True", "RBACPermissionsGranted": "True",
-                     "VAPGenerated": "True", "Ready": "True"}
+                     "VAPGenerated": "True", "AdmissionEnforced": "True", "Ready": "True"}
+    enforced = next(c for c in status["conditions"] if c["type"] == "AdmissionEnforced")
+    assert enforced["reason"] == "NativeVAP" and f"vpol-{name}" in enforced["message"]
+    assert status["enforcement"] == "NativeVAP"
     vap = policies.vap(f"vpol-{name}")
     binding = policies.binding(f"vpol-{name}-binding")
     assert vap and binding
@@ -215,6 +218,10 @@ def test_kyverno_only_library_is_not_generated(policies: Policies) -> None:
     assert cond["reason"] == "NotEligible"
     assert "sha256" in cond["message"] and "spec.validations[0].expression" in cond["message"]
     assert policies.vap(f"vpol-{name}") is None
+    # not generated, but enforced all the same: by vpol's webhook
+    enforced = policies.wait_condition(name, "AdmissionEnforced", "True")
+    assert enforced["reason"] == "Webhook" and "sha256" in enforced["message"]
+    assert policies.condition(name, "Ready")["status"] == "True"
 
 
 def test_no_status_write_without_change(policies: Policies, operator: OperatorProcess) -> None:

@@ -71,7 +71,7 @@ class Operator:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "vpol.cli.main", "run", "--kubeconfig", str(self.kubeconfig),
                 "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
-                "--workers", str(self.workers), "--resync", "600", "--scan-interval", "0",
+                "--workers", str(self.workers), "--resync", "600", "--scan-interval", "0", "--webhook", "off",
                 stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, cwd=REPO)
         try:
             async with asyncio.timeout(timeout):

@@ -159,6 +159,10 @@ def _panel_exprs() -> list[str]:
     "vpol_scan_resources_total",                             # resources scanned
     "vpol_policy_info",                                      # policy readiness (per policy)
     'vpol_policies{ready="false"}',                          # policy readiness (count)
+    "vpol_admission_requests_total",                         # webhook requests
+    "vpol_admission_decisions_total",                        # webhook decisions
+    "vpol_admission_duration_seconds_bucket",                # webhook latency
+    "vpol_policy_admission_enforced",                        # enforcement path per policy
 ])
 def test_dashboard_has_the_required_panels(needle: str) -> None:
     assert any(needle in e for e in _panel_exprs()), needle
@@ -169,12 +173,15 @@ def test_dashboard_has_the_required_panels(needle: str) -> None:
 
 def test_alerts_cover_violations_scans_readiness_and_errors() -> None:
     assert set(ALERTS) == {"VpolNewPolicyViolations", "VpolScanStalled", "VpolPolicyNotReady",
-                           "VpolReconcileErrors"}
+                           "VpolReconcileErrors", "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow"}
     expected_series = {
         "VpolNewPolicyViolations": {"vpol_report_results"},
         "VpolScanStalled": {"vpol_scan_last_success_timestamp_seconds"},
         "VpolPolicyNotReady": {"vpol_policy_info"},
         "VpolReconcileErrors": {"vpol_reconcile_errors_total"},
+        "VpolPolicyNotEnforced": {"vpol_policy_admission_enforced"},
+        "VpolWebhookErrors": {"vpol_admission_decisions_total"},
+        "VpolWebhookSlow": {"vpol_admission_duration_seconds_bucket"},
     }
     for name, rule in ALERTS.items():
         assert metric_names(rule["expr"]) == expected_series[name], name
@@ -185,6 +192,9 @@ def test_alerts_cover_violations_scans_readiness_and_errors() -> None:
     assert "offset" in ALERTS["VpolNewPolicyViolations"]["expr"]
     assert "absent(vpol_scan_last_success_timestamp_seconds)" in normalized(ALERTS["VpolScanStalled"]["expr"])
     assert 'ready="false"' in normalized(ALERTS["VpolPolicyNotReady"]["expr"])
+    assert 'path="None"' in normalized(ALERTS["VpolPolicyNotEnforced"]["expr"])
+    assert ">1" in normalized(ALERTS["VpolWebhookSlow"]["expr"])
+    assert "histogram_quantile(0.99," in normalized(ALERTS["VpolWebhookSlow"]["expr"])
 
 
 def test_alert_output_keeps_the_routing_severity() -> None:
