@@ -29,7 +29,9 @@ def expand(paths: Iterable[str]) -> Iterator[Path]:
         path = Path(raw)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs.sort()
+                # Hidden folders (.git, .chainsaw-test, .kyverno-test...) hold no policies to check;
+                # a hidden folder named on the command line is still read.
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
                     if name.endswith(YAML_SUFFIXES):
                         yield Path(root) / name

@@ -17,6 +17,9 @@ from vpol.model.problems import InputError, Position, Problem
 #: Refuse documents larger than this (bytes) before parsing: a YAML bomb or a
 #: stray binary file should be an error, not a memory spike.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+#: Refuse a document whose aliases (``*anchor``) expand to more nodes than this: a
+#: "billion laughs" file of a few hundred bytes would otherwise expand to gigabytes.
+MAX_ALIAS_NODES = 100_000
 
 
 @dataclass
@@ -56,7 +59,19 @@ for _first in list(_Loader.yaml_implicit_resolvers):
     ]
 
 
+class _AliasBomb(Exception):
+    pass
+
+
 def _walk(node: yaml.Node, path: str, out: dict[str, Position], loader: _Loader) -> Any:
+    # An alias is the same node object met again: count what aliases expand to.
+    seen: set[int] = loader.__dict__.setdefault("vpol_seen", set())
+    if id(node) in seen:
+        loader.vpol_alias_nodes = getattr(loader, "vpol_alias_nodes", 0) + 1
+        if loader.vpol_alias_nodes > MAX_ALIAS_NODES:
+            raise _AliasBomb()
+    else:
+        seen.add(id(node))
     out[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
@@ -90,7 +105,11 @@ def parse_documents(text: str, file: str = "") -> list[Document]:
     if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
         raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file=file))
     docs: list[Document] = []
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        raise InputError(Problem(f"invalid YAML: {_reader_reason(exc)}", file=file,
+                                 position=_offset_position(text, exc.position))) from None
     try:
         index = 0
         while loader.check_node():
@@ -104,6 +123,12 @@ def parse_documents(text: str, file: str = "") -> list[Document]:
             if data is not None:
                 docs.append(Document(data=data, file=file, index=index, positions=positions))
             index += 1
+    except _AliasBomb:
+        raise InputError(Problem(f"invalid YAML: aliases expand to more than {MAX_ALIAS_NODES} nodes "
+                                 "(a YAML bomb?)", file=file)) from None
+    except yaml.reader.ReaderError as exc:
+        raise InputError(Problem(f"invalid YAML: {_reader_reason(exc)}", file=file,
+                                 position=_offset_position(text, exc.position))) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         pos = Position(mark.line + 1, mark.column + 1) if mark else None
@@ -116,6 +141,16 @@ def parse_documents(text: str, file: str = "") -> list[Document]:
     finally:
         loader.dispose()
     return docs
+
+
+def _reader_reason(exc: yaml.reader.ReaderError) -> str:
+    return f"character #x{exc.character:04x} is not allowed in YAML (a control character or binary data)"
+
+
+def _offset_position(text: str, offset: int) -> Position:
+    before = text[:offset]
+    line = before.count("\n") + 1
+    return Position(line, offset - (before.rfind("\n") + 1) + 1)
 
 
 def _fix_scalar_positions(node: yaml.Node, path: str, out: dict[str, Position]) -> None:

@@ -255,7 +255,8 @@ def _validation(r: Reader, item: dict[str, Any], here: str) -> Validation | None
     r.obj(item, here, ("expression", "message", "messageExpression", "reason"))
     expr = r.expression(item, "expression", here)
     message = r.str_(item, "message", here)
-    if "\n" in message:
+    # As the API server: surrounding whitespace (the newline `message: >` ends with) is trimmed first.
+    if "\n" in message.strip():
         r.problem(f"{here}.message", "must not contain line breaks")
     msg_expr = r.expression(item, "messageExpression", here, required=False)
     reason = r.str_(item, "reason", here, choices=("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge"))

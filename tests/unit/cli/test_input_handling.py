@@ -1,0 +1,89 @@
+"""The CLI never drops or crashes on input: repeated flags, unreadable files, YAML bombs, hidden folders."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.cli.test_cli import POLICY, RESOURCES
+from vpol.cli.main import main
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def results(capsys: pytest.CaptureFixture[str]) -> list[dict[str, str]]:
+    return list(json.loads(capsys.readouterr().out))
+
+
+def test_repeated_and_multi_value_flags_accumulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p1 = write(tmp_path / "a.yaml", POLICY)
+    p2 = write(tmp_path / "b.yaml", POLICY.replace("name: no-host-network", "name: no-host-network-2"))
+    r1 = write(tmp_path / "x.yaml", RESOURCES)
+    r2 = write(tmp_path / "y.yaml", RESOURCES.replace("name: good", "name: good2").replace("name: bad", "name: bad2"))
+    main(["apply", "--policy", str(p1), str(p2), "--resource", str(r1), str(r2), "-o", "json"])
+    together = results(capsys)
+    main(["apply", "--policy", str(p1), "--policy", str(p2), "-r", str(r1), "-r", str(r2), "-o", "json"])
+    repeated = results(capsys)
+    main(["apply", "-p", str(p1), "-p", str(p2), "--resource", str(r1), "--resource", str(r2), "-o", "json"])
+    short = results(capsys)
+    assert together == repeated == short
+    assert {(r["policy"], r["name"]) for r in together} >= {
+        (p, n) for p in ("no-host-network", "no-host-network-2") for n in ("good", "bad", "good2", "bad2")}
+
+
+def test_a_file_with_control_characters_is_reported_and_the_others_are_checked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(20):
+        write(tmp_path / f"p{i:02}.yaml", POLICY.replace("name: no-host-network", f"name: p{i}"))
+    (tmp_path / "p10.yaml").write_bytes(b"apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\n"
+                                        b"metadata:\n  name: a\x00b\n")
+    code = main(["check", str(tmp_path)])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2
+    assert "Traceback" not in text
+    assert f"{tmp_path / 'p10.yaml'}:4:10: error: invalid YAML" in text
+    assert "19 valid" in text
+
+
+def test_alias_bombs_are_refused_quickly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb = write(tmp_path / "bomb.yaml", "\n".join(lines) + "\n")
+    assert len(bomb.read_bytes()) < 1000
+    started = time.monotonic()
+    code = main(["check", str(bomb)])
+    out = capsys.readouterr()
+    assert code == 2 and "aliases expand to more than" in out.out + out.err
+    assert time.monotonic() - started < 30
+
+
+def test_hidden_folders_are_skipped_unless_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "policy.yaml", POLICY)
+    assert_file = write(tmp_path / ".chainsaw-test" / "assert.yaml",
+                        "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: x}\n"
+                        "status: {conditionStatus: {ready: true}}\n")
+    assert main(["check", str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    assert "1 valid" in out.out + out.err
+    assert main(["check", str(assert_file.parent)]) != 0  # named explicitly: read, and reported
+    capsys.readouterr()
+
+
+def test_message_with_a_trailing_newline_is_accepted_inner_line_breaks_are_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folded = POLICY.replace("message: host network is not allowed", "message: >\n          host network is not allowed\n")
+    assert main(["check", str(write(tmp_path / "folded.yaml", folded))]) == 0
+    capsys.readouterr()
+    literal = POLICY.replace("message: host network is not allowed",
+                             "message: |\n          host network\n          is not allowed\n")
+    assert main(["check", str(write(tmp_path / "literal.yaml", literal))]) == 1
+    assert "must not contain line breaks" in capsys.readouterr().out
