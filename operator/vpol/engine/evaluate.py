@@ -31,6 +31,7 @@ from cel_expr_python import cel
 
 from vpol.cel.compiler import CompiledPolicy, Program, compile_expression, compile_policy
 from vpol.cel.environment import EnvSpec, environment, library_variables
+from vpol.cel.values import to_activation
 from vpol.engine.autogen import autogen_configs
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
@@ -176,7 +177,7 @@ class _PolicyRun:
             act = self.data.activation({u: self.values[u] for u in prog.uses if u in self.values} or None,
                                        self.exceptions)
             try:
-                self.values[name] = _value(prog.expression.eval(act))
+                self.values[name] = to_activation(_value(prog.expression.eval(act)))
             except EvaluationError as exc:
                 self.errors[name] = f"variable {name}: {exc}"
             except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises

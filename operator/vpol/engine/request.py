@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+#: The request's userInfo when nobody is known (background scans, offline runs without a
+#: user): every field present with its zero value, as the typed request Kyverno's CEL
+#: environment declares reads, so ``request.userInfo.username`` is "" rather than an error.
+EMPTY_USER_INFO: dict[str, Any] = {"username": "", "uid": "", "groups": [], "extra": {}}
+
+
 @dataclass(frozen=True)
 class ResourceType:
     """Group/version/resource/kind of the object, and whether it is namespaced."""
@@ -82,7 +88,7 @@ class Subject:
             "name": self.name,
             "namespace": self.namespace,
             "operation": self.operation,
-            "userInfo": self.user_info,
+            "userInfo": {**EMPTY_USER_INFO, **self.user_info},
             "dryRun": self.dry_run,
             "options": None,
         }

@@ -1,0 +1,45 @@
+"""Every kind of CEL value a variable can hold reaches the expressions that use it, as in cel-go."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.policies import make_policy, pod
+from vpol.engine.evaluate import PolicyEngine
+from vpol.engine.subjects import subject_for
+
+
+@pytest.mark.parametrize("variable,check", [
+    ("duration('4380h')", "variables.v > duration('1h') && variables.v == duration('262800m')"),
+    ("timestamp('2024-01-01T00:00:00Z')", "variables.v < timestamp('2025-01-01T00:00:00Z') && "
+                                          "variables.v.getFullYear() == 2024"),
+    ("b'abc'", "variables.v.size() == 3 && variables.v == b'abc'"),
+    ("{'a': [duration('1s'), duration('2s')]}", "variables.v.a[1] - variables.v.a[0] == duration('1s')"),
+    ("[timestamp('2024-01-01T00:00:00Z')]", "variables.v[0] + duration('24h') == timestamp('2024-01-02T00:00:00Z')"),
+    ("{'when': {'at': timestamp('2024-05-01T10:00:00Z')}}", "variables.v.when.at.getMonth() == 4"),
+    ("[1, 'x', {'k': [true]}]", "variables.v[2].k[0]"),
+])
+def test_values_round_trip_through_variables(variable: str, check: str) -> None:
+    policy = make_policy(variables=[{"name": "v", "expression": variable}], validations=[{"expression": check}])
+    result = PolicyEngine(policy).evaluate(subject_for(pod()))
+    assert result is not None and result.result == "pass", result
+
+
+def test_variables_chain_through_each_other_with_durations() -> None:
+    policy = make_policy(variables=[{"name": "a", "expression": "duration('1h')"},
+                                    {"name": "b", "expression": "variables.a + variables.a"}],
+                         validations=[{"expression": "variables.b == duration('2h')"}])
+    result = PolicyEngine(policy).evaluate(subject_for(pod()))
+    assert result is not None and result.result == "pass", result
+
+
+def test_request_user_info_has_zero_values_when_nobody_is_known() -> None:
+    policy = make_policy(matchConditions=[{"name": "not-admin", "expression":
+                                           "request.userInfo.username != 'admin'"}],
+                         validations=[{"expression": "size(request.userInfo.groups) == 0 && "
+                                                     "request.userInfo.uid == ''"}])
+    result = PolicyEngine(policy).evaluate(subject_for(pod()))
+    assert result is not None and result.result == "pass", result
+    known = subject_for(pod(), user_info={"username": "admin", "groups": ["system:masters"]})
+    result = PolicyEngine(policy).evaluate(known)
+    assert result is not None and result.result == "skip", result
