@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
+import socket
 
 import kopf
 
@@ -35,6 +38,20 @@ def login_from(rt: Runtime) -> None:
         )
 
 
+def peering_identity() -> str:
+    """This replica's name in Kopf peering.
+
+    Kopf's own default asks getpass for the user name, which fails for a numeric user without
+    a passwd entry (the image's 65532, any `runAsUser` in a pod): name the pod (or host) instead.
+    """
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    host = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{user}@{host}/{os.getpid()}"
+
+
 def run(options: Options) -> None:
     limit_arenas()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,6 +63,7 @@ def run(options: Options) -> None:
         standalone=not options.peering,
         peering_name=options.peering or None,
         priority=options.priority,
+        identity=peering_identity(),
         liveness_endpoint=f"http://0.0.0.0:{options.liveness_port}/healthz",
         memo=kopf.Memo(vpol=rt),
     )

@@ -28,8 +28,10 @@ def test_dockerfile_rules():
     assert bases and ":latest" not in bases[0] and re.search(r":\d+\.\d+\.\d+", bases[0])
     runtime = text[text.index("AS runtime"):text.index("AS dev")]
     assert re.search(r"^USER \d+:\d+$", runtime, re.M)
-    assert 'ENTRYPOINT ["/usr/local/bin/vpol", "run"]' in runtime
-    assert "pip install --prefix=/install ." in text  # the project metadata the README installs from
+    assert 'ENTRYPOINT ["/opt/vpol/bin/vpol", "run"]' in runtime
+    # a whole virtual environment moves between stages: no dependence on the base's pip scheme
+    assert "python3 -m venv /opt/vpol" in text and "COPY --from=build /opt/vpol /opt/vpol" in runtime
+    assert "/opt/vpol/bin/pip install --no-deps ." in text  # the project metadata the README installs from
     assert "org.opencontainers.image.source" in text and "org.opencontainers.image.version" in text
 
 
