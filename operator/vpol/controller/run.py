@@ -8,6 +8,7 @@ import os
 import socket
 
 import kopf
+from kopf._core.engines.peering import Identity  # Kopf's NewType for peering identities (not re-exported)
 
 from vpol.controller import handlers  # noqa: F401 - registers the Kopf handlers
 from vpol.controller import metrics
@@ -38,7 +39,7 @@ def login_from(rt: Runtime) -> None:
         )
 
 
-def peering_identity() -> str:
+def peering_identity() -> Identity:
     """This replica's name in Kopf peering.
 
     Kopf's own default asks getpass for the user name, which fails for a numeric user without
@@ -49,7 +50,7 @@ def peering_identity() -> str:
     except (KeyError, OSError):
         user = str(os.getuid())
     host = os.environ.get("POD_NAME") or socket.gethostname()
-    return f"{user}@{host}/{os.getpid()}"
+    return Identity(f"{user}@{host}/{os.getpid()}")
 
 
 def run(options: Options) -> None:

@@ -46,6 +46,12 @@ class _Loader(yaml.SafeLoader):
     style); timestamps stay strings, as in Kubernetes objects.
     """
 
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        #: Nodes met so far, and how many visits aliases added (see MAX_ALIAS_NODES).
+        self.vpol_seen: set[int] = set()
+        self.vpol_alias_nodes = 0
+
 
 _Loader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:timestamp",)]
@@ -65,13 +71,12 @@ class _AliasBomb(Exception):
 
 def _walk(node: yaml.Node, path: str, out: dict[str, Position], loader: _Loader) -> Any:
     # An alias is the same node object met again: count what aliases expand to.
-    seen: set[int] = loader.__dict__.setdefault("vpol_seen", set())
-    if id(node) in seen:
-        loader.vpol_alias_nodes = getattr(loader, "vpol_alias_nodes", 0) + 1
+    if id(node) in loader.vpol_seen:
+        loader.vpol_alias_nodes += 1
         if loader.vpol_alias_nodes > MAX_ALIAS_NODES:
             raise _AliasBomb()
     else:
-        seen.add(id(node))
+        loader.vpol_seen.add(id(node))
     out[path] = Position(node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
