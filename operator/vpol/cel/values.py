@@ -35,9 +35,8 @@ def to_activation(value: Any) -> Any:
     return _convert(value)
 
 
-def _convert(value: Any) -> Any:
-    if isinstance(value, _PLAIN):
-        return value
+def scalar(value: Any) -> Any:
+    """One duration, timestamp or bytearray in the shape cel-expr-python accepts back (others unchanged)."""
     if isinstance(value, datetime.timedelta):
         d = duration_pb2.Duration()
         d.FromTimedelta(value)
@@ -48,10 +47,16 @@ def _convert(value: Any) -> Any:
         return t
     if isinstance(value, bytearray):
         return bytes(value)
+    return value
+
+
+def _convert(value: Any) -> Any:
+    if isinstance(value, _PLAIN):
+        return value
     if isinstance(value, list):
         items = [_convert(v) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else items
     if isinstance(value, dict):
         converted = {k: _convert(v) for k, v in value.items()}
         return value if all(converted[k] is v for k, v in value.items()) else converted
-    return value
+    return scalar(value)

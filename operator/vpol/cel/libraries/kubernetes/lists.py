@@ -18,11 +18,10 @@ import datetime
 import itertools
 from typing import Any
 
-from google.protobuf import duration_pb2, timestamp_pb2
-
 from vpol.cel.declare import BOOL, BYTES, DOUBLE, DYN, INT, STRING, UINT, Fn, Param, T, list_of
 from vpol.cel.libraries.kubernetes import comparison
 from vpol.cel.libraries.kubernetes.overloads import DURATION, TIMESTAMP, KubernetesLibraryError
+from vpol.cel.values import scalar
 
 LIBRARY = "kubernetes.lists"
 
@@ -62,17 +61,7 @@ def _check_dispatch(function: str, items: list[Any], summable: bool) -> None:
 
 def _cel_value(v: Any) -> Any:
     """A value cel-expr-python accepts from a ``dyn``-typed result."""
-    if isinstance(v, bytearray):
-        return bytes(v)
-    if isinstance(v, datetime.timedelta):
-        duration = duration_pb2.Duration()
-        duration.FromTimedelta(v)
-        return duration
-    if isinstance(v, datetime.datetime):
-        timestamp = timestamp_pb2.Timestamp()
-        timestamp.FromDatetime(v)
-        return timestamp
-    return v
+    return scalar(v)
 
 
 def _homogeneous(items: list[Any]) -> type | None:
