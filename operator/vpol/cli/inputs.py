@@ -17,7 +17,7 @@ from typing import Any
 
 from vpol.model.documents import Document, parse_documents
 from vpol.model.parse import is_exception_document, is_policy_document, parse_exception, parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import KINDS, PolicyException, ValidatingPolicy
 from vpol.model.problems import InputError, Position, Problem
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -101,10 +101,15 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.extend(problems)
             if exc_obj is not None:
                 out.exceptions.append(exc_obj)
-        elif strict_kinds and _claims_policy_group(doc.data):
+        elif strict_kinds and (_claims_policy_group(doc.data) or _names_a_policy_kind(doc.data)):
             out.problems.append(_not_a_policy(doc))
         # Anything else (resources, test files...) often sits beside policies: passed over.
     return out
+
+
+def _names_a_policy_kind(data: Any) -> bool:
+    """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
+    return isinstance(data, dict) and data.get("kind") in (*KINDS, "PolicyException")
 
 
 def _claims_policy_group(data: Any) -> bool:

@@ -84,6 +84,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if not loaded.policies and not loaded.has_errors:
         print(f"no ValidatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
         return EXIT_FAIL
+    if not loaded.resources and not loaded.has_errors:
+        print(f"no resource found in {' '.join(args.resource)}", file=sys.stderr)
+        return EXIT_FAIL
     _print_problems(loaded.problems)
     try:
         values = load_values(args.values or [])
@@ -142,6 +145,10 @@ def _table(rows: list[dict[str, Any]]) -> None:
 def cmd_test(args: argparse.Namespace) -> int:
     from vpol.cli.kyverno_test import find_test_files, run_tests
 
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        print(f"no such file or directory: {' '.join(missing)}", file=sys.stderr)
+        return EXIT_INPUT
     if not find_test_files(args.paths):
         print(f"no {' or '.join(('kyverno-test.yaml',))} found under: {' '.join(args.paths)}", file=sys.stderr)
         return EXIT_INPUT

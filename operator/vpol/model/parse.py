@@ -99,7 +99,7 @@ class Reader:
             if required:
                 self.problem(here, "required field is missing")
             return default
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        if not isinstance(value, str):  # as the API server: `name: 5` is a number, not a string
             self.problem(here, f"must be a string, not {_kind(value)}")
             return default
         value = str(value)

@@ -87,3 +87,31 @@ def test_message_with_a_trailing_newline_is_accepted_inner_line_breaks_are_not(
                              "message: |\n          host network\n          is not allowed\n")
     assert main(["check", str(write(tmp_path / "literal.yaml", literal))]) == 1
     assert "must not contain line breaks" in capsys.readouterr().out
+
+
+def test_a_policy_kind_without_our_apiversion_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "ok.yaml", POLICY)
+    write(tmp_path / "noversion.yaml", POLICY.replace("apiVersion: policies.kyverno.io/v1\n", ""))
+    write(tmp_path / "othergroup.yaml", POLICY.replace("policies.kyverno.io/v1", "example.com/v1"))
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    text = out.out + out.err
+    for name in ("noversion.yaml", "othergroup.yaml"):
+        assert f"{tmp_path / name}" in text
+    assert "v1beta1" in text  # the served versions are named
+
+
+def test_non_string_scalars_are_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = write(tmp_path / "p.yaml", POLICY.replace("message: host network is not allowed", "message: 5"))
+    assert main(["check", str(bad)]) == 1
+    assert "spec.validations[0].message" in capsys.readouterr().out
+
+
+def test_apply_without_resources_and_test_on_a_missing_path(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    policy = write(tmp_path / "p.yaml", POLICY)
+    empty = write(tmp_path / "empty.yaml", "# nothing\n")
+    assert main(["apply", "-p", str(policy), "-r", str(empty)]) == 1
+    assert "no resource found" in capsys.readouterr().err
+    assert main(["test", str(tmp_path / "nothere")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
