@@ -49,6 +49,13 @@ def test_suite(suite: Path) -> None:
     assert not wrong, wrong
 
 
+def test_every_test_file_of_the_corpus_is_found() -> None:
+    _require_corpus()
+    on_disk = sorted(Path(root) / name for root, _dirs, files in os.walk(CORPUS) for name in files
+                     if name in ("kyverno-test.yaml", "kyverno-test.yml"))
+    assert on_disk and find_test_files([str(CORPUS)]) == on_disk
+
+
 def test_whole_corpus_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     _require_corpus()
     code = main(["test", str(CORPUS)])

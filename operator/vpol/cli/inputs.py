@@ -23,15 +23,18 @@ from vpol.model.problems import InputError, Position, Problem
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def expand(paths: Iterable[str]) -> Iterator[Path]:
-    """Files named, and YAML/JSON files found under directories (sorted)."""
+def expand(paths: Iterable[str], *, hidden: bool = False) -> Iterator[Path]:
+    """Files named, and YAML/JSON files found under directories (sorted).
+
+    Hidden folders (.git, .chainsaw-test, .kyverno-test...) are passed over unless ``hidden``:
+    they hold test fixtures, not policies to check. A hidden folder named on the command line is
+    still read. (Kyverno CLI test files live in .kyverno-test folders: `vpol test` asks for them.)
+    """
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                # Hidden folders (.git, .chainsaw-test, .kyverno-test...) hold no policies to check;
-                # a hidden folder named on the command line is still read.
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if hidden or not d.startswith("."))
                 for name in sorted(files):
                     if name.endswith(YAML_SUFFIXES):
                         yield Path(root) / name

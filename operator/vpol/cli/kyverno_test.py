@@ -60,7 +60,7 @@ def find_test_files(paths: Iterable[str]) -> list[Path]:
         if p.is_file():
             found.append(p)
         elif p.is_dir():
-            found.extend(f for f in expand([raw]) if f.name in TEST_FILE_NAMES)
+            found.extend(f for f in expand([raw], hidden=True) if f.name in TEST_FILE_NAMES)
     return sorted(set(found))
 
 
