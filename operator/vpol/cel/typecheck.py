@@ -130,6 +130,9 @@ _UNDEFINED_FIELD = re.compile(r"undefined field '([^']*)' not found in struct '[
 
 
 _CEL_GO_NAMES = (("google.protobuf.Timestamp", "timestamp"), ("google.protobuf.Duration", "duration"))
+#: Our generated schema messages carry a content hash in their package (vpol.schema.h<hash>.Container):
+#: an implementation detail; messages show the schema's own type name.
+_SCHEMA_PACKAGE = re.compile(r"\bvpol\.schema\.h[0-9a-f]+\.")
 
 
 def issues_text(error: str) -> str:
@@ -156,6 +159,7 @@ def issues_text(error: str) -> str:
             head = _UNDEFINED_FIELD.sub(r"undefined field '\1'", head)
             for cpp, go in _CEL_GO_NAMES:
                 head = head.replace(cpp, go)
+            head = _SCHEMA_PACKAGE.sub("", head)
         kept.append("\n".join([head, *block[1:]]))
     return "\n".join(kept)
 

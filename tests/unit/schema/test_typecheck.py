@@ -299,3 +299,11 @@ def test_odd_variable_names_do_not_break_checking() -> None:
     for variables in ([("a", "1"), ("a", "'x'")], [("fooBar", "1"), ("foo_bar", "2")], [("my-var", "1")]):
         warnings = run_vars(variables, "object.foo + 'a' == 'b'")
         assert [w.field_path for w in warnings] == ["spec.validations[0].expression"], variables
+
+
+def test_warnings_name_schema_types_without_internal_packages():
+    from vpol.cel.typecheck import issues_text
+
+    text = issues_text("ERROR: <input>:1:27: found no matching overload for '_==_' applied to "
+                       "'(vpol.schema.he43b09620efaddcf8c3a.Container, string)'\n | x\n | .^")
+    assert "'(Container, string)'" in text and "vpol.schema" not in text
