@@ -304,6 +304,6 @@ def test_odd_variable_names_do_not_break_checking() -> None:
 def test_warnings_name_schema_types_without_internal_packages():
     from vpol.cel.typecheck import issues_text
 
-    text = issues_text("ERROR: <input>:1:27: found no matching overload for '_==_' applied to "
+    text = issues_text("INVALID_ARGUMENT: ERROR: <input>:1:27: found no matching overload for '_==_' applied to "
                        "'(vpol.schema.he43b09620efaddcf8c3a.Container, string)'\n | x\n | .^")
     assert "'(Container, string)'" in text and "vpol.schema" not in text
