@@ -98,6 +98,13 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             policy, problems = parse_policy(doc.data, doc)
             out.problems.extend(problems)
             if policy is not None:
+                first = next((p for p in out.policies if (p.kind, p.key) == (policy.kind, policy.key)), None)
+                if first is not None:
+                    # Two objects of one name cannot exist in a cluster: which one is meant?
+                    out.problems.append(policy.locate(Problem(
+                        f'duplicate {policy.kind} "{policy.key}" (first in {first.source or "the input"})',
+                        path="metadata.name")))
+                    continue
                 out.policies.append(policy)
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)

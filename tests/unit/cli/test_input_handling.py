@@ -115,3 +115,12 @@ def test_apply_without_resources_and_test_on_a_missing_path(tmp_path: Path,
     assert "no resource found" in capsys.readouterr().err
     assert main(["test", str(tmp_path / "nothere")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_two_policies_of_one_name_are_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "a.yaml", POLICY)
+    write(tmp_path / "b.yaml", POLICY.replace("host network is not allowed", "another message"))
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'b.yaml'}:4:" in out and 'duplicate ValidatingPolicy "no-host-network"' in out
+    assert str(tmp_path / "a.yaml") in out
