@@ -37,7 +37,7 @@ _UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 
 _VAR_REF_RX = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)|\bvariables\s*\[\s*\??\s*['\"]([^'\"]+)['\"]")
 
 #: Expected result type per expression role: (allowed type names, description).
-_RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
+RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "validation": (("bool",), "bool"),
     "matchCondition": (("bool",), "bool"),
     "messageExpression": (("string",), "string"),
@@ -93,9 +93,15 @@ def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
     return out
 
 
-def _type_name(t: cel.Type) -> str:
+def type_name(t: cel.Type) -> str:
+    """A CEL type's name as the messages spell it (``bool``, ``map(string, string)``, ``null_type``)."""
     name = t.name().lower()
     return {"null": "null_type"}.get(name, name)
+
+
+def spelled(type_name: str) -> str:
+    """A type name as cel-go spells it in messages: ``map(string, int)``, not ``map<string, int>``."""
+    return type_name.replace("<", "(").replace(">", ")")
 
 
 def _nesting(src: str) -> int:
@@ -140,10 +146,10 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         ]
     except Exception as exc:  # noqa: BLE001 - the engine must never take the caller down
         return None, [Problem(f"expression cannot be compiled: {exc}", path=path)]
-    result = _type_name(expr.return_type())
-    expected = _RESULT_TYPES.get(role)
+    result = type_name(expr.return_type())
+    expected = RESULT_TYPES.get(role)
     if expected and result not in expected[0] and result != "dyn":
-        return None, [Problem(f"expression must evaluate to {expected[1]}, not {result}", path=path,
+        return None, [Problem(f"expression must evaluate to {expected[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
     return Program(path, src, role, expr, variable_references(src), result), []
 

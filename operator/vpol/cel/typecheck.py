@@ -47,7 +47,7 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas, types
-from vpol.cel.compiler import compile_expression
+from vpol.cel.compiler import RESULT_TYPES, compile_expression, spelled, type_name
 from vpol.cel.variables import parse_type_name, typed_variables_message
 from vpol.cel.environment import EnvSpec, environment
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
@@ -71,6 +71,9 @@ class TypeWarning:
 
     field_path: str
     warning: str
+    #: The expression's type with the kind's schema is not what its role needs (a validation that
+    #: is a map, say): it fails on every object of that kind, so `vpol check` calls it an error.
+    wrong_result: bool = False
 
 
 class RuleLike(Protocol):
@@ -172,8 +175,8 @@ def _untyped_variables(declared: Sequence[tuple[str, str]]) -> str:
         return ""
 
 
-def _compile(env: cel.Env, src: str) -> tuple[str | None, str | None]:
-    """(result type name, None) or (None, issues)."""
+def _compile(env: cel.Env, src: str, role: str = "") -> tuple[str | None, str | None]:
+    """(result type name, None) or (None, issues); a result type the role does not allow is an issue."""
     try:
         expr = env.compile(src)
     except RuntimeError as exc:
@@ -181,7 +184,14 @@ def _compile(env: cel.Env, src: str) -> tuple[str | None, str | None]:
     except Exception as exc:  # noqa: BLE001 - a checker must never take its caller down
         log.debug("type check of %r failed internally: %s", src, exc)
         return None, None
+    expected = RESULT_TYPES.get(role)
+    result = type_name(expr.return_type())
+    if expected and result not in expected[0] and result != "dyn":
+        return None, f"{WRONG_RESULT}{expected[1]}, not {spelled(result)}"
     return expr.return_type().name(), None
+
+
+WRONG_RESULT = "ERROR: <input>:1:1: expression must evaluate to "
 
 
 def _object_type(schema: Mapping[str, Any]) -> str | None:
@@ -265,11 +275,12 @@ def check(
         for path, src, _role in expressions:
             if path in variable_paths or path not in untyped_ok:
                 continue
-            _result, issues = _compile(env, src)
+            _result, issues = _compile(env, src, _role)
             if issues is not None:
                 failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
 
-    return [TypeWarning(path, "\n".join(failures[path])) for path, _src, _role in expressions if path in failures]
+    return [TypeWarning(path, "\n".join(failures[path]), wrong_result=any(WRONG_RESULT in f for f in failures[path]))
+            for path, _src, _role in expressions if path in failures]
 
 
 def check_policy(

@@ -51,7 +51,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         compiled = compile_policy(policy)
         problems.extend(compiled.problems)
         if not args.no_typecheck:
-            problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path, severity="warning"))
+            # A result of the wrong type for every matched kind fails on every object: an error.
+            problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
+                                                  severity="error" if w.wrong_result else "warning"))
                             for w in check_policy(policy))
     for exc in loaded.exceptions:
         problems.extend(compile_exception(exc).problems)

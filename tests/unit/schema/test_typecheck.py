@@ -307,3 +307,19 @@ def test_warnings_name_schema_types_without_internal_packages():
     text = issues_text("INVALID_ARGUMENT: ERROR: <input>:1:27: found no matching overload for '_==_' applied to "
                        "'(vpol.schema.he43b09620efaddcf8c3a.Container, string)'\n | x\n | .^")
     assert "'(Container, string)'" in text and "vpol.schema" not in text
+
+
+def test_a_result_of_the_wrong_type_under_the_schema_is_flagged():
+    from tests.unit.policies import make_policy
+    from vpol.cel.typecheck import check_policy
+
+    policy = make_policy(matchConditions=[{"name": "labels", "expression": "object.metadata.?labels.orValue({})"}],
+                         validations=[{"expression": "object.spec.containers.size() > 0"},
+                                      {"expression": "object.spec.containers[0].name",
+                                       "messageExpression": "object.spec.containers.size()"}])
+    found = {w.field_path: w for w in check_policy(policy)}
+    assert found["spec.matchConditions[0].expression"].wrong_result
+    assert "must evaluate to bool, not map(string, string)" in found["spec.matchConditions[0].expression"].warning
+    assert found["spec.validations[1].expression"].wrong_result  # a string where a bool is needed
+    assert "must evaluate to bool, not string" in found["spec.validations[1].expression"].warning
+    assert "spec.validations[0].expression" not in found
