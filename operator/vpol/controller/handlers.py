@@ -193,6 +193,16 @@ def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
             _enqueue(memo, str(ref["name"]))
 
 
+@kopf.on.probe(id="leader")
+def leader_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """Whether this replica leads, and what stops it from trying (a missing namespace, RBAC)."""
+    rt = _runtime(memo)
+    if rt.leader is None:
+        return {"leading": False, "problem": ""}
+    metrics.LEADER_PROBLEM.set(1 if rt.leader.problem else 0)
+    return {"leading": rt.leader.leading.is_set(), "problem": rt.leader.problem}
+
+
 @kopf.on.probe(id="queue")
 def queue_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     rt = _runtime(memo)

@@ -59,6 +59,8 @@ ADMISSION_POLICY_LATENCY = Histogram("vpol_admission_policy_duration_seconds",
 ADMISSION_ENFORCED = Gauge("vpol_policy_admission_enforced",
                            "One series per policy: how admission requests are checked against it (value 1)",
                            ["policy", "path"])
+LEADER_PROBLEM = Gauge("vpol_leader_election_problem",
+                       "1 while this replica cannot even try to take the leader Lease (see /healthz and the log)")
 ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
 
 

@@ -41,6 +41,8 @@ class LeaderElection(threading.Thread):
         self.renew = renew
         self.leading = threading.Event()
         self._stop_event = threading.Event()
+        #: What stops this replica from even trying to lead ("" when nothing does).
+        self.problem = ""
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -49,8 +51,9 @@ class LeaderElection(threading.Thread):
         while not self._stop_event.is_set():
             try:
                 held = self._try()
+                self._report("")
             except Exception as exc:  # noqa: BLE001 - lose leadership on API trouble, retry
-                logger.warning("leader election: %s", exc)
+                self._report(self._explain(exc))
                 held = False
             if held and not self.leading.is_set():
                 logger.info("leading background scans as %s", self.identity)
@@ -61,6 +64,30 @@ class LeaderElection(threading.Thread):
             self._stop_event.wait(self.renew)
         if self.leading.is_set():
             self._release()
+
+    def _explain(self, exc: BaseException) -> str:
+        """One line a person can act on (an API error's str() carries headers and a body)."""
+        status = getattr(exc, "status", None)
+        where = f"the Lease {self.namespace}/{self.lease_name}"
+        if status == 404:
+            return f"cannot take {where}: namespace {self.namespace} does not exist (create it, or run with " \
+                   "--namespace set to the operator's namespace)"
+        if status == 403:
+            return f"cannot take {where}: forbidden (grant get, create and update on leases in " \
+                   f"{self.namespace}: manifests/operator/rbac.yaml, Role vpol-scanner-lease)"
+        if status is not None:
+            return f"cannot take {where}: HTTP {status} {getattr(exc, 'reason', '') or ''}".strip()
+        return f"cannot take {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
+    def _report(self, problem: str) -> None:
+        """Log a problem once (and when it goes away), not at every retry."""
+        if problem == self.problem:
+            return
+        if problem:
+            logger.error("%s; background scans and the webhook configuration wait until this is fixed", problem)
+        else:
+            logger.info("leader election works again")
+        self.problem = problem
 
     def _try(self) -> bool:
         now = _now()

@@ -345,14 +345,34 @@ def _spec(r: Reader, data: Any) -> PolicySpec:
 def _metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
     md = r.obj(data.get("metadata"), "metadata")
     name = r.str_(md, "name", "metadata", required=True)
+    if md.get("name") == "":
+        r.problem("metadata.name", "must not be empty")
     if name and (len(name) > 253 or not _DNS_SUBDOMAIN.match(name)):
         r.problem("metadata.name", f'"{name}" is not a valid name (lowercase RFC 1123 subdomain)')
     namespace = r.str_(md, "namespace", "metadata") if namespaced else ""
     labels = {str(k): str(v) for k, v in r.obj(md.get("labels"), "metadata.labels").items()}
     annotations = {str(k): str(v) for k, v in r.obj(md.get("annotations"), "metadata.annotations").items()}
+    for where, keys in (("metadata.labels", labels), ("metadata.annotations", annotations)):
+        for key in keys:
+            if not _valid_key(key):
+                r.problem(f"{where}.{key}", f'"{key}" is not a valid key: an optional DNS subdomain prefix and "/", '
+                                            "then at most 63 letters, digits, '-', '_' or '.', starting and ending "
+                                            "with a letter or digit")
+    for key, value in labels.items():
+        if value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+            r.problem(f"metadata.labels.{key}", f'"{value}" is not a valid label value (at most 63 letters, digits, '
+                                                "'-', '_' or '.', starting and ending with a letter or digit)")
     raw_generation = md.get("generation")
     generation = raw_generation if isinstance(raw_generation, int) else 0
     return name, namespace, labels, annotations, str(md.get("uid") or ""), generation
+
+
+def _valid_key(key: str) -> bool:
+    """A label or annotation key as the API server accepts it (a qualified name)."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
 
 
 def is_policy_document(data: Any) -> bool:

@@ -124,3 +124,17 @@ def test_two_policies_of_one_name_are_an_error(tmp_path: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert f"{tmp_path / 'b.yaml'}:4:" in out and 'duplicate ValidatingPolicy "no-host-network"' in out
     assert str(tmp_path / "a.yaml") in out
+
+
+@pytest.mark.parametrize("metadata,fragment", [
+    ("metadata:\n  name: Bad_Name\n", "is not a valid name"),
+    ("metadata:\n  name: ''\n", "metadata.name"),
+    ("metadata:\n  name: ok\n  labels: {'bad key!': x}\n", "is not a valid key"),
+    ("metadata:\n  name: ok\n  annotations: {'Example.COM/x': y}\n", "is not a valid key"),
+    ("metadata:\n  name: ok\n  labels: {team: 'not a value'}\n", "is not a valid label value"),
+])
+def test_metadata_the_api_server_would_reject_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           metadata: str, fragment: str) -> None:
+    bad = write(tmp_path / "p.yaml", POLICY.replace("metadata:\n  name: no-host-network\n", metadata))
+    assert main(["check", str(bad)]) == 1
+    assert fragment in capsys.readouterr().out
