@@ -23,6 +23,8 @@ from vpol.model.problems import InputError, Problem
 @dataclass
 class Values:
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: request.userInfo (a test file's `userinfo`, or --userinfo).
+    user_info: dict[str, Any] = field(default_factory=dict)
 
 
 def load_values(paths: Iterable[str]) -> Values:
@@ -50,6 +52,31 @@ def load_values(paths: Iterable[str]) -> Values:
                 labels.update({str(k): str(v) for k, v in (sel.get("labels") or {}).items()})
                 ns.setdefault("metadata", {})["labels"] = labels
     return values
+
+
+def load_user_info(paths: Iterable[str]) -> dict[str, Any]:
+    """The request's userInfo from Kyverno CLI user-info files (``kind: UserInfo``, as ``kyverno create
+    user-info`` writes them: ``userInfo: {username, groups, uid, extra}``), or a plain userInfo mapping."""
+    info: dict[str, Any] = {}
+    for path in paths:
+        for doc in load_documents(Path(path)):
+            data = doc.data
+            if not isinstance(data, dict):
+                raise InputError(Problem("a user-info file must be a mapping", file=doc.file))
+            user = data.get("userInfo", data) if data.get("kind") == "UserInfo" or "userInfo" in data else data
+            if not isinstance(user, dict):
+                raise InputError(Problem("userInfo must be a mapping", file=doc.file, path="userInfo",
+                                         position=doc.position("userInfo")))
+            for key in ("username", "uid"):
+                if key in user and not isinstance(user[key], str):
+                    raise InputError(Problem(f"{key} must be a string", file=doc.file, path=f"userInfo.{key}",
+                                             position=doc.position(f"userInfo.{key}")))
+            if "groups" in user and not (isinstance(user["groups"], list) and
+                                         all(isinstance(g, str) for g in user["groups"])):
+                raise InputError(Problem("groups must be a list of strings", file=doc.file, path="userInfo.groups",
+                                         position=doc.position("userInfo.groups")))
+            info.update({k: v for k, v in user.items() if k in ("username", "uid", "groups", "extra")})
+    return info
 
 
 def _objects(paths: Iterable[str]) -> list[tuple[str, Any]]:

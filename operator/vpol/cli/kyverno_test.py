@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vpol.cel.backend import using
-from vpol.cli.context import build_backend, load_values
+from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
@@ -117,6 +117,7 @@ def run_test_document(doc: Document) -> TestOutcome:
 
     try:
         values = load_values(_rel(base, spec.get("variables")))
+        values.user_info = load_user_info(_rel(base, spec.get("userinfo")))
         backend, extra_types = build_backend(
             context_files=_rel(base, spec.get("context")),
             cluster_resource_files=_rel(base, spec.get("clusterResources")),
@@ -178,7 +179,8 @@ def _check(test: str, expected: dict[str, Any], engines: dict[str, PolicyEngine]
 
 def _evaluate_doc(test: str, engine: PolicyEngine, doc: Document, name: str, kind: str, want: str,
                   operation: str, values: Any, resolve: Any) -> Check:
-    subject = subject_for(doc.data, operation=operation, resolve=resolve, namespaces=values.namespaces)
+    subject = subject_for(doc.data, operation=operation, resolve=resolve, namespaces=values.namespaces,
+                          user_info=values.user_info)
     res = engine.evaluate(subject)
     return _compare(test, engine.policy.name, name, kind, want, res)
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from vpol import __version__
-from vpol.cli.context import build_backend, load_values
+from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
@@ -92,6 +92,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     _print_problems(loaded.problems)
     try:
         values = load_values(args.values or [])
+        user_info = load_user_info([args.userinfo] if args.userinfo else [])
         backend, extra = build_backend(context_files=args.context or [],
                                        cluster_resource_files=args.cluster_resources or [])
     except InputError as exc:
@@ -110,7 +111,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
     with SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) as sandbox:
         for doc in loaded.resources:
-            subject = subject_for(doc.data, operation=args.operation, resolve=resolve, namespaces=values.namespaces)
+            subject = subject_for(doc.data, operation=args.operation, resolve=resolve, namespaces=values.namespaces,
+                                  user_info=user_info)
             results.extend(sandbox.evaluate(subject))
             progress.step()
     progress.done()
@@ -249,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--values", "-f", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI values file")
     p.add_argument("--context", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI context file")
     p.add_argument("--cluster-resources", nargs="+", action="extend", metavar="PATH", help="objects standing in for the cluster")
+    p.add_argument("--userinfo", "-u", metavar="FILE",
+                   help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
     p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"])
     p.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml"])
     p.add_argument("--no-progress", action="store_true", help="never show a progress line")

@@ -138,3 +138,48 @@ def test_metadata_the_api_server_would_reject_is_an_error(tmp_path: Path, capsys
     bad = write(tmp_path / "p.yaml", POLICY.replace("metadata:\n  name: no-host-network\n", metadata))
     assert main(["check", str(bad)]) == 1
     assert fragment in capsys.readouterr().out
+
+
+USERINFO_POLICY = """\
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: only-admins}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  matchConditions:
+  - name: not-system
+    expression: "!request.userInfo.username.startsWith('system:')"
+  validations:
+  - expression: "'admins' in request.userInfo.groups"
+    message: only admins
+"""
+USER = """\
+apiVersion: cli.kyverno.io/v1alpha1
+kind: UserInfo
+metadata: {name: user-info}
+userInfo: {username: alice, groups: [admins]}
+"""
+CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\n"
+
+
+def test_user_info_files_set_the_requesting_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy, user = write(tmp_path / "policy.yaml", USERINFO_POLICY), write(tmp_path / "user.yaml", USER)
+    cm = write(tmp_path / "cm.yaml", CONFIGMAP)
+    main(["apply", "-p", str(policy), "-r", str(cm), "-o", "json"])
+    assert [r["result"] for r in results(capsys)] == ["fail"]  # nobody: no groups
+    main(["apply", "-p", str(policy), "-r", str(cm), "-u", str(user), "-o", "json"])
+    assert [r["result"] for r in results(capsys)] == ["pass"]
+    write(tmp_path / "kyverno-test.yaml", """\
+apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: userinfo}
+policies: [policy.yaml]
+resources: [cm.yaml]
+userinfo: user.yaml
+results:
+- {policy: only-admins, resources: [c], kind: ConfigMap, result: pass}
+""")
+    assert main(["test", str(tmp_path)]) == 0
+    assert "1 agreed, 0 disagreed" in capsys.readouterr().out
