@@ -54,7 +54,8 @@ ADMISSION_LATENCY = Histogram("vpol_admission_duration_seconds", "Time to answer
                               ["webhook"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                                                     5, 10))
 ADMISSION_POLICY_LATENCY = Histogram("vpol_admission_policy_duration_seconds",
-                                     "Evaluation time of one policy in an admission request", ["policy"],
+                                     "Evaluation time of an admission request, shared out evenly among the "
+                                     "policies it evaluated (per policy)", ["policy"],
                                      buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5))
 ADMISSION_ENFORCED = Gauge("vpol_policy_admission_enforced",
                            "One series per policy: how admission requests are checked against it (value 1)",
