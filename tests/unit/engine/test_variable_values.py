@@ -43,3 +43,26 @@ def test_request_user_info_has_zero_values_when_nobody_is_known() -> None:
     known = subject_for(pod(), user_info={"username": "admin", "groups": ["system:masters"]})
     result = PolicyEngine(policy).evaluate(known)
     assert result is not None and result.result == "skip", result
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ({"securityContext": None}, "pass"),                      # a YAML field left empty
+    ({"securityContext": {"privileged": None}}, "pass"),
+    ({"securityContext": {"privileged": True}}, "fail"),
+])
+def test_optional_selection_through_a_null_gives_none_as_in_cel_go(spec: dict, expected: str) -> None:
+    policy = make_policy(validations=[{"expression": "object.spec.?securityContext.?privileged.orValue(false) "
+                                                    "!= true"}])
+    obj = pod()
+    obj["spec"].update(spec)
+    result = PolicyEngine(policy).evaluate(subject_for(obj))
+    assert result is not None and result.result == expected, result
+
+
+def test_nulls_are_kept_where_the_policy_did_not_error() -> None:
+    policy = make_policy(validations=[{"expression": "has(object.spec.securityContext) && "
+                                                    "object.spec.securityContext == null"}])
+    obj = pod()
+    obj["spec"]["securityContext"] = None
+    result = PolicyEngine(policy).evaluate(subject_for(obj))
+    assert result is not None and result.result == "pass", result
