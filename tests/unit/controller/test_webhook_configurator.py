@@ -32,3 +32,20 @@ def test_vap_refused_only_for_the_current_generation():
     assert not vap_refused(body(3, 2))
     assert not vap_refused(body(2, 2, reason="NotEligible"))
     assert not vap_refused({"metadata": {"generation": 1}})
+
+
+def test_a_status_write_does_not_change_the_webhook_policy_set():
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.policies import AdmissionPolicies
+
+    changes = []
+    admission = AdmissionPolicies(None, on_change=changes.append)  # type: ignore[arg-type]
+    body = make_policy(name="p", validations=[{"expression": "sha256(object.metadata.name) != ''"}]).raw
+    admission._on_policy("ADDED", body)
+    assert len(changes) == 1 and "p" in admission.snapshot.policies
+    admission._on_policy("MODIFIED", {**body, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    assert len(changes) == 1
+    admission._on_policy("MODIFIED", {**body, "metadata": {**body["metadata"], "generation": 2}})
+    assert len(changes) == 2
+    admission._on_policy("DELETED", body)
+    assert len(changes) == 3 and not admission.snapshot.policies

@@ -132,7 +132,9 @@ class AdmissionPolicies:
                 self._webhook.pop(key, None)
             else:
                 self._webhook[key] = policy
-        if before != policy or (before is not None and policy is not None and before.raw != policy.raw):
+        # Equality covers what decisions depend on (spec, identity, generation), not `raw`: a status
+        # write (every reconcile's) must not rebuild every replica's evaluation workers.
+        if before != policy:
             self._publish()
 
     def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
