@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from cel_expr_python import cel
 
 from vpol.cel.environment import EnvSpec, environment
+from vpol.cel.object_literals import as_map_literals, line_column, offset_of
 from vpol.cel.variables import typed_variables_message
-from vpol.model.policy import ValidatingPolicy
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.policy import NamedExpression, ValidatingPolicy
 from vpol.model.problems import Position, Problem
 
 T = cel.Type
@@ -42,6 +44,13 @@ RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "matchCondition": (("bool",), "bool"),
     "messageExpression": (("string",), "string"),
     "auditAnnotation": (("string", "null_type"), "string or null"),
+}
+
+#: Roles whose expressions build typed literals (``Object{...}``, ``JSONPatch{...}``): compiled as
+#: map literals for evaluation (vpol.cel.object_literals), type-checked with the schema's types.
+MUTATION_ROLES: dict[str, tuple[str, str]] = {
+    "applyConfiguration": ("map", "an Object (apply configuration)"),
+    "jsonPatch": ("list", "a list of JSONPatch"),
 }
 
 
@@ -131,19 +140,32 @@ def variable_references(src: str) -> frozenset[str]:
     return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
 
 
+def excerpt_at(src: str, position: Position) -> str:
+    """The caret excerpt cel prints under an error, for ``position`` in ``src``."""
+    lines = src.split("\n")
+    text = lines[position.line - 1] if 0 < position.line <= len(lines) else ""
+    return f" | {text}\n | {'.' * max(0, position.column - 1)}^"
+
+
 def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[Program | None, list[Problem]]:
     """Compile one expression in the environment ``spec``; check its result type."""
     if not src.strip():
         return None, [Problem("expression is empty", path=path)]
     if _nesting(src) > MAX_NESTING:
         return None, [Problem(f"expression nests deeper than {MAX_NESTING} levels", path=path)]
+    rewritten = as_map_literals(src) if role in MUTATION_ROLES else None
     try:
-        expr = environment(spec).compile(src)
+        expr = environment(spec).compile(rewritten.text if rewritten else src)
     except RuntimeError as exc:
-        return None, [
-            Problem(msg, path=path, expression_position=pos, excerpt=excerpt)
-            for pos, msg, excerpt in parse_cel_errors(str(exc))
-        ]
+        problems = []
+        for pos, msg, excerpt in parse_cel_errors(str(exc)):
+            if rewritten is not None and pos is not None:
+                # A position in the rewritten text, moved back to what the user wrote.
+                offset = rewritten.original_offset(offset_of(rewritten.text, pos.line, pos.column))
+                pos = Position(*line_column(src, offset))
+                excerpt = excerpt_at(src, pos)
+            problems.append(Problem(msg, path=path, expression_position=pos, excerpt=excerpt))
+        return None, problems
     except Exception as exc:  # noqa: BLE001 - the engine must never take the caller down
         return None, [Problem(f"expression cannot be compiled: {exc}", path=path)]
     result = type_name(expr.return_type())
@@ -151,47 +173,94 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if expected and result not in expected[0] and result != "dyn":
         return None, [Problem(f"expression must evaluate to {expected[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
+    mutation = MUTATION_ROLES.get(role)
+    if mutation and not result.startswith(mutation[0]) and result != "dyn":
+        return None, [Problem(f"expression must evaluate to {mutation[1]}, not {spelled(result)}", path=path,
+                              expression_position=Position(1, 1))]
     return Program(path, src, role, expr, variable_references(src), result), []
+
+
+class _Frame:
+    """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
+
+    def __init__(self, out: CompiledPolicy | CompiledMutatingPolicy, mode: str, kubernetes_only: bool) -> None:
+        self.out = out
+        self.mode = mode
+        self.kubernetes_only = kubernetes_only
+        self.declared: list[tuple[str, str]] = []
+
+    def spec_now(self) -> EnvSpec:
+        return EnvSpec(mode=self.mode, kubernetes_only=self.kubernetes_only,
+                       variables_type=typed_variables_message(self.declared))
+
+    def add(self, src: str, path: str, role: str, env_spec: EnvSpec | None = None) -> Program | None:
+        prog, problems = compile_expression(src, path, role, env_spec or self.spec_now())
+        self.out.problems.extend(problems)
+        return prog
+
+    def variables_and_conditions(self, variables: Sequence[NamedExpression],
+                                 conditions: Sequence[NamedExpression]) -> None:
+        for i, var in enumerate(variables):
+            prog = self.add(var.expression, f"spec.variables[{i}].expression", "variable")
+            # A variable that does not compile is still declared (as dyn), so its
+            # users are not reported a second time for it.
+            self.declared.append((var.name, prog.result_type if prog else "dyn"))
+            if prog:
+                self.out.variables.append((var.name, prog))
+        # matchConditions may use variables too (they are lazy, as in the API server).
+        for i, mc in enumerate(conditions):
+            prog = self.add(mc.expression, f"spec.matchConditions[{i}].expression", "matchCondition")
+            if prog:
+                self.out.match_conditions.append((mc.name, prog))
 
 
 def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompiledPolicy:
     """Compile every expression of ``policy`` (all errors, not just the first)."""
     out = CompiledPolicy(policy)
-    mode = policy.spec.evaluation.mode
-    declared: list[tuple[str, str]] = []
-
-    def spec_now() -> EnvSpec:
-        return EnvSpec(mode=mode, kubernetes_only=kubernetes_only, variables_type=typed_variables_message(declared))
-
-    def add(src: str, path: str, role: str, env_spec: EnvSpec) -> Program | None:
-        prog, problems = compile_expression(src, path, role, env_spec)
-        out.problems.extend(problems)
-        return prog
-
     s = policy.spec
-    for i, var in enumerate(s.variables):
-        prog = add(var.expression, f"spec.variables[{i}].expression", "variable", spec_now())
-        # A variable that does not compile is still declared (as dyn), so its
-        # users are not reported a second time for it.
-        declared.append((var.name, prog.result_type if prog else "dyn"))
-        if prog:
-            out.variables.append((var.name, prog))
-    full = spec_now()
-    # matchConditions may use variables too (they are lazy, as in the API server).
-    for i, mc in enumerate(s.match_conditions):
-        prog = add(mc.expression, f"spec.matchConditions[{i}].expression", "matchCondition", full)
-        if prog:
-            out.match_conditions.append((mc.name, prog))
+    frame = _Frame(out, s.evaluation.mode, kubernetes_only)
+    frame.variables_and_conditions(s.variables, s.match_conditions)
     for i, val in enumerate(s.validations):
-        prog = add(val.expression, f"spec.validations[{i}].expression", "validation", full)
+        prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
         msg = None
         if val.message_expression:
-            msg = add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression", full)
+            msg = frame.add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression")
         if prog:
             out.validations.append((i, prog, msg))
     for i, aa in enumerate(s.audit_annotations):
-        prog = add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation", full)
+        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
         if prog:
             out.audit_annotations.append((aa.key, prog))
+    out.problems = [policy.locate(p) for p in out.problems]
+    return out
+
+
+@dataclass
+class CompiledMutatingPolicy:
+    policy: MutatingPolicy
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+    #: (mutation index, patch type, expression)
+    mutations: list[tuple[int, str, Program]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:
+    """Compile every expression of a MutatingPolicy (all errors, not just the first)."""
+    out = CompiledMutatingPolicy(policy)
+    s = policy.spec
+    frame = _Frame(out, "Kubernetes", kubernetes_only)
+    frame.variables_and_conditions(s.variables, s.match_conditions)
+    for i, mutation in enumerate(s.mutations):
+        prog = frame.add(mutation.expression, f"spec.mutations[{i}].{mutation.field}.expression", mutation.field)
+        if prog:
+            out.mutations.append((i, mutation.patch_type, prog))
     out.problems = [policy.locate(p) for p in out.problems]
     return out

@@ -61,6 +61,9 @@ class EnvSpec:
     object_type: str = ""
     #: Full message name typing ``variables``; empty means map(string, dyn).
     variables_type: str = ""
+    #: CEL container (name resolution scope): where ``Object...`` literal types are declared
+    #: for type-checking mutations (vpol.cel.object_types); empty for none.
+    container: str = ""
 
 
 _LOCK = threading.Lock()
@@ -118,7 +121,9 @@ def environment(spec: EnvSpec = EnvSpec()) -> cel.Env:
     with _LOCK:
         return cel.NewEnv(
             descriptor_pool=types.POOL,
-            config=cel.NewEnvConfigFromYaml(_K8S_EXTENSIONS_YAML if spec.kubernetes_only else _EXTENSIONS_YAML),
+            config=cel.NewEnvConfigFromYaml(
+                (_K8S_EXTENSIONS_YAML if spec.kubernetes_only else _EXTENSIONS_YAML)
+                + (f"container: {spec.container}\n" if spec.container else "")),
             variables=variable_types(spec),
             # Overloads added to functions the environment already has (string(), indexOf
             # on lists...) can only come through an extension; new functions come through

@@ -181,15 +181,7 @@ class _Builder:
     # -- schema navigation
 
     def resolve(self, ref: str) -> Mapping[str, Any]:
-        node: Any = self.document
-        if not ref.startswith("#"):
-            raise ValueError(f"only local references are supported: {ref}")
-        for part in ref[1:].split("/")[1:]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            node = node[part]
-        if not isinstance(node, Mapping):
-            raise ValueError(f"reference {ref} does not point to a schema")
-        return node
+        return resolve_ref(self.document, ref)
 
     # -- conversion
 
@@ -345,6 +337,28 @@ def map_entry_name(field_name: str) -> str:
         else:
             out.append(ch)
     return "".join(out) + "Entry"
+
+
+def resolve_ref(document: Mapping[str, Any], ref: str) -> Mapping[str, Any]:
+    """The schema a local reference (``#/components/schemas/X``) points to in ``document``."""
+    node: Any = document
+    if not ref.startswith("#"):
+        raise ValueError(f"only local references are supported: {ref}")
+    for part in ref[1:].split("/")[1:]:
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    if not isinstance(node, Mapping):
+        raise ValueError(f"reference {ref} does not point to a schema")
+    return node
+
+
+def deref(document: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` with references followed until a schema that is not one."""
+    for _ in range(64):
+        ref = ref_of(node)
+        if ref is None:
+            break
+        node = resolve_ref(document, ref)
+    return node
 
 
 def ref_of(node: Mapping[str, Any]) -> str | None:

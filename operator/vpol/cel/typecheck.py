@@ -47,10 +47,13 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas, types
-from vpol.cel.compiler import RESULT_TYPES, compile_expression, spelled, type_name
+from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, spelled, type_name
+from vpol.cel.object_literals import literals
+from vpol.cel.object_types import JSON_PATCH_TYPE, construction_container
 from vpol.cel.variables import parse_type_name, typed_variables_message
 from vpol.cel.environment import EnvSpec, environment
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,7 @@ FDP = descriptor_pb2.FieldDescriptorProto
 #: The API server type-checks against at most this many kinds per rule.
 MAX_TYPES_TO_CHECK = 10
 
-ROLES = ("validation", "messageExpression", "matchCondition", "variable", "auditAnnotation")
+ROLES = ("validation", "messageExpression", "matchCondition", "variable", "auditAnnotation", *MUTATION_ROLES)
 
 SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]
 
@@ -163,6 +166,7 @@ def issues_text(error: str) -> str:
             for cpp, go in _CEL_GO_NAMES:
                 head = head.replace(cpp, go)
             head = _SCHEMA_PACKAGE.sub("", head)
+            head = _IN_CONTAINER.sub("", _OBJECT_CONTAINER.sub("", head)).replace("vpolac.JSONPatch", "JSONPatch")
         kept.append("\n".join([head, *block[1:]]))
     return "\n".join(kept)
 
@@ -188,7 +192,19 @@ def _compile(env: cel.Env, src: str, role: str = "") -> tuple[str | None, str | 
     result = type_name(expr.return_type())
     if expected and result not in expected[0] and result != "dyn":
         return None, f"{WRONG_RESULT}{expected[1]}, not {spelled(result)}"
+    if role in MUTATION_ROLES and result != "dyn":
+        raw = expr.return_type().name()
+        wanted_ok = raw.endswith(".Object") if role == "applyConfiguration" else \
+            result in (f"list<{JSON_PATCH_TYPE.lower()}>", "list<dyn>")
+        if not wanted_ok:
+            shown = _OBJECT_CONTAINER.sub("", spelled(raw)).replace("vpolac.", "")
+            return None, f"{WRONG_RESULT}{MUTATION_ROLES[role][1]}, not {shown}"
     return expr.return_type().name(), None
+
+
+#: The container prefix of literal types (vpol.cel.object_types), left out of messages.
+_OBJECT_CONTAINER = re.compile(r"\bvpolac\.h[0-9a-f]+(\.l[0-9]+)*\.")
+_IN_CONTAINER = re.compile(r" \(in container '[^']*'\)")
 
 
 WRONG_RESULT = "ERROR: <input>:1:1: expression must evaluate to "
@@ -275,16 +291,25 @@ def check(
         for path, src, _role in expressions:
             if path in variable_paths or path not in untyped_ok:
                 continue
-            _result, issues = _compile(env, src, _role)
+            expression_env = env
+            if _role in MUTATION_ROLES:
+                container = construction_container(schema, [lit.name for lit in literals(src)])
+                expression_env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
+                                                     variables_type=typed_variables_message(typed),
+                                                     container=container))
+            _result, issues = _compile(expression_env, src, _role)
             if issues is not None:
                 failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
 
-    return [TypeWarning(path, "\n".join(failures[path]), wrong_result=any(WRONG_RESULT in f for f in failures[path]))
-            for path, _src, _role in expressions if path in failures]
+    # A mutation that does not type-check fails on every object of the kind (the API server compiles
+    # it with the kind's types and cannot apply it), like an expression of the wrong result type.
+    return [TypeWarning(path, "\n".join(failures[path]),
+                        wrong_result=role in MUTATION_ROLES or any(WRONG_RESULT in f for f in failures[path]))
+            for path, _src, role in expressions if path in failures]
 
 
 def check_policy(
-    policy: ValidatingPolicy,
+    policy: ValidatingPolicy | MutatingPolicy,
     discovery: Discovery | None = None,
     schema_source: SchemaSource | None = None,
     *,

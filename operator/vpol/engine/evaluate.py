@@ -225,6 +225,49 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
+def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData
+                     ) -> tuple[CompiledException | None, dict[str, Any] | None]:
+    """The exception that exempts the subject, or the ``exceptions`` variable the partial ones make."""
+    partial_images: list[str] = []
+    partial_values: list[str] = []
+    for exc in exceptions:
+        if exc.problems and any(p.severity == "error" for p in exc.problems):
+            continue
+        matched = True
+        for prog in exc.conditions:
+            try:
+                if _value(prog.expression.eval(data.activation())) is not True:
+                    matched = False
+                    break
+            except Exception:  # noqa: BLE001 - an exception that errors does not apply
+                matched = False
+                break
+        if not matched:
+            continue
+        e = exc.exception
+        if e.allowed_images or e.allowed_values:
+            partial_images.extend(e.allowed_images)
+            partial_values.extend(e.allowed_values)
+            continue
+        return exc, None
+    if partial_images or partial_values:
+        return None, {"allowedImages": partial_images, "allowedValues": partial_values}
+    return None, None
+
+
+def _exempted(exempt: CompiledException) -> tuple[str, str, str]:
+    """(result, message, exception name) of a subject a PolicyException exempts."""
+    e = exempt.exception
+    outcome = PASS if e.report_result == "pass" else SKIP
+    return outcome, f"rule is skipped due to policy exception {e.namespace + '/' if e.namespace else ''}{e.name}", e.name
+
+
+def exception_outcome(exceptions: Sequence[CompiledException], data: SubjectData) -> tuple[str, str, str] | None:
+    """(result, message, exception name) when a PolicyException exempts the subject, else None."""
+    exempt, _partial = match_exceptions(exceptions, data)
+    return _exempted(exempt) if exempt is not None else None
+
+
 def _default_message(src: str) -> str:
     return f"failed expression: {' '.join(src.split())}"
 
@@ -297,44 +340,14 @@ class PolicyEngine:
                       kind=kind or (subject.type.kind if not subject.json_payload else ""),
                       namespace=subject.namespace, name=subject.name, uid=uid, **kw)
 
-    def _exceptions(self, data: SubjectData) -> tuple[CompiledException | None, dict[str, Any] | None]:
-        partial_images: list[str] = []
-        partial_values: list[str] = []
-        for exc in self.exceptions:
-            if exc.problems and any(p.severity == "error" for p in exc.problems):
-                continue
-            matched = True
-            for prog in exc.conditions:
-                try:
-                    if _value(prog.expression.eval(data.activation())) is not True:
-                        matched = False
-                        break
-                except Exception:  # noqa: BLE001 - an exception that errors does not apply
-                    matched = False
-                    break
-            if not matched:
-                continue
-            e = exc.exception
-            if e.allowed_images or e.allowed_values:
-                partial_images.extend(e.allowed_images)
-                partial_values.extend(e.allowed_values)
-                continue
-            return exc, None
-        if partial_images or partial_values:
-            return None, {"allowedImages": partial_images, "allowedValues": partial_values}
-        return None, None
-
     def _evaluate(self, compiled: CompiledPolicy, subject: Subject, data: SubjectData) -> Result:
         if not compiled.ok:
             return self._result(subject, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
-        exempt, exception_data = self._exceptions(data)
+        exempt, exception_data = match_exceptions(self.exceptions, data)
         if exempt is not None:
-            outcome = PASS if exempt.exception.report_result == "pass" else SKIP
-            return self._result(subject, outcome, f"rule is skipped due to policy exception "
-                                                  f"{exempt.exception.namespace + '/' if exempt.exception.namespace else ''}"
-                                                  f"{exempt.exception.name}",
-                                exception=exempt.exception.name)
+            outcome, message, name = _exempted(exempt)
+            return self._result(subject, outcome, message, exception=name)
         run = _PolicyRun(compiled, data, exception_data)
         failure_policy = compiled.policy.spec.failure_policy
         errors = []

@@ -19,8 +19,8 @@ Two sources feed ``vpol.model.discovery.Discovery``:
   ``/apis`` (aggregated discovery, falling back to per-version lists) and
   ``/openapi/v3``.
 
-Schemas are trimmed to what type checking needs: descriptions, defaults,
-enums, validations and list/map annotations are dropped; ``allOf: [$ref]``
+Schemas are trimmed to what type checking and apply merging need: descriptions,
+defaults, enums and validations are dropped (list/map types are kept); ``allOf: [$ref]``
 wrappers become plain ``$ref``. The bundle is two gzip'd JSON files:
 
 - ``discovery.json.gz``: ``{"source", "groupVersions": {group: [versions,
@@ -55,6 +55,13 @@ _KEEP = frozenset({
     "type", "format", "properties", "items", "additionalProperties", "$ref", "allOf",
     "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-embedded-resource",
+    # How objects merge under server-side apply (vpol.engine.merge): list and map types.
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
+    "x-kubernetes-patch-strategy", "x-kubernetes-patch-merge-key",
+})
+_MERGE_KEYWORDS = frozenset({
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
+    "x-kubernetes-patch-strategy", "x-kubernetes-patch-merge-key",
 })
 #: String formats that change the CEL type (see vpol.cel.schemas).
 _TYPED_FORMATS = frozenset({"date-time", "date", "duration", "byte", "int-or-string"})
@@ -83,7 +90,7 @@ def trim_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
             value = [trim_schema(sub) for sub in value if isinstance(sub, Mapping)]
         elif key == "format" and value not in _TYPED_FORMATS:
             continue
-        elif key.startswith("x-kubernetes-") and value is not True:
+        elif key.startswith("x-kubernetes-") and value is not True and key not in _MERGE_KEYWORDS:
             continue
         out[key] = value
     all_of = out.get("allOf")

@@ -39,6 +39,18 @@ from vpol.model.policy import (
     ValidatingPolicy,
     Validation,
 )
+from vpol.model.mutating import (
+    MUTATING_KIND,
+    MUTATING_VERSIONS,
+    PATCH_APPLY_CONFIGURATION,
+    PATCH_TYPES,
+    REINVOCATION_POLICIES,
+    MutatingAutogen,
+    MutatingEvaluation,
+    MutatingPolicy,
+    MutatingSpec,
+    Mutation,
+)
 from vpol.model.problems import Problem
 
 T = TypeVar("T")
@@ -442,3 +454,117 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
         source=doc.file if doc else "",
     )
     return (None if r.failed else exc), r.problems
+
+
+# --- MutatingPolicy ---------------------------------------------------------------------
+
+_MUTATING_SPEC_FIELDS = ("matchConstraints", "matchConditions", "variables", "mutations", "failurePolicy",
+                         "reinvocationPolicy", "auditAnnotations", "evaluation", "autogen", "webhookConfiguration",
+                         "targetMatchConstraints", "targetMatchConditions")
+
+
+def _mutation(r: Reader, item: dict[str, Any], here: str) -> Mutation | None:
+    r.obj(item, here, ("patchType", "applyConfiguration", "jsonPatch"))
+    patch_type = r.str_(item, "patchType", here, required=True, choices=PATCH_TYPES)
+    if not patch_type:
+        return None
+    wanted = "applyConfiguration" if patch_type == PATCH_APPLY_CONFIGURATION else "jsonPatch"
+    other = "jsonPatch" if wanted == "applyConfiguration" else "applyConfiguration"
+    if item.get(other) is not None:
+        r.problem(f"{here}.{other}", f"must not be set when patchType is {patch_type}")
+    body = r.obj(item.get(wanted), f"{here}.{wanted}", ("expression",))
+    if item.get(wanted) is None:
+        r.problem(f"{here}.{wanted}", f"required when patchType is {patch_type}")
+        return None
+    expression = r.expression(body, "expression", f"{here}.{wanted}")
+    return Mutation(patch_type, expression) if expression else None
+
+
+def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
+    d = r.obj(data, "spec", _MUTATING_SPEC_FIELDS)
+    ev = r.obj(d.get("evaluation"), "spec.evaluation",
+               ("admission", "background", "mode", "mutateExisting", "useServerSideApply", "skipBackgroundRequests"))
+    mode = ev.get("mode")
+    if mode not in (None, "", "Kubernetes"):
+        r.problem("spec.evaluation.mode", f'evaluation mode "{mode}" is not supported for a MutatingPolicy '
+                                          "(supported: Kubernetes)")
+    mutate_existing = r.bool_(r.obj(ev.get("mutateExisting"), "spec.evaluation.mutateExisting", ("enabled",)),
+                              "enabled", "spec.evaluation.mutateExisting", False)
+    if mutate_existing:
+        r.problem("spec.evaluation.mutateExisting.enabled",
+                  "mutation of existing objects is not supported by vpol: the policy mutates admission requests only",
+                  "warning")
+    evaluation = MutatingEvaluation(
+        admission_enabled=r.bool_(r.obj(ev.get("admission"), "spec.evaluation.admission", ("enabled",)),
+                                  "enabled", "spec.evaluation.admission", True),
+        background_enabled=r.bool_(r.obj(ev.get("background"), "spec.evaluation.background", ("enabled",)),
+                                   "enabled", "spec.evaluation.background", True),
+        mutate_existing_enabled=mutate_existing,
+    )
+    ag = r.obj(d.get("autogen"), "spec.autogen", ("podControllers", "mutatingAdmissionPolicy"))
+    pc = r.obj(ag.get("podControllers"), "spec.autogen.podControllers", ("controllers",))
+    controllers = None
+    if pc.get("controllers") is not None:
+        controllers = tuple(c.lower() for c in r.strings(pc, "controllers", "spec.autogen.podControllers"))
+    native = r.obj(ag.get("mutatingAdmissionPolicy"), "spec.autogen.mutatingAdmissionPolicy", ("enabled",))
+    map_enabled = None if native.get("enabled") is None else \
+        r.bool_(native, "enabled", "spec.autogen.mutatingAdmissionPolicy", False)
+
+    wh = r.obj(d.get("webhookConfiguration"), "spec.webhookConfiguration", ("timeoutSeconds",))
+    timeout = r.int_(wh, "timeoutSeconds", "spec.webhookConfiguration")
+    if timeout is not None and not 1 <= timeout <= 30:
+        r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
+
+    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    if match is None or not match.resource_rules:
+        r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
+    mutations = r.objects(d, "mutations", "spec", lambda i, h: _mutation(r, i, h))
+    if not d.get("mutations"):
+        r.problem("spec.mutations", "at least one mutation is required")
+    return MutatingSpec(
+        match_constraints=match,
+        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
+        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        mutations=mutations,
+        failure_policy=r.str_(d, "failurePolicy", "spec", default="Fail", choices=FAILURE_POLICIES),
+        reinvocation_policy=r.str_(d, "reinvocationPolicy", "spec", default="Never", choices=REINVOCATION_POLICIES),
+        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h)),
+        evaluation=evaluation,
+        autogen=MutatingAutogen(controllers, map_enabled),
+        webhook_timeout_seconds=timeout,
+        target_match_constraints=_match_resources(r, d.get("targetMatchConstraints"), "spec.targetMatchConstraints"),
+        target_match_conditions=_named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
+    )
+
+
+def is_mutating_policy_document(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
+        data.get("kind") == MUTATING_KIND
+
+
+def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
+    """Parse one MutatingPolicy document. Returns the policy (None when invalid) and all problems."""
+    name_hint = data.get("metadata", {}).get("name", "") if isinstance(data, dict) and isinstance(
+        data.get("metadata"), dict) else ""
+    r = Reader(doc, object_ref=f"{MUTATING_KIND}/{name_hint}" if name_hint else MUTATING_KIND)
+    if not isinstance(data, dict):
+        r.problem("", f"a policy must be an object, not {_kind(data)}")
+        return None, r.problems
+    api_version = str(data.get("apiVersion", ""))
+    group, _, version = api_version.partition("/")
+    if data.get("kind") != MUTATING_KIND:
+        r.problem("kind", f'unsupported kind "{data.get("kind")}": expected {MUTATING_KIND}')
+    if group != GROUP or version not in MUTATING_VERSIONS:
+        r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/'
+                                f'{{{",".join(MUTATING_VERSIONS)}}}')
+    name, _namespace, labels, annotations, uid, generation = _metadata(r, data, False)
+    if "spec" not in data or data.get("spec") is None:
+        r.problem("spec", "required field is missing")
+        return None, r.problems
+    spec = _mutating_spec(r, data.get("spec"))
+    if r.failed:
+        return None, r.problems
+    return MutatingPolicy(
+        name=name, spec=spec, api_version=api_version, uid=uid, generation=generation, labels=labels,
+        annotations=annotations, raw=data, source=doc.file if doc else "", positions=doc.positions if doc else {},
+    ), r.problems

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vpol.model.problems import Position, Problem
+
+if TYPE_CHECKING:
+    from vpol.model.mutating import MutatingPolicy
 
 GROUP = "policies.kyverno.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
@@ -207,7 +210,7 @@ class PolicyException:
     report_result: str = "skip"
     source: str = field(default="", compare=False)
 
-    def applies_to(self, policy: ValidatingPolicy) -> bool:
+    def applies_to(self, policy: ValidatingPolicy | MutatingPolicy) -> bool:
         return any(
             ref.name == policy.name and (not ref.kind or ref.kind == policy.kind) for ref in self.policy_refs
         )

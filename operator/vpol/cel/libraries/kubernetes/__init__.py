@@ -22,6 +22,7 @@ tests/unit/cel/kubernetes/oracle):
   and the 12 other named formats, ``format.named(name)``, ``validate(s)``.
 * semver (:mod:`.semver`): ``semver(s[, normalize])``, ``isSemver(s[, normalize])``,
   ``major/minor/patch()``, ``isLessThan/isGreaterThan/compareTo()``.
+* JSON patch (:mod:`.jsonpatch`): ``jsonpatch.escapeKey(s)``.
 * ``transformMap``/``transformMapEntry`` (:mod:`.comprehensions`): the runtime
   function their macros need, missing from cel-expr-python 0.1.3.
 
@@ -96,7 +97,7 @@ from cel_expr_python import cel
 
 from vpol.cel.declare import Fn
 from vpol.cel.libraries.kubernetes import format as format_library
-from vpol.cel.libraries.kubernetes import comprehensions, lists, network, quantity, regex, semver, urls
+from vpol.cel.libraries.kubernetes import comprehensions, jsonpatch, lists, network, quantity, regex, semver, urls
 from vpol.cel.libraries.kubernetes.overloads import check_declarations, run_declarations
 from vpol.cel.library import Library
 
@@ -116,6 +117,7 @@ _LIBRARY_ORDER = (
     network.CIDR_LIBRARY,
     format_library.LIBRARY,
     semver.LIBRARY,
+    jsonpatch.LIBRARY,
 )
 
 
@@ -131,6 +133,7 @@ def all_functions() -> tuple[Fn, ...]:
         *format_library.functions(),
         *semver.functions(),
         *comprehensions.functions(),
+        *jsonpatch.functions(),
     )
 
 

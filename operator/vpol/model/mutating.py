@@ -1,0 +1,122 @@
+"""The typed MutatingPolicy model (Kyverno's ``policies.kyverno.io`` MutatingPolicy) with its defaults.
+
+A MutatingPolicy shares the admission-policy frame of a ValidatingPolicy
+(matchConstraints, matchConditions, variables, failurePolicy, evaluation,
+autogen) and replaces validations with ``mutations``: CEL expressions that
+produce either an apply configuration (``Object{...}``, merged into the
+object with server-side apply semantics) or a list of JSON patches, applied
+in order, as a MutatingAdmissionPolicy does (seeds: the MAP reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vpol.model.policy import (
+    DEFAULT_POD_CONTROLLERS,
+    GROUP,
+    AuditAnnotation,
+    MatchResources,
+    NamedExpression,
+)
+from vpol.model.problems import Position, Problem
+
+MUTATING_KIND = "MutatingPolicy"
+#: Versions Kyverno serves for MutatingPolicy (NOTES.md section 10); v1alpha1 is deprecated.
+MUTATING_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+
+PATCH_APPLY_CONFIGURATION = "ApplyConfiguration"
+PATCH_JSON_PATCH = "JSONPatch"
+PATCH_TYPES = (PATCH_APPLY_CONFIGURATION, PATCH_JSON_PATCH)
+REINVOCATION_POLICIES = ("Never", "IfNeeded")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    patch_type: str
+    expression: str
+
+    @property
+    def field(self) -> str:
+        """The spec field holding the expression: ``applyConfiguration`` or ``jsonPatch``."""
+        return "applyConfiguration" if self.patch_type == PATCH_APPLY_CONFIGURATION else "jsonPatch"
+
+
+@dataclass(frozen=True)
+class MutatingEvaluation:
+    admission_enabled: bool = True
+    background_enabled: bool = True
+    #: Kyverno's mutation of existing objects (targetMatchConstraints); vpol does not act on it.
+    mutate_existing_enabled: bool = False
+
+
+@dataclass(frozen=True)
+class MutatingAutogen:
+    #: None: the default set of controllers; () : none.
+    pod_controllers: tuple[str, ...] | None = None
+    #: spec.autogen.mutatingAdmissionPolicy.enabled as written (None: the operator's mode decides).
+    map_enabled: bool | None = None
+
+    def controllers(self) -> tuple[str, ...]:
+        return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
+
+
+@dataclass(frozen=True)
+class MutatingSpec:
+    match_constraints: MatchResources | None = None
+    match_conditions: tuple[NamedExpression, ...] = ()
+    variables: tuple[NamedExpression, ...] = ()
+    mutations: tuple[Mutation, ...] = ()
+    failure_policy: str = "Fail"
+    reinvocation_policy: str = "Never"
+    audit_annotations: tuple[AuditAnnotation, ...] = ()
+    evaluation: MutatingEvaluation = MutatingEvaluation()
+    autogen: MutatingAutogen = MutatingAutogen()
+    webhook_timeout_seconds: int | None = None
+    target_match_constraints: MatchResources | None = None
+    target_match_conditions: tuple[NamedExpression, ...] = ()
+
+
+@dataclass(frozen=True)
+class MutatingPolicy:
+    name: str
+    spec: MutatingSpec
+    kind: str = MUTATING_KIND
+    api_version: str = f"{GROUP}/v1"
+    namespace: str = ""
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    annotations: dict[str, str] = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    source: str = field(default="", compare=False)
+    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
+
+    def locate(self, problem: Problem) -> Problem:
+        return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def json_mode(self) -> bool:
+        return False
+
+    def expressions(self) -> list[tuple[str, str, str]]:
+        """Every CEL expression as (field path, source, role), in evaluation order."""
+        out: list[tuple[str, str, str]] = []
+        s = self.spec
+        for i, mc in enumerate(s.match_conditions):
+            out.append((f"spec.matchConditions[{i}].expression", mc.expression, "matchCondition"))
+        for i, var in enumerate(s.variables):
+            out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
+        for i, m in enumerate(s.mutations):
+            out.append((f"spec.mutations[{i}].{m.field}.expression", m.expression, m.field))
+        return out
