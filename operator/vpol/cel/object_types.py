@@ -34,6 +34,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas, types
+from vpol.cel.object_literals import literals, unescape
 
 FDP = descriptor_pb2.FieldDescriptorProto
 
@@ -226,3 +227,31 @@ def construction_container(document: Mapping[str, Any], paths: Iterable[tuple[st
             types.add_file(fdp)
         _BUILT[digest] = container
     return container
+
+
+def atomic_assignments(document: Mapping[str, Any], src: str) -> list[tuple[int, str]]:
+    """Fields of ``Object...`` literals in ``src`` that set an atomic list, map or struct of the kind.
+
+    The API server refuses such apply configurations on every object ("may not
+    mutate atomic arrays, maps or structs"); each is returned as (offset of the
+    field name in ``src``, field path such as ``.spec.tolerations``).
+    """
+    schema = _Schema(document)
+    out: list[tuple[int, str]] = []
+    for lit in literals(src):
+        if lit.name[0] != "Object":
+            continue
+        node = schema.at(lit.name)
+        if node is None:
+            continue
+        props = schema.properties(node)
+        for token, _optional in lit.fields:
+            sub = props.get(token.text)
+            if sub is None:
+                continue
+            resolved = schema.resolve(sub)
+            atomic = (resolved.get("type") == "array" and schemas.list_type(resolved)[0] == "atomic") or (
+                resolved.get("type") == "object" and resolved.get("x-kubernetes-map-type") == "atomic")
+            if atomic:
+                out.append((token.start, "." + ".".join((*lit.name[1:], unescape(token.text)))))
+    return out

@@ -361,6 +361,21 @@ def deref(document: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, 
     return node
 
 
+def list_type(node: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """How an array schema merges: ("atomic" | "set" | "map", list-map keys), as kube-openapi's schemaconv
+    reads it (``x-kubernetes-list-type`` first, else a patch strategy ``merge`` with or without a merge
+    key, else atomic)."""
+    kind = node.get("x-kubernetes-list-type")
+    keys = tuple(node.get("x-kubernetes-list-map-keys") or ())
+    if kind in ("atomic", "set", "map"):
+        return str(kind), keys
+    strategy = str(node.get("x-kubernetes-patch-strategy") or "").split(",")
+    merge_key = node.get("x-kubernetes-patch-merge-key")
+    if "merge" in strategy and "retainKeys" not in strategy:
+        return ("map", (str(merge_key),)) if merge_key else ("set", ())
+    return "atomic", ()
+
+
 def ref_of(node: Mapping[str, Any]) -> str | None:
     """The reference a schema stands for (``$ref``, or one wrapped in ``allOf``)."""
     ref = node.get("$ref")

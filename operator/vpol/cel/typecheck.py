@@ -49,7 +49,10 @@ from google.protobuf import descriptor_pb2
 from vpol.cel import schemas, types
 from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, spelled, type_name
 from vpol.cel.object_literals import literals
-from vpol.cel.object_types import JSON_PATCH_TYPE, construction_container
+from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container
+from vpol.cel.object_literals import line_column
+from vpol.cel.compiler import excerpt_at
+from vpol.model.problems import Position
 from vpol.cel.variables import parse_type_name, typed_variables_message
 from vpol.cel.environment import EnvSpec, environment
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
@@ -202,6 +205,19 @@ def _compile(env: cel.Env, src: str, role: str = "") -> tuple[str | None, str | 
     return expr.return_type().name(), None
 
 
+def _atomic_issues(schema: Mapping[str, Any], src: str) -> str | None:
+    """The API server's refusal of apply configurations that set atomic values, as checker issues."""
+    found = atomic_assignments(schema, src)
+    if not found:
+        return None
+    lines = []
+    for offset, path in found:
+        line, column = line_column(src, offset)
+        lines.append(f"ERROR: <input>:{line}:{column}: invalid ApplyConfiguration: may not mutate atomic arrays, "
+                     f"maps or structs: {path}\n{excerpt_at(src, Position(line, column))}")
+    return "\n".join(lines)
+
+
 #: The container prefix of literal types (vpol.cel.object_types), left out of messages.
 _OBJECT_CONTAINER = re.compile(r"\bvpolac\.h[0-9a-f]+(\.l[0-9]+)*\.")
 _IN_CONTAINER = re.compile(r" \(in container '[^']*'\)")
@@ -298,6 +314,8 @@ def check(
                                                      variables_type=typed_variables_message(typed),
                                                      container=container))
             _result, issues = _compile(expression_env, src, _role)
+            if issues is None and _role == "applyConfiguration":
+                issues = _atomic_issues(schema, src)
             if issues is not None:
                 failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
 

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from vpol.model.documents import Document, parse_documents
-from vpol.model.parse import is_exception_document, is_policy_document, parse_exception, parse_policy
+from vpol.model.mutating import MUTATING_KIND, MutatingPolicy
+from vpol.model.parse import (
+    is_exception_document,
+    is_mutating_policy_document,
+    is_policy_document,
+    parse_exception,
+    parse_mutating_policy,
+    parse_policy,
+)
 from vpol.model.policy import KINDS, PolicyException, ValidatingPolicy
 from vpol.model.problems import InputError, Position, Problem
 
@@ -70,6 +78,8 @@ def load_documents(path: Path) -> list[Document]:
 @dataclass
 class Loaded:
     policies: list[ValidatingPolicy] = field(default_factory=list)
+    #: MutatingPolicies, in input order (the order they apply in).
+    mutating: list[MutatingPolicy] = field(default_factory=list)
     exceptions: list[PolicyException] = field(default_factory=list)
     resources: list[Document] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -106,6 +116,17 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
                         path="metadata.name")))
                     continue
                 out.policies.append(policy)
+        elif is_mutating_policy_document(doc.data):
+            mpol, problems = parse_mutating_policy(doc.data, doc)
+            out.problems.extend(problems)
+            if mpol is not None:
+                first_m = next((p for p in out.mutating if p.key == mpol.key), None)
+                if first_m is not None:
+                    out.problems.append(mpol.locate(Problem(
+                        f'duplicate {mpol.kind} "{mpol.key}" (first in {first_m.source or "the input"})',
+                        path="metadata.name")))
+                    continue
+                out.mutating.append(mpol)
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)
@@ -119,7 +140,7 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
 
 def _names_a_policy_kind(data: Any) -> bool:
     """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
-    return isinstance(data, dict) and data.get("kind") in (*KINDS, "PolicyException")
+    return isinstance(data, dict) and data.get("kind") in (*KINDS, MUTATING_KIND, "PolicyException")
 
 
 def _claims_policy_group(data: Any) -> bool:
@@ -130,7 +151,8 @@ def _not_a_policy(doc: Document) -> Problem:
     data = doc.data
     what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
     reason = f"unsupported policies.kyverno.io object ({what}); expected apiVersion policies.kyverno.io/v1 " \
-             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, NamespacedValidatingPolicy or PolicyException"
+             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy or " \
+             f"PolicyException"
     return Problem(reason, file=doc.file, path="apiVersion", position=doc.position("apiVersion"))
 
 

@@ -10,6 +10,7 @@ as failures of the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
+from vpol.engine.mutate import MutatingPolicyEngine
 from vpol.engine.subjects import json_subject, subject_for
 from vpol.model.documents import Document
 from vpol.model.problems import InputError, Problem
@@ -130,17 +132,139 @@ def run_test_document(doc: Document) -> TestOutcome:
 
     exceptions = [compile_exception(e) for e in loaded.exceptions]
     engines = {p.name: PolicyEngine(p, exceptions) for p in loaded.policies}
-    for p in engines.values():
-        outcome.problems.extend(e for e in p.compiled.errors())
+    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
+    for engine in [*engines.values(), *mutating]:
+        outcome.problems.extend(e for e in engine.compiled.errors())
+    expected_patched: list[Document] = []
+    for path in _rel(base, spec.get("patchedResources")):
+        try:
+            expected_patched.extend(load_documents(Path(path)))
+        except InputError as exc:
+            outcome.problems.append(exc.problem)
+    chains = _Chains(mutating, values, resolve)
+    fail_on_missing = bool(spec.get("failOnMissingResources"))
 
     with using(backend):
         for expected in spec.get("results") or []:
-            outcome.checks.extend(_check(name, expected, engines, loaded.resources, payloads, values, resolve))
+            policy_name = str(expected.get("policy", ""))
+            if any(m.policy.name == policy_name for m in mutating) and not expected.get("isValidatingPolicy"):
+                # patchedResources may be given per result (Kyverno's usual layout) or for the whole test.
+                wanted = list(expected_patched)
+                for path in _rel(base, expected.get("patchedResources") or expected.get("patchedResource")):
+                    try:
+                        wanted.extend(load_documents(Path(path)))
+                    except InputError as exc:
+                        outcome.problems.append(exc.problem)
+                outcome.checks.extend(_check_mutation(name, expected, chains, loaded.resources, wanted,
+                                                      fail_on_missing or bool(expected.get("failOnMissingResources"))))
+                continue
+            outcome.checks.extend(_check(name, expected, engines, loaded.resources, payloads, values, resolve,
+                                         chains))
     return outcome
 
 
+class _Chains:
+    """Every MutatingPolicy of a test applied in order to each resource (computed once per resource)."""
+
+    def __init__(self, engines: list[MutatingPolicyEngine], values: Any, resolve: Any) -> None:
+        self.engines = engines
+        self.values = values
+        self.resolve = resolve
+        self._done: dict[tuple[int, str], tuple[dict[str, Any], dict[str, tuple[Result, dict[str, Any]]]]] = {}
+
+    def run(self, doc: Document, operation: str) -> tuple[dict[str, Any], dict[str, tuple[Result, dict[str, Any]]]]:
+        """(the final object, policy name -> (its result, the object after it))."""
+        key = (id(doc), operation)
+        if key not in self._done:
+            subject = subject_for(doc.data, operation=operation, resolve=self.resolve,
+                                  namespaces=self.values.namespaces, user_info=self.values.user_info)
+            per_policy: dict[str, tuple[Result, dict[str, Any]]] = {}
+            current = subject
+            for engine in self.engines:
+                mutated = engine.mutate(current)
+                if mutated is None:
+                    continue
+                per_policy[engine.policy.name] = (mutated.result, mutated.object)
+                current = dataclasses.replace(current, object=mutated.object)
+            self._done[key] = (current.object or doc.data, per_policy)
+        return self._done[key]
+
+
+def tidy(value: Any) -> Any:
+    """``value`` without nulls, empty maps and empty lists, at any depth (how Kyverno's CLI compares)."""
+    if isinstance(value, dict):
+        out = {k: tidy(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        items = [tidy(v) for v in value]
+        return [v for v in items if v not in (None, {}, [])]
+    return value
+
+
+def _identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    return str(obj.get("apiVersion", "")), str(obj.get("kind", "")), namespace or "default", str(meta.get("name", ""))
+
+
+def _without_namespace_default(obj: Any) -> Any:
+    """Kyverno's CLI gives namespaced inputs without a namespace ``default``; compare them alike."""
+    if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) and obj["metadata"].get("namespace") == "default":
+        return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "namespace"}}
+    return obj
+
+
+def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resources: list[Document],
+                    patched: list[Document], fail_on_missing: bool) -> list[Check]:
+    policy = str(expected.get("policy", ""))
+    kind = str(expected.get("kind", ""))
+    want = str(expected.get("result", ""))
+    operation = str(expected.get("operation", "") or "CREATE").upper()
+    names = [str(n) for n in (expected.get("resources") or [])]
+    candidates = [d for d in resources if not kind or str(d.data.get("kind", "")) == kind]
+    out: list[Check] = []
+    chosen: list[tuple[str, Document]] = []
+    for n in names or [str((d.data.get("metadata") or {}).get("name", "")) for d in candidates]:
+        docs = [d for d in candidates if n in _resource_names(d)]
+        if not docs:
+            out.append(Check(test, policy, n, kind, want, status="error",
+                             message=f"resource {kind}/{n} is not among the test's resources"))
+        chosen.extend((n, d) for d in docs if (n, d) not in chosen)
+    for n, doc in chosen:
+        _final, per_policy = chains.run(doc, operation)
+        got = per_policy.get(policy)
+        if got is None:
+            out.append(_compare(test, policy, n, kind, want, None))
+            continue
+        result, mutated = got
+        check = _compare(test, policy, n, kind, want, result)
+        if check.ok and patched:
+            wanted = next((p.data for p in patched if isinstance(p.data, dict) and _identity(p.data) ==
+                           _identity(mutated)), None)
+            if wanted is None:
+                if fail_on_missing:
+                    check = Check(test, policy, n, kind, want, result.result, "resource not found in patchedResources",
+                                  "disagree")
+            elif tidy(_without_namespace_default(wanted)) != tidy(_without_namespace_default(mutated)):
+                check = Check(test, policy, n, kind, want, result.result,
+                              "the patched resource differs from patchedResources:\n" + _diff(wanted, mutated),
+                              "disagree")
+        out.append(check)
+    return out
+
+
+def _diff(want: Any, got: Any) -> str:
+    import difflib
+
+    import yaml
+
+    a = yaml.safe_dump(tidy(_without_namespace_default(want)), sort_keys=True).splitlines()
+    b = yaml.safe_dump(tidy(_without_namespace_default(got)), sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, "expected", "vpol", lineterm=""))
+
+
 def _check(test: str, expected: dict[str, Any], engines: dict[str, PolicyEngine], resources: list[Document],
-           payloads: list[tuple[str, Any]], values: Any, resolve: Any) -> list[Check]:
+           payloads: list[tuple[str, Any]], values: Any, resolve: Any, chains: _Chains | None = None) -> list[Check]:
     policy = str(expected.get("policy", ""))
     kind = str(expected.get("kind", ""))
     want = str(expected.get("result", ""))
@@ -169,18 +293,21 @@ def _check(test: str, expected: dict[str, Any], engines: dict[str, PolicyEngine]
                 out.append(Check(test, policy, n, kind, want, status="error",
                                  message=f"resource {kind}/{n} is not among the test's resources"))
             for d in docs:
-                out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve))
+                out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve, chains))
     else:
         for d in candidates:
             n = str((d.data.get("metadata") or {}).get("name", ""))
-            out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve))
+            out.append(_evaluate_doc(test, engine, d, n, kind, want, operation, values, resolve, chains))
     return out
 
 
 def _evaluate_doc(test: str, engine: PolicyEngine, doc: Document, name: str, kind: str, want: str,
-                  operation: str, values: Any, resolve: Any) -> Check:
+                  operation: str, values: Any, resolve: Any, chains: _Chains | None = None) -> Check:
     subject = subject_for(doc.data, operation=operation, resolve=resolve, namespaces=values.namespaces,
                           user_info=values.user_info)
+    if chains is not None and chains.engines:
+        # Validating policies see the object as the mutating policies left it (admission order).
+        subject = dataclasses.replace(subject, object=chains.run(doc, operation)[0])
     res = engine.evaluate(subject)
     return _compare(test, engine.policy.name, name, kind, want, res)
 

@@ -1,4 +1,4 @@
-"""``vpol``: check, apply, test and generate ValidatingPolicies offline.
+"""``vpol``: check, apply, test and generate ValidatingPolicies and MutatingPolicies offline.
 
 Exit codes: 0 success; 1 policy errors, failing results (``apply`` with
 ``--fail-on-violation``... see each command) or disagreeing tests; 2
@@ -8,6 +8,7 @@ unreadable input or bad usage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -21,6 +22,8 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import InputError, Problem
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
@@ -36,7 +39,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from vpol.cel.compiler import compile_policy
+    from vpol.cel.compiler import compile_mutating_policy, compile_policy
     from vpol.cel.typecheck import check_policy
     from vpol.engine.evaluate import compile_exception
 
@@ -44,11 +47,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
     problems = list(loaded.problems)
-    if not loaded.policies and not loaded.problems and not loaded.unreadable:
-        print(f"no ValidatingPolicy found in {' '.join(args.paths)}", file=sys.stderr)
+    if not loaded.policies and not loaded.mutating and not loaded.problems and not loaded.unreadable:
+        print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.paths)}", file=sys.stderr)
         return EXIT_FAIL
-    for policy in loaded.policies:
-        compiled = compile_policy(policy)
+    policies: list[ValidatingPolicy | MutatingPolicy] = [*loaded.policies, *loaded.mutating]
+    for policy in policies:
+        compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
         problems.extend(compiled.problems)
         if not args.no_typecheck:
             # A result of the wrong type for every matched kind fails on every object: an error.
@@ -61,7 +65,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     invalid = {p.file + p.object for p in problems if p.severity == "error"}
-    total = len(loaded.policies) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
+    total = len(policies) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
     print(f"{total} policies checked: {total - len(invalid)} valid, {len(invalid)} invalid "
           f"({errors} errors, {warnings} warnings)", file=sys.stderr)
     if loaded.unreadable:
@@ -73,7 +77,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from vpol.cel.backend import using
     from vpol.engine.evaluate import PolicyEngine, compile_exception
+    from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
     from vpol.engine.sandbox import Limits, SandboxedEvaluator
     from vpol.engine.subjects import subject_for
 
@@ -83,8 +89,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
-    if not loaded.policies and not loaded.has_errors:
-        print(f"no ValidatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
+    if not loaded.policies and not loaded.mutating and not loaded.has_errors:
+        print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
         return EXIT_FAIL
     if not loaded.resources and not loaded.has_errors:
         print(f"no resource found in {' '.join(args.resource)}", file=sys.stderr)
@@ -101,22 +107,43 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # Compile here too, to report compile errors once and by file (the worker compiles its own copy).
     exceptions = [compile_exception(e) for e in loaded.exceptions]
     engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
-    for engine in engines:
+    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
+    for engine in [*engines, *mutating]:
         _print_problems(engine.compiled.errors())
     for compiled_exc in exceptions:
         _print_problems(compiled_exc.problems)
     resolve = resolver(extra)
     results = []
+    rows: list[dict[str, Any]] = []
+    patched: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (original, mutated) per mutated resource
     progress = Progress(len(loaded.resources), "evaluating", enabled=not args.no_progress)
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
-    with SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) as sandbox:
+    with SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) as sandbox, using(backend):
         for doc in loaded.resources:
             subject = subject_for(doc.data, operation=args.operation, resolve=resolve, namespaces=values.namespaces,
                                   user_info=user_info)
-            results.extend(sandbox.evaluate(subject))
+            if mutating:
+                # Mutations first, as in admission: validating policies see the mutated object.
+                mutated, mutation_results = mutate_all(mutating, subject)
+                results.extend(mutation_results)
+                for r in mutation_results:
+                    rows.append({**r.as_dict(), "mutated": r.properties.get("changed") == "true"})
+                if mutation_results:
+                    patched.append((doc.data, mutated or doc.data))
+                subject = dataclasses.replace(subject, object=mutated)
+            if loaded.policies:
+                validation_results = sandbox.evaluate(subject)
+                results.extend(validation_results)
+                rows.extend(r.as_dict() for r in validation_results)
             progress.step()
     progress.done()
-    rows = [r.as_dict() for r in results]
+    if patched and args.output == "table":
+        _print_mutated(patched, diff=args.diff)
+    if args.output in ("json", "yaml") and patched:
+        # Each mutating policy's row carries the resource as all mutating policies left it.
+        for row, result in zip(rows, results):
+            if "mutated" in row:
+                row["patchedResource"] = next((m for o, m in patched if _same_object(o, result)), None)
     if args.output == "json":
         json.dump(rows, sys.stdout, indent=2)
         print()
@@ -129,6 +156,28 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.has_errors or any(not e.ok for e in engines):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
+
+
+def _same_object(obj: dict[str, Any], result: Any) -> bool:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("namespace", "") or "")) == \
+        (result.kind, result.name, result.namespace)
+
+
+def _print_mutated(patched: list[tuple[dict[str, Any], dict[str, Any]]], *, diff: bool) -> None:
+    """The mutated resources as a YAML stream, or as unified diffs against the input (``--diff``)."""
+    import difflib
+
+    if not diff:
+        yaml.safe_dump_all([m for _o, m in patched], sys.stdout, sort_keys=False)
+        print("---")
+        return
+    for original, mutated in patched:
+        meta = original.get("metadata") or {}
+        name = "/".join(x for x in (original.get("kind"), meta.get("namespace"), meta.get("name")) if x)
+        before = yaml.safe_dump(original, sort_keys=False).splitlines(keepends=True)
+        after = yaml.safe_dump(mutated, sort_keys=False).splitlines(keepends=True)
+        sys.stdout.writelines(difflib.unified_diff(before, after, f"{name} (input)", f"{name} (mutated)"))
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
@@ -207,6 +256,29 @@ def cmd_generate_vap(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed or loaded.has_errors else EXIT_OK
 
 
+def cmd_generate_map(args: argparse.Namespace) -> int:
+    from vpol.desired.map import desired_map_objects
+
+    loaded = load_policies(args.policies)
+    if loaded.unreadable:
+        _print_problems(loaded.unreadable)
+        return EXIT_INPUT
+    _print_problems(loaded.problems)
+    if not loaded.mutating and not loaded.has_errors:
+        print(f"no MutatingPolicy found in {' '.join(args.policies)}", file=sys.stderr)
+        return EXIT_FAIL
+    docs: list[dict[str, Any]] = []
+    failed = False
+    for policy in loaded.mutating:
+        plan = desired_map_objects(policy, exceptions=loaded.exceptions, force=True)
+        if plan.reason:
+            print(f"{policy.ref}: {plan.reason}", file=sys.stderr)
+            failed = failed or not plan.objects
+        docs.extend(plan.objects)
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+    return EXIT_FAIL if failed or loaded.has_errors else EXIT_OK
+
+
 # --- run -----------------------------------------------------------------------------------
 
 
@@ -254,7 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--userinfo", "-u", metavar="FILE",
                    help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
     p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"])
-    p.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml"])
+    p.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml"],
+                   help="table (default: mutated resources as YAML, then the results), json or yaml (result rows; "
+                        "a mutating policy's row carries patchedResource)")
+    p.add_argument("--diff", action="store_true",
+                   help="with mutating policies: print each mutated resource as a unified diff against the input")
     p.add_argument("--no-progress", action="store_true", help="never show a progress line")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="longest evaluation time per resource (all policies); beyond it the policy errors")
@@ -318,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = gen.add_parser("vap", help="the ValidatingAdmissionPolicy and binding for policies")
     g.add_argument("policies", nargs="+", metavar="POLICY")
     g.set_defaults(func=cmd_generate_vap)
+    g = gen.add_parser("map", help="the MutatingAdmissionPolicy and binding for MutatingPolicies")
+    g.add_argument("policies", nargs="+", metavar="POLICY")
+    g.set_defaults(func=cmd_generate_map)
     return parser
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.schemas import deref
+from vpol.cel.schemas import deref, list_type
 
 _DEDUCED: Mapping[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
 
@@ -67,16 +67,8 @@ class _Schema:
         if schema.get("x-kubernetes-int-or-string") or typ in ("string", "integer", "number", "boolean"):
             return _Node("scalar", schema)
         if typ == "array":
-            list_type = schema.get("x-kubernetes-list-type")
-            keys = tuple(schema.get("x-kubernetes-list-map-keys") or ())
-            if list_type is None:
-                strategy = str(schema.get("x-kubernetes-patch-strategy") or "").split(",")
-                merge_key = schema.get("x-kubernetes-patch-merge-key")
-                if "merge" in strategy and "retainKeys" not in strategy:
-                    list_type, keys = ("map", (merge_key,)) if merge_key else ("set", ())
-                else:
-                    list_type = "atomic"
-            return _Node("list", schema, atomic=list_type == "atomic", list_type=list_type, keys=keys)
+            kind, keys = list_type(schema)
+            return _Node("list", schema, atomic=kind == "atomic", list_type=kind, keys=keys)
         atomic = schema.get("x-kubernetes-map-type") == "atomic"
         if schema.get("properties"):
             return _Node("struct", schema, atomic=atomic)

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Writes crds/mutatingpolicies.yaml from crds/validatingpolicies.yaml.
+
+A MutatingPolicy shares the admission-policy frame of a ValidatingPolicy
+(matchConstraints, matchConditions, variables, failurePolicy, evaluation,
+autogen, webhookConfiguration, auditAnnotations) and has mutations instead of
+validations (Kyverno's MutatingPolicy, NOTES.md section 10). Its CRD is
+derived so that the shared parts never drift: those schemas are taken from
+the ValidatingPolicy CRD, the mutation-specific fields are declared here.
+Served versions are Kyverno's: v1, v1beta1 (storage) and v1alpha1
+(deprecated). tests/unit/crds checks that the file is what this script writes.
+
+Usage: crds/generate-mutating.py [--check]
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "validatingpolicies.yaml"
+TARGET = HERE / "mutatingpolicies.yaml"
+HEADER = """\
+# MutatingPolicy (policies.kyverno.io): cluster-scoped CEL mutation policies run by vpol.
+# Served versions: v1, v1beta1 (storage), v1alpha1 (deprecated). Generated from validatingpolicies.yaml
+# by crds/generate-mutating.py: do not edit by hand.
+"""
+
+SHARED = ("matchConstraints", "matchConditions", "variables", "failurePolicy", "auditAnnotations",
+          "webhookConfiguration")
+
+
+def _expression(description: str) -> dict[str, Any]:
+    return {"type": "object", "description": description, "required": ["expression"],
+            "properties": {"expression": {"type": "string", "description": "The CEL expression."}}}
+
+
+def _spec(vp_spec: dict[str, Any]) -> dict[str, Any]:
+    props = vp_spec["properties"]
+    out = {name: copy.deepcopy(props[name]) for name in SHARED}
+    out["mutations"] = {
+        "type": "array",
+        "x-kubernetes-list-type": "atomic",
+        "description": "The changes to make, applied in order, each to the result of the one before.",
+        "items": {
+            "type": "object",
+            "required": ["patchType"],
+            "properties": {
+                "patchType": {"type": "string", "enum": ["ApplyConfiguration", "JSONPatch"],
+                              "description": "ApplyConfiguration: a CEL Object{...} merged into the object with "
+                                             "server-side apply semantics; JSONPatch: a CEL list of "
+                                             "JSONPatch{op, path, value} applied in order."},
+                "applyConfiguration": _expression(
+                    "For patchType ApplyConfiguration: an expression building Object{...} (types named by schema "
+                    "path, e.g. Object.spec.containers)."),
+                "jsonPatch": _expression("For patchType JSONPatch: an expression building [JSONPatch{...}]."),
+            },
+        },
+    }
+    out["reinvocationPolicy"] = {
+        "type": "string", "enum": ["Never", "IfNeeded"],
+        "description": "IfNeeded: run the policy once more when a later mutation changed the object. "
+                       "Defaults to Never."}
+    evaluation = copy.deepcopy(props["evaluation"])
+    evaluation["properties"]["mode"]["enum"] = ["Kubernetes"]
+    evaluation["properties"]["mode"]["description"] = "Kubernetes, the only mode of a MutatingPolicy."
+    evaluation["properties"]["mutateExisting"] = {
+        "type": "object", "description": "Kyverno's mutation of existing objects (not acted on by vpol).",
+        "properties": {"enabled": {"type": "boolean", "description": "Defaults to false."}}}
+    evaluation["properties"]["useServerSideApply"] = {
+        "type": "boolean", "description": "Kyverno's switch to replace atomic values (not acted on by vpol)."}
+    evaluation["properties"]["skipBackgroundRequests"] = {
+        "type": "boolean", "description": "Kyverno's background-request filter (not acted on by vpol)."}
+    out["evaluation"] = evaluation
+    autogen = copy.deepcopy(props["autogen"])
+    autogen["properties"].pop("validatingAdmissionPolicy", None)
+    autogen["properties"]["mutatingAdmissionPolicy"] = {
+        "type": "object",
+        "description": "Whether to also create a native MutatingAdmissionPolicy (and its binding) so the API "
+                       "server applies the mutations without vpol in the request path.",
+        "properties": {"enabled": {
+            "type": "boolean",
+            "description": "true: generate the MutatingAdmissionPolicy; false: never. Unset: the operator's "
+                           "--vap-generation mode decides. No default, so unset and false differ."}}}
+    out["autogen"] = autogen
+    target = copy.deepcopy(props["matchConstraints"])
+    target["description"] = "Kyverno's targets of mutateExisting (accepted, not acted on by vpol)."
+    target.setdefault("properties", {})["expression"] = {"type": "string"}
+    out["targetMatchConstraints"] = target
+    conditions = copy.deepcopy(props["matchConditions"])
+    conditions["description"] = "Kyverno's conditions on mutateExisting targets (accepted, not acted on by vpol)."
+    out["targetMatchConditions"] = conditions
+    spec = {k: v for k, v in vp_spec.items() if k not in ("properties", "required")}
+    spec["description"] = "What the policy matches and how it changes the objects it matches."
+    spec["properties"] = dict(sorted(out.items()))
+    return spec
+
+
+def derive(source: dict[str, Any]) -> dict[str, Any]:
+    crd = copy.deepcopy(source)
+    crd["metadata"]["name"] = "mutatingpolicies.policies.kyverno.io"
+    crd["spec"]["names"] = {
+        "kind": "MutatingPolicy",
+        "listKind": "MutatingPolicyList",
+        "plural": "mutatingpolicies",
+        "singular": "mutatingpolicy",
+        "shortNames": ["mpol"],
+        "categories": ["kyverno"],
+    }
+    crd["spec"]["scope"] = "Cluster"
+    for version in crd["spec"]["versions"]:
+        version["storage"] = version["name"] == "v1beta1"
+        root = version["schema"]["openAPIV3Schema"]
+        root["description"] = ("A MutatingPolicy changes Kubernetes objects with CEL expressions at admission "
+                               "(as a native MutatingAdmissionPolicy, see `vpol generate map`) and in `vpol apply`.")
+        root["properties"]["spec"] = _spec(root["properties"]["spec"])
+        version["additionalPrinterColumns"] = [
+            c for c in version.get("additionalPrinterColumns", [])
+            if c["name"] in ("Ready", "Enforcement", "Age")]
+        version["additionalPrinterColumns"].insert(1, {
+            "name": "MAP", "type": "boolean", "jsonPath": ".status.generated",
+            "description": "A MutatingAdmissionPolicy is generated."})
+    return crd
+
+
+def render() -> str:
+    (source,) = [d for d in yaml.safe_load_all(SOURCE.read_text()) if d]
+    return HEADER + "---\n" + yaml.safe_dump(derive(source), sort_keys=False, width=120)
+
+
+def main() -> int:
+    text = render()
+    if sys.argv[1:] == ["--check"]:
+        if TARGET.read_text() != text:
+            print(f"{TARGET} is out of date: run {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The native MutatingAdmissionPolicy and binding a MutatingPolicy turns into (pure).
+
+Kyverno's mapping (its admission policy generator): ``mpol-<policy>`` and
+``mpol-<policy>-binding`` (the binding names only the policy), the
+managed-by label, an ownerReference to the policy; matchConditions (after
+one negated condition per PolicyException), variables, mutations and
+failurePolicy copied; reinvocationPolicy ``Never`` unless the policy says
+``IfNeeded``.
+
+Beyond Kyverno, as for ValidatingAdmissionPolicies (see vpol.desired.vap and
+the README): the whole matchConstraints is copied (Kyverno keeps only the
+resource rules, so a namespace or object selector would be lost), and a pod
+policy gets one MAP + binding per pod-controller autogen config
+(``mpol-<policy>-autogen-defaults``, ``...-autogen-cronjobs``) where Kyverno
+generates nothing at all.
+
+Eligibility: admission evaluation enabled, every expression compiles with
+only the libraries the API server has, no ``exceptions`` variable, and no
+matchCondition that reads ``variables`` (the API server evaluates match
+conditions before variables exist).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from vpol.cel.compiler import compile_mutating_policy, variable_references
+from vpol.desired.vap import VapPlan, _exception_parts, _metadata
+from vpol.engine.autogen import mutating_autogen_configs
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.policy import PolicyException
+
+#: The MutatingAdmissionPolicy version used when the cluster's is not known (GA since Kubernetes 1.36).
+MAP_API_VERSION = "admissionregistration.k8s.io/v1"
+#: Versions the API server may serve, preferred first.
+MAP_API_VERSIONS = ("admissionregistration.k8s.io/v1", "admissionregistration.k8s.io/v1beta1",
+                    "admissionregistration.k8s.io/v1alpha1")
+
+_EXCEPTIONS_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
+
+
+def map_name(policy_name: str, config: str = "") -> str:
+    return f"mpol-{policy_name}" + (f"-autogen-{config}" if config else "")
+
+
+def map_ineligibility(policy: MutatingPolicy) -> str:
+    """Why the API server could not run this policy natively ("" when it can)."""
+    if not policy.spec.evaluation.admission_enabled:
+        return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
+    for i, condition in enumerate(policy.spec.match_conditions):
+        if variable_references(condition.expression):
+            return (f"spec.matchConditions[{i}].expression reads variables, which a MutatingAdmissionPolicy "
+                    "evaluates only after its match conditions")
+    if _EXCEPTIONS_RX.search(json.dumps(policy.raw.get("spec", {}))):
+        return "the policy reads the exceptions variable, which only vpol provides"
+    compiled = compile_mutating_policy(policy, kubernetes_only=True)
+    if not compiled.ok:
+        first = compiled.errors()[0]
+        m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)
+        if m:
+            return (f"{first.path} uses '{m.group(1) or m.group(2)}', which the API server's CEL environment "
+                    "lacks (a Kyverno-only library)")
+        return f"{first.path}: {first.message}"
+    return ""
+
+
+def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: Sequence[PolicyException],
+          api_version: str) -> list[dict[str, Any]]:
+    conditions, _allowed = _exception_parts(policy, exceptions)  # type: ignore[arg-type]
+    map_spec: dict[str, Any] = {"matchConstraints": spec["matchConstraints"]}
+    match_conditions = conditions + list(spec.get("matchConditions") or [])
+    if match_conditions:
+        map_spec["matchConditions"] = match_conditions
+    if spec.get("variables"):
+        map_spec["variables"] = spec["variables"]
+    map_spec["mutations"] = spec["mutations"]
+    map_spec["failurePolicy"] = policy.spec.failure_policy
+    map_spec["reinvocationPolicy"] = policy.spec.reinvocation_policy
+    metadata = _metadata(name, policy)  # type: ignore[arg-type]
+    return [
+        {"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": metadata, "spec": map_spec},
+        {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": _metadata(f"{name}-binding", policy),  # type: ignore[arg-type]
+         "spec": {"policyName": name}},
+    ]
+
+
+def _clean(spec: dict[str, Any]) -> dict[str, Any]:
+    keep = ("matchConstraints", "matchConditions", "variables", "mutations")
+    return {k: v for k, v in spec.items() if k in keep and v is not None}
+
+
+def desired_map_objects(policy: MutatingPolicy, *, exceptions: Sequence[PolicyException] = (),
+                        force: bool = False, api_version: str = MAP_API_VERSION) -> VapPlan:
+    """The MutatingAdmissionPolicies and bindings that should exist for ``policy``.
+
+    Without ``force``, nothing is generated unless
+    ``spec.autogen.mutatingAdmissionPolicy.enabled`` is true.
+    """
+    if not force and not policy.spec.autogen.map_enabled:
+        return VapPlan(reason="MutatingAdmissionPolicy generation is not enabled "
+                              "(spec.autogen.mutatingAdmissionPolicy.enabled)", eligible=False)
+    why = map_ineligibility(policy)
+    if why:
+        return VapPlan(reason=f"skip generating MutatingAdmissionPolicy: {why}", eligible=False)
+    objects = _pair(policy, _clean(policy.raw.get("spec", {})), map_name(policy.name), exceptions, api_version)
+    for config, variant in mutating_autogen_configs(policy):
+        objects.extend(_pair(policy, _clean(variant.raw.get("spec", {})), map_name(policy.name, config), exceptions,
+                             api_version))
+    return VapPlan(objects=objects)
