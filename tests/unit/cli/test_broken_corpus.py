@@ -44,6 +44,16 @@ def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
     return doc
 
 
+def _set_expression(doc: dict, expression: str) -> None:
+    """Replace the first validation's (or, in a MutatingPolicy, the first mutation's) expression."""
+    spec = doc["spec"]
+    if spec.get("validations"):
+        spec["validations"][0]["expression"] = expression
+        return
+    mutation = spec["mutations"][0]
+    mutation["applyConfiguration" if "applyConfiguration" in mutation else "jsonPatch"]["expression"] = expression
+
+
 def corpus(out: Path, seed: int = 7) -> list[Path]:
     rng = random.Random(seed)
     sources = sorted((REPO / "examples").glob("**/policy.yaml"))
@@ -67,13 +77,13 @@ def corpus(out: Path, seed: int = 7) -> list[Path]:
             emit("wrongtype", yaml.safe_dump(_replace(doc, path, rng.choice(WRONG))))
         spec = doc["spec"]
         huge = copy.deepcopy(doc)
-        huge["spec"]["validations"][0]["expression"] = " || ".join(["object.metadata.name == 'x'"] * 5000)
+        _set_expression(huge, " || ".join(["object.metadata.name == 'x'"] * 5000))
         emit("huge", yaml.safe_dump(huge))
         deep = copy.deepcopy(doc)
-        deep["spec"]["validations"][0]["expression"] = "(" * 300 + "true" + ")" * 300
+        _set_expression(deep, "(" * 300 + "true" + ")" * 300)
         emit("deep", yaml.safe_dump(deep))
         chained = copy.deepcopy(doc)
-        chained["spec"]["validations"][0]["expression"] = " + ".join(["1"] * 400) + " > 0"
+        _set_expression(chained, " + ".join(["1"] * 400) + " > 0")
         emit("chained", yaml.safe_dump(chained))
         dup = copy.deepcopy(doc)
         dup["spec"]["variables"] = [{"name": "a", "expression": "1"}, {"name": "a", "expression": "2"}]

@@ -83,7 +83,7 @@ def test_trim_schema() -> None:
             "count": {"type": "integer"},
             "meta": {"$ref": "#/components/schemas/M"},
             "port": {"x-kubernetes-int-or-string": True},
-            "list": {"type": "array", "items": {"type": "string"}},
+            "list": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},  # merge type kept
             "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
     }

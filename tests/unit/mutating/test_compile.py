@@ -1,0 +1,103 @@
+"""Compiling and type-checking mutations: typed Object literals, JSONPatch lists, atomic fields, positions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from vpol.cel.compiler import compile_mutating_policy
+from vpol.cel.object_literals import as_map_literals, literals
+from vpol.cel.typecheck import check_policy
+from vpol.model.parse import parse_mutating_policy
+
+
+def _policy(*mutations: tuple[str, str], resources: str = "pods", group: str = "") -> Any:
+    doc = {
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "p"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE"], "resources": [resources]}]},
+            "mutations": [{"patchType": kind, ("applyConfiguration" if kind == "ApplyConfiguration" else "jsonPatch"):
+                           {"expression": expr}} for kind, expr in mutations],
+        },
+    }
+    policy, problems = parse_mutating_policy(doc)
+    assert policy is not None, problems
+    return policy
+
+
+def test_literals_become_map_literals_with_unescaped_keys() -> None:
+    src = 'Object{metadata: Object.metadata{x__dash__y: "1", ?labels: optional.none()}}'
+    assert as_map_literals(src).text == '{"metadata": {"x-y": "1", ?"labels": optional.none()}}'
+    assert [lit.name for lit in literals(src)] == [("Object",), ("Object", "metadata")]
+    # Strings and comments are not literals.
+    assert literals('"Object{a: 1}" // Object{b: 2}\n') == []
+
+
+def test_syntax_error_positions_are_the_users() -> None:
+    src = 'Object{metadata: Object.metadata{labels: {"a": "b"} + }}'
+    compiled = compile_mutating_policy(_policy(("ApplyConfiguration", src)))
+    (problem,) = compiled.errors()
+    assert problem.path == "spec.mutations[0].applyConfiguration.expression"
+    assert problem.expression_position is not None
+    assert src[problem.expression_position.column - 1] == "}"
+    assert src in problem.excerpt
+
+
+@pytest.mark.parametrize(("expr", "needle"), [
+    ('Object{spec: Object.spec{foo: 1}}', "undefined field 'foo'"),
+    ('Object{spec: Object.spec{containers: [Object.spec.containers{name: 1}]}}', "expected type of field 'name'"),
+    ('Object.spec{hostNetwork: false}', "must evaluate to an Object (apply configuration), not Object.spec"),
+    ('Object{spec: Object.spec{tolerations: []}}', "may not mutate atomic arrays, maps or structs: .spec.tolerations"),
+    ('Object{spec: Object.spec{containers: [Object.spec.containers{name: "a", args: ["x"]}]}}',
+     "may not mutate atomic arrays, maps or structs: .spec.containers.args"),
+])
+def test_schema_checks_of_apply_configurations(expr: str, needle: str) -> None:
+    policy = _policy(("ApplyConfiguration", expr))
+    assert compile_mutating_policy(policy).ok
+    (warning,) = check_policy(policy)
+    assert needle in warning.warning
+    assert warning.wrong_result  # an error in `vpol check`
+    assert "vpolac" not in warning.warning
+
+
+def test_valid_configurations_type_check_cleanly() -> None:
+    policy = _policy(
+        ("ApplyConfiguration", 'Object{metadata: Object.metadata{labels: {"a": "b"}}, spec: Object.spec{containers: '
+                               'object.spec.containers.map(c, Object.spec.containers{name: c.name, securityContext: '
+                               'Object.spec.containers.securityContext{runAsNonRoot: true}})}}'),
+        ("ApplyConfiguration", 'Object{spec: Object.spec{securityContext: {"runAsNonRoot": true}}}'),
+        ("JSONPatch", '[JSONPatch{op: "add", path: "/metadata/annotations/" + jsonpatch.escapeKey("a/b"), '
+                      'value: "x"}]'))
+    assert compile_mutating_policy(policy).ok
+    assert check_policy(policy) == []
+
+
+def test_json_patch_fields_and_result_type() -> None:
+    policy = _policy(("JSONPatch", '[JSONPatch{op: "add", pat: "/x"}]'),
+                     ("JSONPatch", 'JSONPatch{op: "add", path: "/x", value: 1}'))
+    compiled = compile_mutating_policy(policy)
+    assert [p.path for p in compiled.errors()] == ["spec.mutations[1].jsonPatch.expression"]
+    assert "list of JSONPatch" in compiled.errors()[0].message
+    (warning,) = check_policy(policy)
+    assert "undefined field 'pat'" in warning.warning
+
+
+def test_patch_type_and_payload_must_agree() -> None:
+    doc = yaml.safe_load("""
+apiVersion: policies.kyverno.io/v1
+kind: MutatingPolicy
+metadata: {name: p}
+spec:
+  matchConstraints: {resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]}
+  reinvocationPolicy: Sometimes
+  mutations:
+  - patchType: JSONPatch
+    applyConfiguration: {expression: "Object{}"}
+""")
+    policy, problems = parse_mutating_policy(doc)
+    assert policy is None
+    paths = {p.path for p in problems if p.severity == "error"}
+    assert {"spec.reinvocationPolicy", "spec.mutations[0].applyConfiguration", "spec.mutations[0].jsonPatch"} <= paths
