@@ -133,8 +133,10 @@ def run_test_document(doc: Document) -> TestOutcome:
     exceptions = [compile_exception(e) for e in loaded.exceptions]
     engines = {p.name: PolicyEngine(p, exceptions) for p in loaded.policies}
     mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
-    for engine in [*engines.values(), *mutating]:
-        outcome.problems.extend(e for e in engine.compiled.errors())
+    for engine in engines.values():
+        outcome.problems.extend(engine.compiled.errors())
+    for mutating_engine in mutating:
+        outcome.problems.extend(mutating_engine.compiled.errors())
     expected_patched: list[Document] = []
     for path in _rel(base, spec.get("patchedResources")):
         try:

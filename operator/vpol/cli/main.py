@@ -108,8 +108,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     exceptions = [compile_exception(e) for e in loaded.exceptions]
     engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
     mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
-    for engine in [*engines, *mutating]:
+    for engine in engines:
         _print_problems(engine.compiled.errors())
+    for mutating_engine in mutating:
+        _print_problems(mutating_engine.compiled.errors())
     for compiled_exc in exceptions:
         _print_problems(compiled_exc.problems)
     resolve = resolver(extra)
