@@ -32,6 +32,8 @@ from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resourc
 from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import PolicyEngine, compile_exception
+from vpol.engine.mutate import MutatingPolicyEngine
+from vpol.model.documents import Document
 from vpol.engine.subjects import subject_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +108,8 @@ def _suite(test_file: Path, spec: dict[str, Any], work: Path, rng: random.Random
     load_resources(rel(spec.get("resources")), loaded)
     if loaded.has_errors or loaded.unreadable or any(p.json_mode for p in loaded.policies):
         return 0
+    if loaded.mutating:
+        return _mutating_suite(test_file, spec, work, rng, messages, loaded)
     values = load_values(rel(spec.get("variables")))
     values.user_info = load_user_info(rel(spec.get("userinfo")))
     backend, extra = build_backend(context_files=rel(spec.get("context")),
@@ -152,6 +156,98 @@ def _suite(test_file: Path, spec: dict[str, Any], work: Path, rng: random.Random
         new[key] = moved if not isinstance(items, str) else moved[0]
     new["resources"] = list(new.get("resources") or []) + ["vpol-variations.yaml"]
     new["results"] = results
+    (dest / "kyverno-test.yaml").write_text(yaml.safe_dump(new, sort_keys=False))
+    return len(results)
+
+
+def _pod_variations(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Shapes mutations meet in real objects: several containers, init containers, no labels, a container that
+    already has what a policy sets (applied to every pod-bearing object)."""
+    spec: Any = obj
+    for key in (("spec",), ("spec", "template", "spec"), ("spec", "jobTemplate", "spec", "template", "spec")):
+        node: Any = obj
+        for k in key:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get("containers"), list):
+            spec = key
+            break
+    else:
+        return []
+    out = []
+    for label, change in (
+        ("two", lambda s: s["containers"].append({"name": "second", "image": "docker.io/library/redis:7"})),
+        ("init", lambda s: s.setdefault("initContainers", []).append({"name": "setup", "image": "busybox"})),
+        ("bare", lambda s: [c.pop(k, None) for c in s["containers"] for k in ("securityContext", "resources",
+                                                                             "imagePullPolicy", "env")]),
+        ("set", lambda s: [c.update(securityContext={"runAsNonRoot": False}, imagePullPolicy="Always",
+                                    resources={"requests": {"cpu": "1"}}) for c in s["containers"]]),
+    ):
+        changed = copy.deepcopy(obj)
+        node = changed
+        for k in spec:
+            node = node[k]
+        change(node)
+        if label == "bare":
+            changed["metadata"].pop("labels", None)
+            changed["metadata"].pop("annotations", None)
+        changed["metadata"] = {**changed["metadata"], "name": f"{obj['metadata'].get('name', 'x')}-{label}"}
+        out.append(changed)
+    return out
+
+
+_CLUSTER_KINDS = {"Namespace", "Node", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass",
+                  "CustomResourceDefinition"}
+
+
+def _mutating_suite(test_file: Path, spec: dict[str, Any], work: Path, rng: random.Random,
+                    messages: dict[tuple[str, str, str], str], loaded: Loaded) -> int:
+    """A suite with MutatingPolicies: vpol's results and patched resources become the expectations."""
+    from vpol.cli.kyverno_test import _Chains
+
+    base = test_file.parent
+    if loaded.policies or len(loaded.mutating) != 1:
+        return 0  # one mutating policy per suite: one patched resource per object
+    originals = [d.data for d in loaded.resources if isinstance(d.data, dict)]
+    varied = [v for obj in originals for v in _variations(obj, rng) + _pod_variations(obj)]
+    names = [str((o.get("metadata") or {}).get("name")) for o in originals + varied]
+    if len(set(names)) != len(names):
+        return 0  # Kyverno's test picks resources by name only
+    engine = MutatingPolicyEngine(loaded.mutating[0], [compile_exception(e) for e in loaded.exceptions])
+    values = load_values([])
+    chains = _Chains([engine], values, None)
+    dest = work / f"{len(list(work.iterdir())):03}-{base.name}"
+    results, patched = [], []
+    for obj in originals + varied:
+        doc = Document(data=obj, file="")
+        _final, per_policy = chains.run(doc, "CREATE")
+        got = per_policy.get(engine.policy.name)
+        if got is None:
+            continue
+        result, mutated = got
+        name = str(obj["metadata"].get("name"))
+        entry: dict[str, Any] = {"isMutatingPolicy": True, "policy": engine.policy.name, "kind": str(obj.get("kind")),
+                                 "resources": [name], "result": result.result}
+        if result.result == "pass":
+            entry["patchedResources"] = "vpol-patched.yaml"
+            entry["failOnMissingResources"] = True
+            # Kyverno's CLI places namespaced objects without a namespace in "default" (and looks them up so).
+            meta = mutated.setdefault("metadata", {})
+            if not meta.get("namespace") and str(obj.get("kind")) not in _CLUSTER_KINDS:
+                mutated = {**mutated, "metadata": {**meta, "namespace": "default"}}
+            patched.append(mutated)
+        results.append(entry)
+        messages[(dest.name, engine.policy.name, name)] = f"{result.result}: {result.message}"
+    if not results:
+        return 0
+    dest.mkdir()
+    for item in [spec.get("policies")] if isinstance(spec.get("policies"), str) else spec.get("policies") or []:
+        shutil.copy(base / str(item), dest / Path(str(item)).name)
+    (dest / "resources.yaml").write_text(yaml.safe_dump_all(originals + varied))
+    (dest / "vpol-patched.yaml").write_text(yaml.safe_dump_all(patched))
+    policies = spec.get("policies")
+    new = {"apiVersion": spec.get("apiVersion"), "kind": "Test", "metadata": spec.get("metadata") or {},
+           "policies": [Path(str(p)).name for p in ([policies] if isinstance(policies, str) else policies or [])],
+           "resources": ["resources.yaml"], "results": results}
     (dest / "kyverno-test.yaml").write_text(yaml.safe_dump(new, sort_keys=False))
     return len(results)
 

@@ -44,10 +44,10 @@ def cm_policy(actions: list[str]) -> dict[str, Any]:
     }
 
 
-def create_cm(cluster: Any, namespace: str, name: str, data: dict[str, str]) -> Any:
+def create_cm(cluster: Any, namespace: str, name: str, data: dict[str, str], dry_run: bool = False) -> Any:
     core = client.CoreV1Api(cluster.api_client)
     return core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=name), data=data))
+        metadata=client.V1ObjectMeta(name=name), data=data), dry_run="All" if dry_run else None)
 
 
 def expect_denied(fn: Callable[[], Any], fragment: str, timeout: float = 30) -> str:
@@ -84,7 +84,9 @@ def test_deny_policy_generates_an_enforced_vap(policies: Policies, cluster: Any,
     assert vap["metadata"]["ownerReferences"][0]["name"] == name
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["policyName"] == f"vpol-{name}"
-    body = expect_denied(lambda: create_cm(cluster, namespace, "bad-" + name[-6:], {"x": "1"}),
+    # A dry run: an attempt admitted before the VAP takes effect must not leave an object behind (the next
+    # attempt would then fail with AlreadyExists instead of being denied).
+    body = expect_denied(lambda: create_cm(cluster, namespace, "bad-" + name[-6:], {"x": "1"}, dry_run=True),
                          "needs an owner key")
     assert f"configmap bad-{name[-6:]} needs an owner key" in body
     create_cm(cluster, namespace, "good", {"owner": "me"})

@@ -176,7 +176,7 @@ class _Chains:
 
     def run(self, doc: Document, operation: str) -> tuple[dict[str, Any], dict[str, tuple[Result, dict[str, Any]]]]:
         """(the final object, policy name -> (its result, the object after it))."""
-        key = (id(doc), operation)
+        key = (id(doc.data), operation)
         if key not in self._done:
             subject = subject_for(doc.data, operation=operation, resolve=self.resolve,
                                   namespaces=self.values.namespaces, user_info=self.values.user_info)

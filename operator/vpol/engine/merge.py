@@ -61,6 +61,9 @@ class _Schema:
         if schema is None or self.document is None:
             return _Node("deduced", _DEDUCED)
         schema = deref(self.document, schema)
+        if not schema:
+            # An empty schema is what trimming leaves of a scalar union (Quantity: oneOf string/number).
+            return _Node("scalar", schema)
         if schema.get("x-kubernetes-preserve-unknown-fields"):
             return _Node("deduced", _DEDUCED)
         typ = schema.get("type")
@@ -138,14 +141,18 @@ def _describe_key(pe: tuple[Any, ...]) -> str:
 
 
 class _Merger:
-    def __init__(self, schema: _Schema) -> None:
+    def __init__(self, schema: _Schema, *, live: bool = False) -> None:
         self.schema = schema
+        #: Validating the live object: duplicates are tolerated and atomic values are no concern.
+        self.live = live
         self.errors: list[str] = []
         self.atomics: list[str] = []
 
     # -- the configuration's own checks (ObjectToTyped + validatePatch)
 
     def validate(self, node: _Node, value: Any, where: str, inside_deduced: bool = False) -> None:
+        if value is None and self.live:
+            return  # a null in the live object is an absent field
         if value is None:
             self.errors.append(f"{where or '.'}: expected {self._expected(node)}, got null")
             return
@@ -189,7 +196,7 @@ class _Merger:
                     except MergeError as exc:
                         self.errors.append(str(exc))
                         continue
-                    if pe in seen:
+                    if pe in seen and not self.live:
                         self.errors.append(f"{where}: duplicate entries for key {_describe_key(pe)}")
                         continue
                     seen.add(pe)
@@ -197,7 +204,7 @@ class _Merger:
                 else:
                     if node.list_type == "set":
                         h = _hashable(v)
-                        if h in seen:
+                        if h in seen and not self.live:
                             self.errors.append(f"{where}: duplicate entries for key [={v}]")
                             continue
                         seen.add(h)
@@ -336,6 +343,11 @@ def apply_configuration(original: dict[str, Any], configuration: Any,
     merger.validate(root, body, "")
     if merger.errors:
         raise MergeError("failed to convert patch object to typed object: " + "; ".join(merger.errors))
+    # The object itself must fit its schema too (the API server converts both; only offline input can fail).
+    live = _Merger(types, live=True)
+    live.validate(root, {k: v for k, v in original.items() if k not in ("apiVersion", "kind")}, "")
+    if live.errors:
+        raise MergeError("failed to convert original object to typed object: " + "; ".join(live.errors))
     if merger.atomics:
         raise MergeError("invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: "
                          + ", ".join(merger.atomics))

@@ -91,3 +91,15 @@ def test_duplicates_in_the_live_object_collapse_when_touched() -> None:
     out = apply_configuration(pod, {"spec": {"containers": [{"name": "a", "env": [{"name": "t", "value": "c"}]}]}},
                               POD)
     assert out["spec"]["containers"][0]["env"] == [{"name": "t", "value": "c"}, {"name": "foo", "value": "x"}]
+
+
+def test_the_live_object_must_fit_its_schema_but_may_hold_nulls() -> None:
+    pod = _pod("a")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": {}}}
+    with pytest.raises(MergeError, match="failed to convert original object to typed object: "
+                                         r"\.spec\.containers\[0\]\.resources\.limits\.cpu"):
+        apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
+    pod = _pod("a")
+    pod["spec"]["initContainers"] = None
+    out = apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
+    assert out["metadata"]["labels"]["a"] == "b"

@@ -134,3 +134,13 @@ def test_if_needed_policies_run_again_after_a_later_change() -> None:
         "copy", 'Object{metadata: Object.metadata{labels: {"copy": object.metadata.?labels.?src.orValue("none")}}}'))
     obj, _ = mutate_all([never, late], subject_for(POD))
     assert obj["metadata"]["labels"]["copy"] == "none"
+
+
+def test_optional_selection_through_a_null_is_none_as_in_cel_go() -> None:
+    engine = _engine(_pod_policy(
+        "nullsafe", 'Object{metadata: Object.metadata{labels: {"ship": "yes"}}}',
+        condition="\"object.metadata.?annotations[?'ship'].orValue('') == 'true' || true\""))
+    pod = {**POD, "metadata": {**POD["metadata"], "annotations": None}}
+    obj, (result,) = mutate_all([engine], subject_for(pod))
+    assert result.result == "pass", result.message
+    assert obj["metadata"]["labels"] == {"ship": "yes"}
