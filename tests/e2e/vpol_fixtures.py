@@ -55,7 +55,10 @@ def operator(vpol_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 class Policies:
-    def __init__(self, cluster: Any, namespace: str, unique: Callable[..., str]):
+    def __init__(self, cluster: Any, namespace: str, unique: Callable[..., str], *, kind: str = "ValidatingPolicy",
+                 plural: str = PLURAL):
+        self.kind = kind
+        self.plural = plural
         self.cluster = cluster
         self.api = client.CustomObjectsApi(cluster.api_client)
         self.admission = client.AdmissionregistrationV1Api(cluster.api_client)
@@ -67,23 +70,22 @@ class Policies:
         spec = json.loads(json.dumps(spec))
         mc = spec.setdefault("matchConstraints", {})
         mc.setdefault("namespaceSelector", {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}})
-        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ValidatingPolicy", "metadata": {"name": name},
-                "spec": spec}
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": self.kind, "metadata": {"name": name}, "spec": spec}
 
     def create(self, hint: str, spec: dict[str, Any]) -> str:
         name = self.unique("pol", hint)
-        self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, self.body(name, spec))
+        self.api.create_cluster_custom_object(GROUP, VERSION, self.plural, self.body(name, spec))
         self.created.append(name)
         return name
 
     def get(self, name: str) -> dict[str, Any]:
-        return self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        return self.api.get_cluster_custom_object(GROUP, VERSION, self.plural, name)
 
     def replace_spec(self, name: str, spec: dict[str, Any]) -> None:
         current = self.get(name)
         body = self.body(name, spec)
         body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        self.api.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+        self.api.replace_cluster_custom_object(GROUP, VERSION, self.plural, name, body)
 
     def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
         status = self.get(name).get("status") or {}
@@ -116,10 +118,21 @@ class Policies:
                 return None
             raise
 
+    def map(self, name: str, binding: bool = False) -> dict[str, Any] | None:
+        """A MutatingAdmissionPolicy (or its binding) by name, None when absent."""
+        try:
+            read = self.admission.read_mutating_admission_policy_binding if binding else \
+                self.admission.read_mutating_admission_policy
+            return self.cluster.api_client.sanitize_for_serialization(read(name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def cleanup(self) -> None:
         for name in self.created:
             try:
-                self.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+                self.api.delete_cluster_custom_object(GROUP, VERSION, self.plural, name)
             except ApiException:
                 pass
 
@@ -128,5 +141,13 @@ class Policies:
 def policies(operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Callable[..., str]
              ) -> Iterator[Policies]:
     p = Policies(cluster, namespace, unique_name)
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture
+def mutating_policies(operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Callable[..., str]
+                      ) -> Iterator[Policies]:
+    p = Policies(cluster, namespace, unique_name, kind="MutatingPolicy", plural="mutatingpolicies")
     yield p
     p.cleanup()

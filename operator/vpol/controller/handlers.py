@@ -1,8 +1,9 @@
 """Kopf handlers: they only turn events into work-queue keys.
 
 - every event of a ValidatingPolicy or NamespacedValidatingPolicy (any served
-  version) queues that policy (key ``name`` or ``namespace/name``);
-- an event of a generated VAP or binding (label ``vpol.kyverno.io/policy``)
+  version) queues that policy (key ``name`` or ``namespace/name``); a
+  MutatingPolicy queues ``mpol:<name>``;
+- an event of a generated VAP, MAP or binding (label ``vpol.kyverno.io/policy``)
   queues its policy, so edits and deletions are repaired within seconds;
 - an event of a PolicyException queues the policies it references;
 - an event of vpol's ValidatingWebhookConfiguration queues the policies whose
@@ -28,6 +29,8 @@ from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
+from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key
+from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.sandbox import Limits
 from vpol.kube.lease import LeaderElection
@@ -40,6 +43,7 @@ logger = logging.getLogger(__name__)
 POLICIES = "validatingpolicies.policies.kyverno.io"
 NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
 EXCEPTIONS = "policyexceptions.policies.kyverno.io"
+MUTATING_POLICIES = "mutatingpolicies.policies.kyverno.io"
 GENERATED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 
 
@@ -82,15 +86,18 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
                                webhook_configuration=WEBHOOK_CONFIGURATION)
+    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, generation=options.vap_generation)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
         await rt.admission.start()
 
     reconciler = rt.reconciler
+    mutating = rt.mutating
 
     async def process(name: str) -> None:
         try:
-            result = await asyncio.to_thread(reconciler.reconcile, name)
+            work = mutating.reconcile if is_mutating_key(name) else reconciler.reconcile
+            result = await asyncio.to_thread(work, name)
         except Exception:
             metrics.RECONCILE_ERRORS.labels("policy").inc()
             raise  # the queue retries with backoff
@@ -109,7 +116,9 @@ async def _resync(rt: Runtime) -> None:
             names = await asyncio.to_thread(lambda: [_key(p["metadata"]) for p in objects.list_policies()])
             if rt.scanner is not None:
                 rt.scanner.expect(names)
-            for name in names:
+            mutating = await asyncio.to_thread(
+                lambda: [mutating_key(p["metadata"]["name"]) for p in objects.list_mutating_policies()])
+            for name in [*names, *mutating]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
             logger.warning("listing policies for resync failed: %s", exc)
@@ -146,6 +155,41 @@ def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     if rt.reconciler is not None and version and rt.reconciler.written_versions.get(key) == version:
         return  # the echo of our own status write: nothing new to reconcile
     _enqueue(memo, key)
+
+
+@kopf.on.event(MUTATING_POLICIES)
+def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    rt = _runtime(memo)
+    name = str(meta.get("name", ""))
+    version = str(meta.get("resourceVersion", ""))
+    if rt.mutating is not None and version and rt.mutating.written_versions.get(name) == version:
+        return  # the echo of our own status write
+    _enqueue(memo, mutating_key(name))
+
+
+def _generated_map_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],
+                         labels: Mapping[str, str], memo: Any) -> None:
+    owner = labels.get(POLICY_LABEL)
+    if not owner:
+        return
+    rt = _runtime(memo)
+    version = str(meta.get("resourceVersion", ""))
+    if event_type != "DELETED" and rt.mutating is not None and version and \
+            rt.mutating.generated_versions.get((kind, name)) == version:
+        return  # the echo of our own apply
+    _enqueue(memo, mutating_key(owner))
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
+def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+              memo: kopf.Memo, **_: Any) -> None:
+    _generated_map_event("MutatingAdmissionPolicy", type, name, meta, labels, memo)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", labels=GENERATED_LABELS)
+def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+                      memo: kopf.Memo, **_: Any) -> None:
+    _generated_map_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
@@ -190,7 +234,8 @@ def binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: 
 def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     for ref in spec.get("policyRefs") or []:
         if isinstance(ref, Mapping) and ref.get("name"):
-            _enqueue(memo, str(ref["name"]))
+            kind = str(ref.get("kind") or "")
+            _enqueue(memo, mutating_key(str(ref["name"])) if kind == "MutatingPolicy" else str(ref["name"]))
 
 
 @kopf.on.probe(id="leader")

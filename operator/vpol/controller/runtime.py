@@ -56,6 +56,8 @@ class Runtime:
     api: client.ApiClient
     queue: WorkQueue | None = None
     reconciler: Reconciler | None = None
+    #: Reconciles MutatingPolicies (queue keys ``mpol:<name>``).
+    mutating: Any = None
     scanner: Any = None
     leader: Any = None
     #: The admission webhook's parts (None with --webhook=off).

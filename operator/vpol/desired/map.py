@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vpol.cel.compiler import compile_mutating_policy, variable_references
-from vpol.desired.vap import VapPlan, _exception_parts, _metadata
+from vpol.desired.vap import VapPlan, _exception_parts, _metadata, kubernetes_only_failure
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException
@@ -58,12 +58,7 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
         return "the policy reads the exceptions variable, which only vpol provides"
     compiled = compile_mutating_policy(policy, kubernetes_only=True)
     if not compiled.ok:
-        first = compiled.errors()[0]
-        m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)
-        if m:
-            return (f"{first.path} uses '{m.group(1) or m.group(2)}', which the API server's CEL environment "
-                    "lacks (a Kyverno-only library)")
-        return f"{first.path}: {first.message}"
+        return kubernetes_only_failure(compiled.errors()[0], {p: src for p, src, _r in policy.expressions()})
     return ""
 
 

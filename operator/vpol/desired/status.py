@@ -16,6 +16,9 @@ Conditions (metav1.Condition shape), written both to
 - ``AdmissionEnforced``: on every policy that applies at admission: True with
   reason ``NativeVAP`` or ``Webhook`` (naming the objects), False with the reason
   when nothing enforces it;
+- for a MutatingPolicy, ``MAPGenerated`` takes VAPGenerated's place, the native
+  route is ``NativeMAP``, and there is no RBACPermissionsGranted (vpol does not
+  scan with mutating policies);
 - ``Ready``: every condition above that applies, TypeChecked and VAPGenerated
   excepted, is True.
 
@@ -37,10 +40,11 @@ COMPILED = "Compiled"
 TYPE_CHECKED = "TypeChecked"
 RBAC = "RBACPermissionsGranted"
 VAP_GENERATED = "VAPGenerated"
+MAP_GENERATED = "MAPGenerated"
 ADMISSION_ENFORCED = "AdmissionEnforced"
 READY = "Ready"
 #: Conditions that inform but never block readiness.
-INFORMATIONAL = (TYPE_CHECKED, VAP_GENERATED)
+INFORMATIONAL = (TYPE_CHECKED, VAP_GENERATED, MAP_GENERATED)
 
 #: Longest condition message we write (the API caps messages at 32 kB).
 MAX_MESSAGE = 4000
@@ -76,6 +80,10 @@ class Findings:
     admission: tuple[bool, str, str] | None = None
     #: The route in one word (see the module docstring).
     enforcement: str = "None"
+    #: The native-generation condition: VAPGenerated (ValidatingPolicy) or MAPGenerated (MutatingPolicy).
+    native_condition: str = VAP_GENERATED
+    #: False for kinds vpol does not scan (MutatingPolicy): no RBACPermissionsGranted condition.
+    rbac_applicable: bool = True
 
 
 def _truncate(text: str) -> str:
@@ -98,7 +106,9 @@ def conditions_for(f: Findings) -> list[Condition]:
     else:
         out.append(Condition(TYPE_CHECKED, True, "Succeeded",
                              f.type_check_note or "expressions type-check against the matched kinds' schemas"))
-    if f.missing_permissions:
+    if not f.rbac_applicable:
+        pass
+    elif f.missing_permissions:
         out.append(Condition(RBAC, False, "Failed", _truncate(
             "the operator lacks: " + ", ".join(f.missing_permissions))))
     elif not f.background_enabled:
@@ -108,7 +118,7 @@ def conditions_for(f: Findings) -> list[Condition]:
         out.append(Condition(RBAC, True, "Succeeded", "the operator may get, list and watch every matched resource"))
     if f.vap is not None:
         ok, reason, message = f.vap
-        out.append(Condition(VAP_GENERATED, ok, reason, _truncate(message)))
+        out.append(Condition(f.native_condition, ok, reason, _truncate(message)))
     if f.admission is not None:
         ok, reason, message = f.admission
         out.append(Condition(ADMISSION_ENFORCED, ok, reason, _truncate(message)))
@@ -152,7 +162,7 @@ def desired_status(f: Findings, previous: Mapping[str, Any] | None, now: str | N
     conds = conditions_for(f)
     dicts = condition_dicts(conds, prev_conditions, f.generation, now)
     ready = next(c.status for c in conds if c.type == READY)
-    message = next((c.message for c in conds if c.type == VAP_GENERATED and not c.status and
+    message = next((c.message for c in conds if c.type in (VAP_GENERATED, MAP_GENERATED) and not c.status and
                     c.reason == "NotEligible"), "")
     status: dict[str, Any] = {
         "conditionStatus": {"ready": ready, "conditions": dicts, "message": message},

@@ -27,6 +27,7 @@ from typing import Any
 from vpol.cel.compiler import compile_policy
 from vpol.engine.autogen import autogen_configs
 from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.problems import Problem
 
 VAP_API_VERSION = "admissionregistration.k8s.io/v1"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -62,12 +63,21 @@ def ineligibility(policy: ValidatingPolicy) -> str:
         return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
     compiled = compile_policy(policy, kubernetes_only=True)
     if not compiled.ok:
-        first = compiled.errors()[0]
-        m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)
-        what = f" uses '{m.group(1) or m.group(2)}', which the API server's CEL environment lacks" if m else \
-            f": {first.message}"
-        return f"{first.path}{what} (a Kyverno-only library)" if m else f"{first.path}{what}"
+        return kubernetes_only_failure(compiled.errors()[0], dict((p, src) for p, src, _r in policy.expressions()))
     return ""
+
+
+def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:
+    """Why an expression does not compile with only the API server's libraries, in one sentence."""
+    source = sources.get(first.path, "")
+    if re.search(r"\bcel\.bind\s*\(", source):
+        # Without the bindings extension the checker complains about the bound name, not about cel.bind.
+        return f"{first.path} uses 'cel.bind', which the API server's CEL environment lacks (a Kyverno-only library)"
+    m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)
+    if m:
+        return (f"{first.path} uses '{m.group(1) or m.group(2)}', which the API server's CEL environment lacks "
+                "(a Kyverno-only library)")
+    return f"{first.path}: {first.message}"
 
 
 def _owner(policy: ValidatingPolicy) -> dict[str, Any]:

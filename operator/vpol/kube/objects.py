@@ -19,7 +19,12 @@ GROUP = "policies.kyverno.io"
 POLICY_PLURAL = "validatingpolicies"
 NAMESPACED_POLICY_PLURAL = "namespacedvalidatingpolicies"
 EXCEPTION_PLURAL = "policyexceptions"
+MUTATING_POLICY_PLURAL = "mutatingpolicies"
 STORAGE_VERSION = "v1"
+#: MutatingAdmissionPolicy kinds, each served by one API class per version.
+MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+_MAP_METHODS = {"MutatingAdmissionPolicy": "mutating_admission_policy",
+                "MutatingAdmissionPolicyBinding": "mutating_admission_policy_binding"}
 
 
 def not_found(exc: BaseException) -> bool:
@@ -83,7 +88,34 @@ class Objects:
                                                                     body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
+    def get_mutating_policy(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_mutating_policies(self) -> list[dict[str, Any]]:
+        try:
+            out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL)
+        except ApiException as exc:
+            if exc.status == 404:  # the CRD is not installed
+                return []
+            raise
+        return list(out.get("items") or [])
+
+    def patch_mutating_policy_status(self, name: str, status: Mapping[str, Any]) -> str:
+        result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL, name,
+                                                                {"status": dict(status)})
+        return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
+
     # -- generated admission policies
+
+    def _map_api(self, api_version: str) -> Any:
+        """The generated client's API class for an ``admissionregistration.k8s.io/<version>``."""
+        version = api_version.rpartition("/")[2]
+        return getattr(client, f"Admissionregistration{version[0].upper()}{version[1:]}Api")(self.api)
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         name = obj["metadata"]["name"]
@@ -94,6 +126,9 @@ class Objects:
             result = self.admission.patch_validating_admission_policy_binding(name, dict(obj), **kw)
         elif obj["kind"] == "ValidatingWebhookConfiguration":
             result = self.admission.patch_validating_webhook_configuration(name, dict(obj), **kw)
+        elif obj["kind"] in MAP_KINDS:
+            api = self._map_api(obj["apiVersion"])
+            result = getattr(api, f"patch_{_MAP_METHODS[obj['kind']]}")(name, dict(obj), **kw)
         else:
             raise ValueError(f"vpol does not apply {obj['kind']}")
         return self.api.sanitize_for_serialization(result)
@@ -132,6 +167,22 @@ class Objects:
         for item in self.admission.list_validating_admission_policy_binding(label_selector=label_selector).items:
             out.append(("ValidatingAdmissionPolicyBinding", item.metadata.name))
         return out
+
+    def list_generated_maps(self, label_selector: str, api_version: str) -> list[tuple[str, str]]:
+        """(kind, name) of every MutatingAdmissionPolicy and binding carrying ``label_selector``."""
+        api = self._map_api(api_version)
+        out = []
+        for kind in MAP_KINDS:
+            for item in getattr(api, f"list_{_MAP_METHODS[kind]}")(label_selector=label_selector).items:
+                out.append((kind, item.metadata.name))
+        return out
+
+    def delete_map(self, kind: str, name: str, api_version: str) -> None:
+        try:
+            getattr(self._map_api(api_version), f"delete_{_MAP_METHODS[kind]}")(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def delete(self, kind: str, name: str) -> None:
         try:

@@ -1,0 +1,201 @@
+"""Reconciling one MutatingPolicy: read, call the core, write.
+
+Reads the policy, the PolicyExceptions and the cluster's discovery; the core
+compiles and type-checks the mutations (a mutation that cannot apply to a
+matched kind, such as one setting an atomic list, counts as an error, as in
+`vpol check`), computes the pod-controller variants and the desired
+MutatingAdmissionPolicies; this module applies them in the newest MAP
+version the cluster serves, deletes what is no longer wanted and writes the
+status only when it changed.
+
+Admission route: the same ``--vap-generation`` mode as for validation. In
+``eligible`` (the default) every MutatingPolicy that does not set
+``spec.autogen.mutatingAdmissionPolicy.enabled: false`` gets its MAPs when the
+API server can express it; in ``opt-in`` only an explicit ``true`` does
+(Kyverno's behaviour). Anything else is enforced nowhere yet (vpol's webhook
+does not apply mutations): ``AdmissionEnforced`` says so, and why.
+
+Queue keys are ``mpol:<name>`` (a colon cannot appear in object names).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from vpol.cel.compiler import compile_mutating_policy
+from vpol.cel.typecheck import check_policy
+from vpol.controller.reconcile import DiscoveryCache, ReconcileResult, _api_message
+from vpol.desired.enforcement import GENERATION_ELIGIBLE
+from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility
+from vpol.desired.status import MAP_GENERATED, Findings, desired_status, status_changed
+from vpol.desired.vap import POLICY_LABEL
+from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
+from vpol.kube.objects import Objects
+from vpol.model.parse import parse_exception, parse_mutating_policy
+from vpol.model.policy import PolicyException
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "mpol:"
+NATIVE_MAP = "NativeMAP"
+#: Label telling generated MAPs of one policy apart from VAPs of a ValidatingPolicy of the same name.
+KIND_LABEL = "vpol.kyverno.io/policy-kind"
+
+
+def key_for(name: str) -> str:
+    return KEY_PREFIX + name
+
+
+def is_mutating_key(key: str) -> bool:
+    return key.startswith(KEY_PREFIX)
+
+
+def _selector(name: str) -> str:
+    return f"{POLICY_LABEL}={name},{KIND_LABEL}=MutatingPolicy"
+
+
+class MutatingReconciler:
+    def __init__(self, objects: Objects, discovery: DiscoveryCache, *, generation: str = GENERATION_ELIGIBLE):
+        self.objects = objects
+        self.discovery = discovery
+        self.generation = generation
+        self.written_versions: dict[str, str] = {}
+        self.generated_versions: dict[tuple[str, str], str] = {}
+
+    def map_api_version(self) -> str | None:
+        """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""
+        discovery = self.discovery.get()
+        for api_version in MAP_API_VERSIONS:
+            group, _, version = api_version.partition("/")
+            if discovery.resource(group, version, "mutatingadmissionpolicies") is not None:
+                return api_version
+        return None
+
+    def _exceptions(self) -> list[PolicyException]:
+        out = []
+        for body in self.objects.list_exceptions():
+            exc, _problems = parse_exception(body)
+            if exc is not None:
+                out.append(exc)
+        return out
+
+    def reconcile(self, key: str) -> ReconcileResult:
+        name = key[len(KEY_PREFIX):] if is_mutating_key(key) else key
+        result = ReconcileResult(key)
+        api_version = self.map_api_version()
+        body = self.objects.get_mutating_policy(name)
+        if body is None:
+            if api_version:
+                result.deleted = self._delete_generated(name, set(), api_version)
+            return result
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        findings = Findings(generation=generation, native_condition=MAP_GENERATED, rbac_applicable=False,
+                            background_enabled=False)
+        policy, problems = parse_mutating_policy(body)
+        if policy is None:
+            findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
+            findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
+            if api_version:
+                result.deleted = self._delete_generated(name, set(), api_version)
+            return self._write_status(result, name, body, findings)
+
+        compiled = compile_mutating_policy(policy)
+        errors = [p.short() for p in compiled.errors()]
+        discovery = self.discovery.get()
+        try:
+            warnings = check_policy(policy, discovery)
+            # A mutation that cannot apply to a matched kind fails every request: an error, as in `vpol check`.
+            errors += [f"{w.field_path}: {w.warning.strip()}" for w in warnings if w.wrong_result]
+            findings.type_warnings = [(w.field_path, w.warning) for w in warnings]
+        except Exception as exc:  # noqa: BLE001 - type checking is informational
+            findings.type_checked = False
+            findings.type_check_note = f"type checking could not run: {exc}"
+        findings.compile_errors = errors
+        findings.autogen = {
+            config: {"targets": [{"group": CONTROLLERS[r][0], "version": CONTROLLERS[r][1], "resource": r,
+                                  "kind": CONTROLLERS[r][2]}
+                                 for rule in variant.spec.match_constraints.resource_rules  # type: ignore[union-attr]
+                                 for r in rule.resources if r in CONTROLLERS],
+                     "spec": variant.raw.get("spec", {})}
+            for config, variant in mutating_autogen_configs(policy)}
+
+        keep: set[tuple[str, str]] = set()
+        if not policy.spec.evaluation.admission_enabled:
+            findings.enforcement = "NotApplicable"
+        else:
+            explicit = policy.spec.autogen.map_enabled
+            wanted = explicit if explicit is not None else self.generation == GENERATION_ELIGIBLE
+            why_not = ""
+            if not wanted:
+                why_not = ("MutatingAdmissionPolicy generation is off (spec.autogen.mutatingAdmissionPolicy.enabled: "
+                           "false)" if explicit is False else
+                           "the operator runs with --vap-generation=opt-in and the policy does not set "
+                           "spec.autogen.mutatingAdmissionPolicy.enabled: true")
+            elif errors:
+                findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
+                findings.admission = (False, "CompilationFailed", "not enforced: the policy does not compile")
+            elif api_version is None:
+                findings.vap = (False, "NotServed", "the API server serves no MutatingAdmissionPolicy version")
+                why_not = "the API server serves no MutatingAdmissionPolicy version"
+            elif (reason := map_ineligibility(policy)):
+                findings.vap = (False, "NotEligible", f"skip generating MutatingAdmissionPolicy: {reason}")
+                why_not = reason
+            else:
+                plan = desired_map_objects(policy, exceptions=self._exceptions(), force=True, api_version=api_version)
+                for obj in plan.objects:
+                    obj["metadata"].setdefault("labels", {})[KIND_LABEL] = "MutatingPolicy"
+                ok, message = self._apply(plan.objects, result)
+                keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
+                findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
+                findings.generated = ok
+                if ok:
+                    names = ", ".join(o["metadata"]["name"] for o in plan.objects
+                                      if o["kind"] == "MutatingAdmissionPolicy")
+                    findings.admission = (True, NATIVE_MAP, f"applied by the API server: {names}")
+                    findings.enforcement = NATIVE_MAP
+                else:
+                    why_not = message
+            if why_not:
+                findings.admission = (False, "NotEnforced",
+                                      f"not applied at admission: {why_not}; vpol's webhook does not apply mutations")
+        if api_version:
+            result.deleted = self._delete_generated(name, keep, api_version)
+        result.enforcement = findings.enforcement
+        return self._write_status(result, name, body, findings)
+
+    def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
+        for obj in objects:
+            try:
+                applied = self.objects.apply(obj)
+                meta = (applied or {}).get("metadata") or {}
+                self.generated_versions[(obj["kind"], obj["metadata"]["name"])] = str(
+                    meta.get("resourceVersion") or meta.get("resource_version") or "")
+                result.applied.append(obj["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status in (400, 422):
+                    return False, f"the API server rejected {obj['kind']} {obj['metadata']['name']}: " \
+                                  f"{_api_message(exc)}"
+                raise  # transient: retried by the queue
+        return True, "generated " + ", ".join(o["metadata"]["name"] for o in objects)
+
+    def _delete_generated(self, name: str, keep: set[tuple[str, str]], api_version: str) -> list[str]:
+        deleted = []
+        for kind, obj_name in self.objects.list_generated_maps(_selector(name), api_version):
+            if (kind, obj_name) not in keep:
+                self.objects.delete_map(kind, obj_name, api_version)
+                deleted.append(obj_name)
+        return deleted
+
+    def _write_status(self, result: ReconcileResult, name: str, body: dict[str, Any],
+                      findings: Findings) -> ReconcileResult:
+        current = body.get("status") or {}
+        desired = desired_status(findings, current)
+        result.ready = desired["conditionStatus"]["ready"]
+        result.generated = bool(desired["generated"])
+        if status_changed(current, desired):
+            self.written_versions[name] = self.objects.patch_mutating_policy_status(name, desired)
+            result.status_written = True
+        return result
