@@ -143,21 +143,51 @@ def test_maps_are_repaired_and_follow_the_policy(mutating_policies: Policies, cl
     repaired = wait_for("the deleted MAP to come back", lambda: (
         (m := mutating_policies.map(f"mpol-{name}")) and m["metadata"]["uid"] != before["metadata"]["uid"] and m), 30)
     assert repaired["spec"]["mutations"] == before["spec"]["mutations"]
-    # Opting out removes the native objects, and the status says nothing applies the policy now.
+    # Opting out removes the native objects; vpol's webhook applies the policy instead.
     mutating_policies.replace_spec(name, apply_config(TEAM_LABEL, autogen={"mutatingAdmissionPolicy":
                                                                            {"enabled": False}}))
-    cond = mutating_policies.wait_condition(name, "AdmissionEnforced", "False")
-    assert cond["reason"] == "NotEnforced" and "enabled: false" in cond["message"]
+    cond = mutating_policies.wait_condition(name, "AdmissionEnforced", "True")
+    assert cond["reason"] == "Webhook" and "enabled: false" in cond["message"]
     wait_for("the MAPs to be removed", lambda: mutating_policies.map(f"mpol-{name}") is None and
              mutating_policies.map(f"mpol-{name}-autogen-defaults") is None, 30)
 
 
-def test_a_policy_the_api_server_cannot_express_says_so(mutating_policies: Policies) -> None:
-    # cel.bind is Kyverno's: a MutatingAdmissionPolicy cannot use it.
+def test_a_policy_the_api_server_cannot_express_is_applied_by_vpols_webhook(mutating_policies: Policies,
+                                                                            cluster: Any, namespace: str) -> None:
+    # cel.bind is Kyverno's: a MutatingAdmissionPolicy cannot use it, so vpol's mutating webhook applies it,
+    # to Pods and (autogen) to the pod templates of Deployments and CronJobs.
     name = mutating_policies.create("kyverno-only", apply_config(
-        'cel.bind(team, "unassigned", Object{metadata: Object.metadata{labels: {"example.com/team": team}}})'))
+        'cel.bind(team, "webhook", Object{metadata: Object.metadata{labels: {"example.com/team": team}}})'))
     generated = mutating_policies.wait_condition(name, "MAPGenerated", "False")
     assert generated["reason"] == "NotEligible" and "cel.bind" in generated["message"], generated
-    enforced = mutating_policies.wait_condition(name, "AdmissionEnforced", "False")
-    assert "vpol's webhook does not apply mutations" in enforced["message"]
-    assert mutating_policies.get(name)["status"]["enforcement"] == "None"
+    enforced = mutating_policies.wait_condition(name, "AdmissionEnforced", "True")
+    assert enforced["reason"] == "Webhook" and "vpol-mutating" in enforced["message"], enforced
+    mutating_policies.wait_condition(name, "Ready", "True")
+    assert mutating_policies.get(name)["status"]["enforcement"] == "Webhook"
+    assert mutating_policies.map(f"mpol-{name}") is None
+    config = client.AdmissionregistrationV1Api(cluster.api_client).read_mutating_webhook_configuration(
+        "vpol-mutating")
+    rules = {(tuple(r.api_groups), tuple(r.resources)) for w in config.webhooks for r in w.rules}
+    assert (("",), ("pods",)) in rules and (("apps",), ("daemonsets", "deployments", "replicasets", "statefulsets")) \
+        in rules
+    attempt = iter(range(100))
+
+    def mutated() -> list[dict[str, Any]] | None:
+        objs = create_all(cluster, workloads(namespace, f"w{next(attempt)}"))
+        ok = all((pod_template(o).get("metadata") or {}).get("labels", {}).get("example.com/team") == "webhook"
+                 for o in objs)
+        return objs if ok else None
+
+    wait_for("objects mutated by vpol's webhook", mutated, 60, 1)
+    # Deleting the last webhook policy removes its configuration.
+    mutating_policies.api.delete_cluster_custom_object("policies.kyverno.io", "v1", "mutatingpolicies", name)
+
+    def removed() -> bool:
+        try:
+            client.AdmissionregistrationV1Api(cluster.api_client).read_mutating_webhook_configuration(
+                "vpol-mutating")
+            return False
+        except client.ApiException as exc:
+            return exc.status == 404
+
+    wait_for("the mutating webhook configuration to be removed", removed, 30)

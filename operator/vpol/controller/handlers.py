@@ -24,7 +24,7 @@ from typing import Any
 import kopf
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
-from vpol.desired.webhook import WEBHOOK_CONFIGURATION
+from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
@@ -86,7 +86,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
                                webhook_configuration=WEBHOOK_CONFIGURATION)
-    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, generation=options.vap_generation)
+    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, generation=options.vap_generation,
+                                     webhook=options.webhook)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
         await rt.admission.start()
@@ -190,6 +191,20 @@ def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapp
 def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
                       memo: kopf.Memo, **_: Any) -> None:
     _generated_map_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
+
+
+@kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+               labels=GENERATED_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
+def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
+                                         **_: Any) -> None:
+    """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
+    rt = _runtime(memo)
+    now: dict[str, int] = {} if type == "DELETED" else covered(body)
+    before: dict[str, int] = rt.covered_mutating
+    rt.covered_mutating = now
+    for key in set(before) | set(now):
+        if before.get(key) != now.get(key):
+            _enqueue(memo, mutating_key(key))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",

@@ -8,12 +8,15 @@ MutatingAdmissionPolicies; this module applies them in the newest MAP
 version the cluster serves, deletes what is no longer wanted and writes the
 status only when it changed.
 
-Admission route: the same ``--vap-generation`` mode as for validation. In
+Admission route (:func:`vpol.desired.map.mutating_route`, shared with every
+replica's webhook): the same ``--vap-generation`` mode as for validation. In
 ``eligible`` (the default) every MutatingPolicy that does not set
 ``spec.autogen.mutatingAdmissionPolicy.enabled: false`` gets its MAPs when the
 API server can express it; in ``opt-in`` only an explicit ``true`` does
-(Kyverno's behaviour). Anything else is enforced nowhere yet (vpol's webhook
-does not apply mutations): ``AdmissionEnforced`` says so, and why.
+(Kyverno's behaviour). Everything else (Kyverno-only functions, no opt-in, a
+MAP the API server refused) is applied by vpol's mutating webhook
+(``vpol-mutating``): ``AdmissionEnforced=True, Webhook`` once that
+configuration covers the policy's generation.
 
 Queue keys are ``mpol:<name>`` (a colon cannot appear in object names).
 """
@@ -29,9 +32,11 @@ from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy
 from vpol.controller.reconcile import DiscoveryCache, ReconcileResult, _api_message
 from vpol.desired.enforcement import GENERATION_ELIGIBLE
-from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility
+from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
 from vpol.desired.status import MAP_GENERATED, Findings, desired_status, status_changed
 from vpol.desired.vap import POLICY_LABEL
+from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
+from vpol.desired.webhook_coverage import covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
 from vpol.kube.objects import Objects
 from vpol.model.parse import parse_exception, parse_mutating_policy
@@ -58,10 +63,13 @@ def _selector(name: str) -> str:
 
 
 class MutatingReconciler:
-    def __init__(self, objects: Objects, discovery: DiscoveryCache, *, generation: str = GENERATION_ELIGIBLE):
+    def __init__(self, objects: Objects, discovery: DiscoveryCache, *, generation: str = GENERATION_ELIGIBLE,
+                 webhook: bool = True):
         self.objects = objects
         self.discovery = discovery
         self.generation = generation
+        #: Whether this operator runs its admission webhook (which applies the non-native policies).
+        self.webhook = webhook
         self.written_versions: dict[str, str] = {}
         self.generated_versions: dict[tuple[str, str], str] = {}
 
@@ -123,20 +131,20 @@ class MutatingReconciler:
             for config, variant in mutating_autogen_configs(policy)}
 
         keep: set[tuple[str, str]] = set()
+        wanted = wants_native_map(policy, self.generation)
         if not policy.spec.evaluation.admission_enabled:
             findings.enforcement = "NotApplicable"
+        elif errors:
+            if wanted:
+                findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
+            findings.admission = (False, "CompilationFailed", "not enforced: the policy does not compile")
         else:
-            explicit = policy.spec.autogen.map_enabled
-            wanted = explicit if explicit is not None else self.generation == GENERATION_ELIGIBLE
             why_not = ""
             if not wanted:
                 why_not = ("MutatingAdmissionPolicy generation is off (spec.autogen.mutatingAdmissionPolicy.enabled: "
-                           "false)" if explicit is False else
+                           "false)" if policy.spec.autogen.map_enabled is False else
                            "the operator runs with --vap-generation=opt-in and the policy does not set "
                            "spec.autogen.mutatingAdmissionPolicy.enabled: true")
-            elif errors:
-                findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
-                findings.admission = (False, "CompilationFailed", "not enforced: the policy does not compile")
             elif api_version is None:
                 findings.vap = (False, "NotServed", "the API server serves no MutatingAdmissionPolicy version")
                 why_not = "the API server serves no MutatingAdmissionPolicy version"
@@ -148,23 +156,41 @@ class MutatingReconciler:
                 for obj in plan.objects:
                     obj["metadata"].setdefault("labels", {})[KIND_LABEL] = "MutatingPolicy"
                 ok, message = self._apply(plan.objects, result)
-                keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                 findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
                 findings.generated = ok
                 if ok:
+                    keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                     names = ", ".join(o["metadata"]["name"] for o in plan.objects
                                       if o["kind"] == "MutatingAdmissionPolicy")
                     findings.admission = (True, NATIVE_MAP, f"applied by the API server: {names}")
                     findings.enforcement = NATIVE_MAP
                 else:
-                    why_not = message
+                    why_not = message  # the API server refused the MAP: vpol's webhook applies the policy
             if why_not:
-                findings.admission = (False, "NotEnforced",
-                                      f"not applied at admission: {why_not}; vpol's webhook does not apply mutations")
+                findings.admission, findings.enforcement = self._webhook_finding(name, generation, why_not)
         if api_version:
             result.deleted = self._delete_generated(name, keep, api_version)
         result.enforcement = findings.enforcement
         return self._write_status(result, name, body, findings)
+
+    def _webhook_finding(self, name: str, generation: int, why_not_native: str) -> tuple[tuple[bool, str, str], str]:
+        """AdmissionEnforced (and the route word) of a policy vpol's mutating webhook applies."""
+        if not self.webhook:
+            return (False, "WebhookDisabled", f"not applied at admission: {why_not_native}; vpol's webhook is off "
+                                              "(--webhook=off)"), "None"
+        try:
+            config = self.objects.get_webhook_configuration(MUTATING_WEBHOOK_CONFIGURATION, mutating=True)
+        except ApiException as exc:
+            return (False, "WebhookNotConfigured", f"not applied at admission: {why_not_native}; reading "
+                                                   f"{MUTATING_WEBHOOK_CONFIGURATION} failed: {_api_message(exc)}"), \
+                "None"
+        covered = covered_generation(config, name)
+        if covered is not None and covered >= generation:
+            return (True, "Webhook", f"applied by vpol's webhook ({MUTATING_WEBHOOK_CONFIGURATION}): not native "
+                                     f"because {why_not_native}"), "Webhook"
+        return (False, "WebhookPending", f"not applied at admission yet: {MUTATING_WEBHOOK_CONFIGURATION} does not "
+                                         f"cover generation {generation} (not native because {why_not_native})"), \
+            "None"
 
     def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
         for obj in objects:

@@ -69,6 +69,7 @@ class Runtime:
     enforcement: dict[str, str] = field(default_factory=dict)
     #: What vpol's webhook configuration covered when last seen (policy key -> generation).
     covered: dict[str, int] = field(default_factory=dict)
+    covered_mutating: dict[str, int] = field(default_factory=dict)
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:

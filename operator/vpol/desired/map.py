@@ -106,3 +106,24 @@ def desired_map_objects(policy: MutatingPolicy, *, exceptions: Sequence[PolicyEx
         objects.extend(_pair(policy, _clean(variant.raw.get("spec", {})), map_name(policy.name, config), exceptions,
                              api_version))
     return VapPlan(objects=objects)
+
+
+NATIVE, WEBHOOK, NOT_APPLICABLE = "native", "webhook", "not-applicable"
+
+
+def wants_native_map(policy: MutatingPolicy, generation: str) -> bool:
+    """Whether MutatingAdmissionPolicies are asked for (explicitly, or by the ``eligible`` generation mode)."""
+    explicit = policy.spec.autogen.map_enabled
+    return explicit if explicit is not None else generation == "eligible"
+
+
+def mutating_route(policy: MutatingPolicy, *, generation: str, compiles: bool, map_refused: bool = False) -> str:
+    """Where a MutatingPolicy is applied at admission: ``native`` (its MAPs), ``webhook`` (vpol's mutating
+    webhook: Kyverno-only functions, opt-in mode without the opt-in, a MAP the API server refused) or
+    ``not-applicable`` (admission disabled). A policy that does not compile is applied nowhere: the
+    reconciler says so, and the webhook leaves it out."""
+    if not policy.spec.evaluation.admission_enabled:
+        return NOT_APPLICABLE
+    if compiles and not map_refused and wants_native_map(policy, generation) and not map_ineligibility(policy):
+        return NATIVE
+    return WEBHOOK

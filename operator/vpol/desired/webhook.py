@@ -28,27 +28,37 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
-from vpol.engine.autogen import autogen_configs
+from vpol.engine.autogen import autogen_configs, mutating_autogen_configs
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 WEBHOOK_CONFIGURATION = "vpol-validating"
+#: The MutatingWebhookConfiguration of the MutatingPolicies the API server cannot apply natively.
+MUTATING_WEBHOOK_CONFIGURATION = "vpol-mutating"
+AnyPolicy = ValidatingPolicy | MutatingPolicy
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 FAILURE_POLICIES = ("Fail", "Ignore")
 
 
-def webhook_path(failure_policy: str) -> str:
-    return f"/validate/{failure_policy.lower()}"
+def webhook_path(failure_policy: str, mutating: bool = False) -> str:
+    return f"/{'mutate' if mutating else 'validate'}/{failure_policy.lower()}"
 
 
-def webhook_name(failure_policy: str) -> str:
-    return f"{failure_policy.lower()}.validate.vpol.kyverno.io"
+def webhook_name(failure_policy: str, mutating: bool = False) -> str:
+    return f"{failure_policy.lower()}.{'mutate' if mutating else 'validate'}.vpol.kyverno.io"
 
 
-def _rules(policy: ValidatingPolicy) -> list[tuple[Any, ...]]:
+def _variants(policy: AnyPolicy) -> list[AnyPolicy]:
+    if isinstance(policy, MutatingPolicy):
+        return [policy, *(variant for _name, variant in mutating_autogen_configs(policy))]
+    return [policy, *(c.policy for c in autogen_configs(policy))]
+
+
+def _rules(policy: AnyPolicy) -> list[tuple[Any, ...]]:
     out = []
     namespaced = bool(policy.namespace)
-    for variant in (policy, *(c.policy for c in autogen_configs(policy))):
+    for variant in _variants(policy):
         m = variant.spec.match_constraints
         if m is None:
             continue
@@ -65,13 +75,13 @@ def _rule_dict(rule: tuple[Any, ...]) -> dict[str, Any]:
             "resources": list(resources), "scope": scope}
 
 
-def _raw_selector(policy: ValidatingPolicy, key: str) -> dict[str, Any]:
+def _raw_selector(policy: AnyPolicy, key: str) -> dict[str, Any]:
     mc = (policy.raw.get("spec") or {}).get("matchConstraints") or {}
     selector = mc.get(key)
     return dict(selector) if isinstance(selector, Mapping) else {}
 
 
-def _namespace_selector(policy: ValidatingPolicy) -> dict[str, Any]:
+def _namespace_selector(policy: AnyPolicy) -> dict[str, Any]:
     selector = _raw_selector(policy, "namespaceSelector")
     if policy.namespace:
         labels = dict(selector.get("matchLabels") or {})
@@ -103,10 +113,15 @@ def _client_config(base: Mapping[str, Any], path: str) -> dict[str, Any]:
     return config
 
 
-def desired_webhook_configuration(policies: Sequence[ValidatingPolicy], *, client_config: Mapping[str, Any],
-                                  timeout_seconds: int = 10,
-                                  excluded_namespaces: Sequence[str] = ("kube-system",)) -> dict[str, Any] | None:
-    """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none."""
+def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_config: Mapping[str, Any],
+                                  timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
+                                  mutating: bool = False) -> dict[str, Any] | None:
+    """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none.
+
+    ``mutating``: a MutatingWebhookConfiguration (``vpol-mutating``, webhooks ``<fp>.mutate.vpol.kyverno.io``
+    at ``/mutate/<fp>``) for MutatingPolicies; its ``reinvocationPolicy`` is ``IfNeeded`` when any policy of
+    the webhook asks for it.
+    """
     if not policies:
         return None
     webhooks = []
@@ -118,9 +133,9 @@ def desired_webhook_configuration(policies: Sequence[ValidatingPolicy], *, clien
         if not rules:
             continue
         timeouts = [p.spec.webhook_timeout_seconds for p in group if p.spec.webhook_timeout_seconds]
-        webhooks.append({
-            "name": webhook_name(failure_policy),
-            "clientConfig": _client_config(client_config, webhook_path(failure_policy)),
+        webhook: dict[str, Any] = {
+            "name": webhook_name(failure_policy, mutating),
+            "clientConfig": _client_config(client_config, webhook_path(failure_policy, mutating)),
             "rules": [_rule_dict(r) for r in rules],
             "failurePolicy": failure_policy,
             "matchPolicy": "Equivalent",
@@ -129,12 +144,17 @@ def desired_webhook_configuration(policies: Sequence[ValidatingPolicy], *, clien
             "sideEffects": "None",
             "timeoutSeconds": max(timeouts) if timeouts else timeout_seconds,
             "admissionReviewVersions": ["v1"],
-        })
+        }
+        if mutating:
+            webhook["reinvocationPolicy"] = "IfNeeded" if any(
+                getattr(p.spec, "reinvocation_policy", "Never") == "IfNeeded" for p in group) else "Never"
+        webhooks.append(webhook)
     if not webhooks:
         return None
     return {
         "apiVersion": API_VERSION,
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "kind": "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration",
+        "metadata": {"name": MUTATING_WEBHOOK_CONFIGURATION if mutating else WEBHOOK_CONFIGURATION,
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         "webhooks": webhooks,
     }

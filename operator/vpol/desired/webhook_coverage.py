@@ -14,17 +14,18 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 ANNOTATION = "vpol.kyverno.io/policies"
 
 
-def coverage(policies: Iterable[ValidatingPolicy]) -> dict[str, int]:
+def coverage(policies: Iterable[ValidatingPolicy | MutatingPolicy]) -> dict[str, int]:
     """Policy key -> generation."""
     return {p.key: p.generation for p in policies}
 
 
-def coverage_annotation(policies: Iterable[ValidatingPolicy]) -> dict[str, str]:
+def coverage_annotation(policies: Iterable[ValidatingPolicy | MutatingPolicy]) -> dict[str, str]:
     return {ANNOTATION: json.dumps(coverage(policies), sort_keys=True, separators=(",", ":"))}
 
 

@@ -19,9 +19,13 @@ server does for ValidatingAdmissionPolicies (``validationActions`` per policy):
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import jsonpatch  # type: ignore[import-untyped]
 
 from vpol.engine.evaluate import ERROR, FAIL, WARN, Result
 from vpol.engine.request import ResourceType, Subject
@@ -130,3 +134,23 @@ def failure_response(uid: str, message: str, failure_policy: str) -> dict[str, A
     if failure_policy == "Ignore":
         return review_response(uid, Decision(allowed=True, warnings=[]))
     return review_response(uid, Decision(allowed=False, message=f"vpol could not evaluate the request: {message}"))
+
+
+def mutation_response(uid: str, original: Mapping[str, Any] | None, mutated: Mapping[str, Any] | None,
+                      results: Sequence[Result], failure_policies: Mapping[str, str]) -> dict[str, Any]:
+    """The answer of the mutating webhook: the object as the MutatingPolicies made it, as a JSON patch.
+
+    A policy that errored follows its failurePolicy, as a MutatingAdmissionPolicy does: ``Fail`` denies the
+    request, ``Ignore`` drops that policy's changes (the engine already left the object as it was).
+    """
+    failed = [r for r in results if r.result == "error" and failure_policies.get(r.policy, "Fail") == "Fail"]
+    if failed:
+        message = "; ".join(f"policy {r.policy}: {r.message}" for r in failed)
+        return review_response(uid, Decision(allowed=False, message=f"mutation failed: {message}"))
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if original is not None and mutated is not None and mutated != original:
+        patch = jsonpatch.make_patch(dict(original), dict(mutated)).patch
+        if patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}

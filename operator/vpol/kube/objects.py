@@ -126,6 +126,8 @@ class Objects:
             result = self.admission.patch_validating_admission_policy_binding(name, dict(obj), **kw)
         elif obj["kind"] == "ValidatingWebhookConfiguration":
             result = self.admission.patch_validating_webhook_configuration(name, dict(obj), **kw)
+        elif obj["kind"] == "MutatingWebhookConfiguration":
+            result = self.admission.patch_mutating_webhook_configuration(name, dict(obj), **kw)
         elif obj["kind"] in MAP_KINDS:
             api = self._map_api(obj["apiVersion"])
             result = getattr(api, f"patch_{_MAP_METHODS[obj['kind']]}")(name, dict(obj), **kw)
@@ -141,18 +143,22 @@ class Objects:
                 return None
             raise
 
-    def get_webhook_configuration(self, name: str) -> dict[str, Any] | None:
+    def get_webhook_configuration(self, name: str, mutating: bool = False) -> dict[str, Any] | None:
+        read = self.admission.read_mutating_webhook_configuration if mutating else \
+            self.admission.read_validating_webhook_configuration
         try:
-            return self.api.sanitize_for_serialization(self.admission.read_validating_webhook_configuration(name))
+            return self.api.sanitize_for_serialization(read(name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def delete_webhook_configuration(self, name: str) -> bool:
+    def delete_webhook_configuration(self, name: str, mutating: bool = False) -> bool:
         """Delete it; False when it did not exist."""
+        delete = self.admission.delete_mutating_webhook_configuration if mutating else \
+            self.admission.delete_validating_webhook_configuration
         try:
-            self.admission.delete_validating_webhook_configuration(name)
+            delete(name)
             return True
         except ApiException as exc:
             if exc.status != 404:

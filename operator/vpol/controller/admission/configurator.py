@@ -1,4 +1,7 @@
-"""Writing vpol's ValidatingWebhookConfiguration (only the replica holding the leader Lease).
+"""Writing vpol's webhook configurations (only the replica holding the leader Lease).
+
+One configurator per configuration: ``vpol-validating`` (ValidatingPolicies)
+and ``vpol-mutating`` (MutatingPolicies the API server cannot apply natively).
 
 Level-based: the desired configuration is computed from the webhook
 policies (:mod:`vpol.controller.admission.policies`), the serving CA and the
@@ -39,9 +42,10 @@ def client_config(*, url: str = "", service: Mapping[str, Any] | None = None, ca
     return config
 
 
-def with_coverage(config: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+def with_coverage(config: dict[str, Any], snapshot: Snapshot, mutating: bool = False) -> dict[str, Any]:
     md = config.setdefault("metadata", {})
-    md["annotations"] = {**(md.get("annotations") or {}), **coverage_annotation(snapshot.policies.values())}
+    policies = snapshot.mutating.values() if mutating else snapshot.policies.values()
+    md["annotations"] = {**(md.get("annotations") or {}), **coverage_annotation(policies)}
     return config
 
 
@@ -60,8 +64,11 @@ class WebhookConfigurator(threading.Thread):
     def __init__(self, api: client.ApiClient, policies: AdmissionPolicies, *, name: str,
                  client_config: Callable[[], dict[str, Any] | None], leading: threading.Event,
                  timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
-                 period: float = 5.0, serving: Callable[[], int] | None = None):
-        super().__init__(daemon=True, name="vpol-webhook-configurator")
+                 period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False):
+        super().__init__(daemon=True, name="vpol-mutating-webhook-configurator" if mutating
+                         else "vpol-webhook-configurator")
+        #: Writes the MutatingWebhookConfiguration of the webhook's MutatingPolicies instead.
+        self.mutating = mutating
         self.objects = Objects(api)
         self.policies = policies
         self.name = name
@@ -104,26 +111,28 @@ class WebhookConfigurator(threading.Thread):
                 logger.warning("writing the webhook configuration %s failed: %s", self.name, self.error)
 
     def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
-        if not snapshot.policies:
+        policies: list[Any] = sorted((snapshot.mutating if self.mutating else snapshot.policies).values(),
+                                     key=lambda p: p.key)
+        if not policies:
             return None
         config = self.client_config()
         if config is None:
             raise RuntimeError("no serving certificate yet")
         desired = desired_webhook_configuration(
-            sorted(snapshot.policies.values(), key=lambda p: p.key), client_config=config,
-            timeout_seconds=self.timeout_seconds, excluded_namespaces=self.excluded_namespaces)
+            policies, client_config=config, timeout_seconds=self.timeout_seconds,
+            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating)
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name
-        return with_coverage(desired, snapshot)
+        return with_coverage(desired, snapshot, self.mutating)
 
     def reconcile(self) -> str:
         """Make the cluster's configuration the desired one; returns what was done."""
         snapshot = self.policies.snapshot
         desired = self.desired(snapshot)
-        actual = self.objects.get_webhook_configuration(self.name)
+        actual = self.objects.get_webhook_configuration(self.name, self.mutating)
         if desired is None:
-            if actual is not None and self.objects.delete_webhook_configuration(self.name):
+            if actual is not None and self.objects.delete_webhook_configuration(self.name, self.mutating):
                 self.writes += 1
                 logger.info("no policy needs the webhook: deleted %s", self.name)
                 return "deleted"
@@ -133,7 +142,8 @@ class WebhookConfigurator(threading.Thread):
             return "unchanged"
         self.objects.apply(desired)
         self.writes += 1
-        logger.info("applied webhook configuration %s (%d policies)", self.name, len(snapshot.policies))
+        logger.info("applied webhook configuration %s (%d policies)", self.name,
+                    len(snapshot.mutating if self.mutating else snapshot.policies))
         return "applied"
 
 

@@ -20,24 +20,37 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.cel.compiler import compile_policy
+from vpol.cel.compiler import compile_mutating_policy, compile_policy
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
+from vpol.desired.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
-from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, NAMESPACED_POLICY_PLURAL, POLICY_PLURAL, STORAGE_VERSION
-from vpol.model.parse import parse_exception, parse_policy
+from vpol.kube.objects import (
+    EXCEPTION_PLURAL,
+    GROUP,
+    MUTATING_POLICY_PLURAL,
+    NAMESPACED_POLICY_PLURAL,
+    POLICY_PLURAL,
+    STORAGE_VERSION,
+)
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
 
 
-def vap_refused(body: Mapping[str, Any]) -> bool:
-    """The status says the API server refused this generation's VAP."""
+def vap_refused(body: Mapping[str, Any], condition: str = "VAPGenerated") -> bool:
+    """The status says the API server refused this generation's VAP (or MAP)."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     for c in ((body.get("status") or {}).get("conditions")) or []:
-        if isinstance(c, Mapping) and c.get("type") == "VAPGenerated" and c.get("status") == "False" and \
+        if isinstance(c, Mapping) and c.get("type") == condition and c.get("status") == "False" and \
                 c.get("reason") == "ApplyFailed" and int(c.get("observedGeneration") or 0) == generation:
             return True
     return False
+
+
+def map_refused(body: Mapping[str, Any]) -> bool:
+    return vap_refused(body, "MAPGenerated")
 
 
 @dataclass(frozen=True)
@@ -46,8 +59,12 @@ class Snapshot:
 
     policies: Mapping[str, ValidatingPolicy] = field(default_factory=dict)
     exceptions: tuple[PolicyException, ...] = ()
+    #: The MutatingPolicies vpol's mutating webhook applies (not natively applied), by name.
+    mutating: Mapping[str, MutatingPolicy] = field(default_factory=dict)
     #: Bumped on every change.
     version: int = 0
+    #: Bumped only when what validation depends on (policies, exceptions) changes.
+    validating_version: int = 0
 
 
 class AdmissionPolicies:
@@ -58,6 +75,7 @@ class AdmissionPolicies:
         self._listeners: list[Callable[[Snapshot], None]] = [on_change] if on_change else []
         self._lock = threading.Lock()
         self._webhook: dict[str, ValidatingPolicy] = {}
+        self._mutating: dict[str, MutatingPolicy] = {}
         self._exceptions: dict[str, PolicyException] = {}
         #: Keys seen since each watcher's current list began (to drop vanished ones at SYNCED).
         self._listing: dict[str, set[str]] = {}
@@ -81,6 +99,7 @@ class AdmissionPolicies:
             (POLICY_PLURAL, "ValidatingPolicy", self._on_policy),
             (NAMESPACED_POLICY_PLURAL, "NamespacedValidatingPolicy", self._on_policy),
             (EXCEPTION_PLURAL, "PolicyException", self._on_exception),
+            (MUTATING_POLICY_PLURAL, "MutatingPolicy", self._on_mutating),
         ):
             watcher = Watcher(self.api, GROUP, STORAGE_VERSION, plural, _tracked(self, plural, handler), kind=kind,
                               on_list=self._listing_starts(plural))
@@ -112,6 +131,25 @@ class AdmissionPolicies:
         self._set_policy(policy.key, policy if way.webhook else None)
         return policy.key
 
+    def _on_mutating(self, etype: str, obj: dict[str, Any]) -> str:
+        policy, _problems = parse_mutating_policy(obj)
+        key = _key(obj)
+        wanted = None
+        if policy is not None and etype != "DELETED":
+            compiles = compile_mutating_policy(policy).ok
+            way = mutating_route(policy, generation=self.generation, compiles=compiles,
+                                 map_refused=map_refused(obj))
+            wanted = policy if way == WEBHOOK and compiles else None
+        with self._lock:
+            before = self._mutating.get(key)
+            if wanted is None:
+                self._mutating.pop(key, None)
+            else:
+                self._mutating[key] = wanted
+        if before != wanted:
+            self._publish(validating=False)
+        return key
+
     def _on_exception(self, etype: str, obj: dict[str, Any]) -> str:
         key = _key(obj)
         exc, _problems = parse_exception(obj)
@@ -139,7 +177,11 @@ class AdmissionPolicies:
 
     def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
         with self._lock:
-            if plural == EXCEPTION_PLURAL:
+            if plural == MUTATING_POLICY_PLURAL:
+                gone = [k for k in self._mutating if k not in seen]
+                for k in gone:
+                    del self._mutating[k]
+            elif plural == EXCEPTION_PLURAL:
                 gone = [k for k in self._exceptions if k not in seen]
                 for k in gone:
                     del self._exceptions[k]
@@ -149,12 +191,14 @@ class AdmissionPolicies:
                 for k in gone:
                     del self._webhook[k]
         if gone:
-            self._publish()
+            self._publish(validating=plural != MUTATING_POLICY_PLURAL)
 
-    def _publish(self) -> None:
+    def _publish(self, validating: bool = True) -> None:
         with self._lock:
+            before = self._snapshot
             self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(self._exceptions.values()),
-                                      version=self._snapshot.version + 1)
+                                      mutating=dict(self._mutating), version=before.version + 1,
+                                      validating_version=before.validating_version + (1 if validating else 0))
             snapshot = self._snapshot
         for fn in self._listeners:
             try:

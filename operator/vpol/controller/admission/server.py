@@ -16,7 +16,9 @@ workers keep serving. Workers are rebuilt off the request path when the
 policies change.
 
 Routes: ``POST /validate/fail`` and ``/validate/ignore`` (the webhooks of
-policies with failurePolicy Fail and Ignore), ``GET /healthz``.
+policies with failurePolicy Fail and Ignore), ``POST /mutate/fail`` and
+``/mutate/ignore`` (MutatingPolicies the API server cannot apply natively,
+answered with a JSON patch), ``GET /healthz``.
 """
 
 from __future__ import annotations
@@ -36,18 +38,21 @@ from typing import Any
 
 from aiohttp import web
 
-from vpol.cel.backend import Backend
+from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import webhook_path
-from vpol.engine.admission import decide, failure_response, review_response, subject_for_request
+from vpol.engine.admission import decide, failure_response, mutation_response, review_response, subject_for_request
+from vpol.engine.evaluate import compile_exception
+from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
 logger = logging.getLogger(__name__)
 
 FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
+MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,9 @@ class WebhookServer:
         self._tasks: list[asyncio.Task[Any]] = []
         #: Snapshot version the serving pool was built from (for tests and /healthz).
         self.serving_version = -1
+        #: Compiled MutatingPolicies of one snapshot: (snapshot version, engines by policy name).
+        self._mutating: tuple[int, dict[str, MutatingPolicyEngine]] = (-1, {})
+        self._mutating_lock = threading.Lock()
 
     # -- lifecycle
 
@@ -159,6 +167,8 @@ class WebhookServer:
         app = web.Application(client_max_size=8 * 1024**2)
         for path in FAILURE_POLICIES:
             app.router.add_post(path, self._handle)
+        for path in MUTATING_FAILURE_POLICIES:
+            app.router.add_post(path, self._handle_mutate)
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -201,7 +211,9 @@ class WebhookServer:
             await asyncio.sleep(0.2)  # gather a burst of policy changes into one rebuild
             self._changed.clear()
             snapshot = self.policies.snapshot
-            if self._pool is not None and self._pool.snapshot.version == snapshot.version:
+            if self._pool is not None and self._pool.snapshot.validating_version == snapshot.validating_version:
+                self._pool.snapshot = snapshot  # only MutatingPolicies changed: the workers stay
+                self.serving_version = snapshot.version
                 continue
             pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits)
             try:
@@ -292,6 +304,65 @@ class WebhookServer:
             metrics.ADMISSION_DECISIONS.labels(key, outcome).inc()
             metrics.ADMISSION_POLICY_LATENCY.labels(key).observe(elapsed / max(1, len(decision.outcomes)))
         return review_response(uid, decision)
+
+    # -- mutations
+
+    async def _handle_mutate(self, request: web.Request) -> web.Response:
+        """MutatingPolicies the API server cannot apply natively. Evaluated in a thread of this process with
+        a deadline: the request is answered by the failurePolicy when it passes (CEL's own iteration budget
+        bounds what the thread may still spend)."""
+        started = time.perf_counter()
+        failure_policy = MUTATING_FAILURE_POLICIES[request.path]
+        webhook = f"mutate-{failure_policy.lower()}"
+        try:
+            review = await request.json()
+            req = review["request"]
+            uid = str(req.get("uid") or "")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
+        kind = str((req.get("kind") or {}).get("kind") or "")
+        metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
+        snapshot = self.policies.snapshot
+        try:
+            answer = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                self._executor, self._mutate, snapshot, req, uid, failure_policy), self.options.eval_timeout)
+        except asyncio.TimeoutError:
+            logger.warning("admission request %s: mutation exceeded %.1fs", uid, self.options.eval_timeout)
+            answer = failure_response(uid, f"mutation exceeded its {self.options.eval_timeout:g}s deadline",
+                                      failure_policy)
+            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+        except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
+            logger.exception("admission request %s failed", uid)
+            answer = failure_response(uid, str(exc), failure_policy)
+            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+        metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
+        return web.json_response(answer)
+
+    def _mutating_engines(self, snapshot: Snapshot) -> dict[str, MutatingPolicyEngine]:
+        with self._mutating_lock:
+            version, engines = self._mutating
+            if version != snapshot.version:
+                exceptions = [compile_exception(e) for e in snapshot.exceptions]
+                schema = lambda g, v, k: self.discovery().schema(g, v, k)  # noqa: E731 - the cluster's schemas
+                engines = {name: MutatingPolicyEngine(policy, exceptions, schema_source=schema)
+                           for name, policy in sorted(snapshot.mutating.items())}
+                self._mutating = (snapshot.version, engines)
+            return engines
+
+    def _mutate(self, snapshot: Snapshot, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
+        """In a thread: every MutatingPolicy of this webhook, in name order, each on the last one's result."""
+        engines = [e for name, e in self._mutating_engines(snapshot).items()
+                   if e.policy.spec.failure_policy == failure_policy]
+        subject = subject_for_request(req, namespaced=self._namespaced(req))
+        if subject.type.namespaced and subject.namespace:
+            subject.namespace_object = self.namespaces.get(subject.namespace)
+        with using(self.backend):
+            mutated, results = mutate_all(engines, subject)
+        for r in results:
+            metrics.ADMISSION_DECISIONS.labels(r.policy, "mutate" if r.properties.get("changed") == "true"
+                                               else ("error" if r.result == "error" else "allow")).inc()
+        return mutation_response(uid, subject.object, mutated, results,
+                                 {e.policy.key: e.policy.spec.failure_policy for e in engines})
 
     def _namespaced(self, req: dict[str, Any]) -> bool | None:
         resource = req.get("resource") or {}

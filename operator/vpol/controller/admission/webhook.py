@@ -3,7 +3,8 @@
 Every replica: watches the policies and namespaces, keeps its serving
 certificate current (``vpol.kube.webhook_tls``) and serves admission
 requests. The replica holding the leader Lease also writes the
-ValidatingWebhookConfiguration (with the serving CA as its caBundle).
+ValidatingWebhookConfiguration and the MutatingWebhookConfiguration (with the
+serving CA as their caBundle).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
-from vpol.desired.webhook import WEBHOOK_CONFIGURATION
+from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.kube.webhook_tls import WebhookTLS
 from vpol.model.discovery import Discovery
 
@@ -73,6 +74,11 @@ class Admission:
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
             serving=lambda: self.server.serving_version)
+        self.mutating_configurator = WebhookConfigurator(
+            api, self.policies, name=MUTATING_WEBHOOK_CONFIGURATION, leading=leading,
+            client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
+            excluded_namespaces=("kube-system", options.namespace),
+            serving=lambda: self.server.serving_version, mutating=True)
         self._stop = threading.Event()
         self._cert_thread = threading.Thread(target=self._certificates, daemon=True, name="vpol-webhook-certificate")
 
@@ -97,12 +103,15 @@ class Admission:
         self.policies.start()
         self.namespaces.start()
         self.configurator.start()
+        self.mutating_configurator.start()
         await self.server.start()
 
     async def stop(self) -> None:
         self._stop.set()
         self.configurator.stop()
+        self.mutating_configurator.stop()
         self.policies.stop()
         self.namespaces.stop()
         await self.server.stop()
         await asyncio.to_thread(self.configurator.join, 5)
+        await asyncio.to_thread(self.mutating_configurator.join, 5)
