@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from cel_expr_python import cel
 
 from vpol.cel.environment import EnvSpec, environment
-from vpol.cel.object_literals import as_map_literals, line_column, offset_of
+from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
 from vpol.cel.variables import typed_variables_message
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import NamedExpression, ValidatingPolicy
@@ -28,11 +28,13 @@ from vpol.model.problems import Position, Problem
 
 T = cel.Type
 
-#: Deepest nesting of brackets we hand to the parser. cel-cpp's own limit is
-#: 32 recursion levels in places and it reports those well, but very deep input
-#: can exhaust the C++ stack before that check; refusing early keeps the
-#: process safe.
-MAX_NESTING = 64
+#: Deepest nesting the CEL parser accepts: cel-cpp (under cel-expr-python) stops at 32
+#: recursion levels, counting brackets and the operands of a chain of binary operators
+#: (``1 + 2 + ... + 33``). The API server's cel-go parser allows 250: vpol is stricter
+#: here, and says so with the position where the limit is crossed (the README documents it).
+MAX_NESTING = 32
+#: What the parser reports when that limit is crossed (without a usable position).
+_RECURSION_RX = re.compile(r"Exceeded max recursion depth|Expression recursion limit exceeded")
 
 _ERROR_RX = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
 _UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 'vpol\.typecheck\.Vars[0-9a-f]+'")
@@ -136,6 +138,36 @@ def _nesting(src: str) -> int:
     return best
 
 
+_BINARY = frozenset({"+", "-", "*", "/", "%", "&&", "||", "==", "!=", "<", "<=", ">", ">=", "in", "?"})
+
+
+def deepest_position(src: str, limit: int = MAX_NESTING) -> Position | None:
+    """Where ``src`` first nests ``limit`` levels deep: brackets, plus the operands of a chain of binary
+    operators at one bracket level (each adds a level to the parser's recursion)."""
+    chains = [0]
+    for tok in tokens(src):
+        if tok.text in ("(", "[", "{"):
+            chains.append(0)
+        elif tok.text in (")", "]", "}"):
+            if len(chains) > 1:
+                chains.pop()
+            continue
+        elif tok.text in _BINARY:
+            chains[-1] += 1
+        else:
+            continue
+        if len(chains) - 1 + chains[-1] >= limit - 1:
+            return Position(*line_column(src, tok.start))
+    return None
+
+
+def _too_deep(src: str, path: str) -> Problem:
+    position = deepest_position(src) or Position(1, 1)
+    return Problem(f"expression nests deeper than {MAX_NESTING} levels (brackets and chained operators; vpol's "
+                   "CEL parser stops there, the API server's at 250): split it, for example with variables",
+                   path=path, expression_position=position, excerpt=excerpt_at(src, position))
+
+
 def variable_references(src: str) -> frozenset[str]:
     return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
 
@@ -152,11 +184,13 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if not src.strip():
         return None, [Problem("expression is empty", path=path)]
     if _nesting(src) > MAX_NESTING:
-        return None, [Problem(f"expression nests deeper than {MAX_NESTING} levels", path=path)]
+        return None, [_too_deep(src, path)]
     rewritten = as_map_literals(src) if role in MUTATION_ROLES else None
     try:
         expr = environment(spec).compile(rewritten.text if rewritten else src)
     except RuntimeError as exc:
+        if _RECURSION_RX.search(str(exc)):
+            return None, [_too_deep(src, path)]
         problems = []
         for pos, msg, excerpt in parse_cel_errors(str(exc)):
             if rewritten is not None and pos is not None:

@@ -22,6 +22,8 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
+from vpol.model import documents
+from vpol.model.documents import MAX_DOCUMENT_BYTES
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import InputError, Problem
@@ -44,8 +46,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from vpol.engine.evaluate import compile_exception
 
     loaded = load_policies(args.paths)
+    # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
     if loaded.unreadable:
-        _print_problems(loaded.unreadable)
+        _print_problems(loaded.unreadable, sys.stdout)
     problems = list(loaded.problems)
     if not loaded.policies and not loaded.mutating and not loaded.problems and not loaded.unreadable:
         print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.paths)}", file=sys.stderr)
@@ -67,7 +70,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     invalid = {p.file + p.object for p in problems if p.severity == "error"}
     total = len(policies) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
     print(f"{total} policies checked: {total - len(invalid)} valid, {len(invalid)} invalid "
-          f"({errors} errors, {warnings} warnings)", file=sys.stderr)
+          f"({errors} errors, {warnings} warnings)")
     if loaded.unreadable:
         return EXIT_INPUT
     return EXIT_FAIL if errors else EXIT_OK
@@ -310,24 +313,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vpol", description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--version", action="version", version=f"vpol {__version__}")
+    parser.add_argument("--version", action="version", version=f"vpol {__version__}", help="print the version")
     sub = parser.add_subparsers(dest="command", required=True)
+    inputs = argparse.ArgumentParser(add_help=False)
+    inputs.add_argument("--max-input-mib", type=float, default=MAX_DOCUMENT_BYTES / 1024**2, metavar="MIB",
+                        help=f"largest input file read (default {MAX_DOCUMENT_BYTES // 1024**2}); larger files are "
+                             "reported as unreadable")
 
-    p = sub.add_parser("check", help="compile and type-check policies")
+    p = sub.add_parser("check", help="compile and type-check policies", parents=[inputs])
     p.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
     p.add_argument("--no-typecheck", action="store_true", help="skip schema-aware type checking")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("apply", help="evaluate policies against resources offline")
-    p.add_argument("--policy", "-p", nargs="+", action="extend", required=True, metavar="PATH")
-    p.add_argument("--resource", "-r", nargs="+", action="extend", required=True, metavar="PATH")
-    p.add_argument("--exceptions", "-e", nargs="+", action="extend", metavar="PATH")
+    p = sub.add_parser("apply", help="evaluate policies against resources offline", parents=[inputs])
+    p.add_argument("--policy", "-p", nargs="+", action="extend", required=True, metavar="PATH",
+                   help="policy files or directories (ValidatingPolicy, MutatingPolicy, PolicyException); repeatable")
+    p.add_argument("--resource", "-r", nargs="+", action="extend", required=True, metavar="PATH",
+                   help="resource files or directories (kind: List is flattened); repeatable")
+    p.add_argument("--exceptions", "-e", nargs="+", action="extend", metavar="PATH",
+                   help="PolicyException files or directories; repeatable")
     p.add_argument("--values", "-f", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI values file")
     p.add_argument("--context", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI context file")
     p.add_argument("--cluster-resources", nargs="+", action="extend", metavar="PATH", help="objects standing in for the cluster")
     p.add_argument("--userinfo", "-u", metavar="FILE",
                    help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
-    p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"])
+    p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"],
+                   help="the admission operation the resources are evaluated for (request.operation; default CREATE)")
     p.add_argument("-o", "--output", default="table", choices=["table", "json", "yaml"],
                    help="table (default: mutated resources as YAML, then the results), json or yaml (result rows; "
                         "a mutating policy's row carries patchedResource)")
@@ -340,8 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address-space cap of the evaluation worker")
     p.set_defaults(func=cmd_apply)
 
-    p = sub.add_parser("test", help="run Kyverno CLI test files (kyverno-test.yaml)")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p = sub.add_parser("test", help="run Kyverno CLI test files (kyverno-test.yaml)", parents=[inputs],
+                       description="Exit codes: 0 every expectation agrees, 1 a disagreement or a test that "
+                                   "cannot run, 2 a path is missing or holds no test file.")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="test files, or directories searched for kyverno-test.yaml (hidden folders included)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every expectation")
     p.set_defaults(func=cmd_test)
 
@@ -393,11 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="print generated objects")
     gen = p.add_subparsers(dest="what", required=True)
-    g = gen.add_parser("vap", help="the ValidatingAdmissionPolicy and binding for policies")
-    g.add_argument("policies", nargs="+", metavar="POLICY")
+    g = gen.add_parser("vap", help="the ValidatingAdmissionPolicy and binding for policies", parents=[inputs])
+    g.add_argument("policies", nargs="+", metavar="POLICY", help="ValidatingPolicy files or directories")
     g.set_defaults(func=cmd_generate_vap)
-    g = gen.add_parser("map", help="the MutatingAdmissionPolicy and binding for MutatingPolicies")
-    g.add_argument("policies", nargs="+", metavar="POLICY")
+    g = gen.add_parser("map", help="the MutatingAdmissionPolicy and binding for MutatingPolicies", parents=[inputs])
+    g.add_argument("policies", nargs="+", metavar="POLICY", help="MutatingPolicy files or directories")
     g.set_defaults(func=cmd_generate_map)
     return parser
 
@@ -405,6 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "max_input_mib", None):
+        documents.MAX_DOCUMENT_BYTES = int(args.max_input_mib * 1024**2)
     try:
         return int(args.func(args))
     except InputError as exc:

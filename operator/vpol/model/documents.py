@@ -108,7 +108,8 @@ def _value_start(node: yaml.ScalarNode) -> Position:
 def parse_documents(text: str, file: str = "") -> list[Document]:
     """Parse a YAML (or JSON) stream. Raises InputError naming file, line and column."""
     if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
-        raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file=file))
+        raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES / 1024**2:g} MiB (the input limit; "
+                                 "raise it with --max-input-mib)", file=file))
     docs: list[Document] = []
     try:
         loader = _Loader(text)

@@ -136,7 +136,7 @@ def test_bad_input_is_a_clear_error_never_a_traceback(tmp_path, capsys, text, fr
 
 def test_missing_file_is_exit_2(tmp_path, capsys):
     assert main(["check", str(tmp_path / "nope.yaml")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().out  # check says everything on stdout
 
 
 def test_megabyte_expression_and_deep_nesting(tmp_path, capsys):

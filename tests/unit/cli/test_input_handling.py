@@ -183,3 +183,39 @@ results:
 """)
     assert main(["test", str(tmp_path)]) == 0
     assert "1 agreed, 0 disagreed" in capsys.readouterr().out
+
+
+def test_every_flag_of_every_command_has_help() -> None:
+    import argparse
+
+    from vpol.cli.main import build_parser
+
+    parser = build_parser()
+    missing = []
+
+    def walk(p: argparse.ArgumentParser, where: str) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{where} {name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{where}: {'/'.join(action.option_strings) or action.dest}")
+
+    walk(parser, "vpol")
+    assert not missing, missing
+
+
+def test_input_size_limit_is_adjustable(tmp_path, capsys) -> None:
+    from vpol.cli.main import main
+    from vpol.model import documents
+
+    default = documents.MAX_DOCUMENT_BYTES
+    big = tmp_path / "big.yaml"
+    repo = Path(__file__).resolve().parents[3]
+    big.write_text("# " + "x" * (2 * 1024 * 1024) + "\n" + (repo / "examples" / "quickstart" / "policy.yaml").read_text())
+    try:
+        assert main(["check", "--max-input-mib", "1", str(big)]) == 2
+        assert "larger than 1 MiB" in capsys.readouterr().out
+        assert main(["check", "--max-input-mib", "4", str(big)]) == 0
+    finally:
+        documents.MAX_DOCUMENT_BYTES = default

@@ -79,3 +79,15 @@ def test_huge_expression_is_an_error_not_a_crash():
     src = " || ".join(["object.metadata.name == 'x'"] * 3000)  # ~90 kB
     c = compile_policy(make_policy(validations=[{"expression": src}]))
     assert c.ok or all(e.path == "spec.validations[0].expression" for e in c.errors())
+
+
+def test_nesting_limit_errors_once_with_a_position():
+    src = "object.metadata.name == 'x' || " + " + ".join(["1"] * 40) + " > 0"
+    [e] = errors(make_policy(validations=[{"expression": src}]))
+    assert "nests deeper than 32 levels" in e.message
+    assert e.expression_position is not None and e.expression_position.column > 30
+    assert src[e.expression_position.column - 1] == "+"
+    parens = "(" * 40 + "true" + ")" * 40
+    [e] = errors(make_policy(validations=[{"expression": parens}]))
+    assert "nests deeper than 32 levels" in e.message and e.expression_position is not None
+    assert errors(make_policy(validations=[{"expression": " + ".join(["1"] * 20) + " > 0"}])) == []
