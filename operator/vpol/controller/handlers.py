@@ -33,6 +33,8 @@ from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_k
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.sandbox import Limits
+from vpol.kube.dependencies import problems as dependency_problems
+from vpol.kube.errors import describe
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
 from vpol.controller.runtime import Runtime
@@ -107,6 +109,31 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
     rt.tasks.append(asyncio.create_task(_resync(rt), name="vpol-resync"))
+    rt.tasks.append(asyncio.create_task(_dependencies(rt), name="vpol-dependencies"))
+
+
+#: How often what the operator needs from the cluster is checked again (sooner while something is missing).
+DEPENDENCY_PERIOD = 60.0
+DEPENDENCY_PERIOD_MISSING = 10.0
+
+
+async def _dependencies(rt: Runtime) -> None:
+    """Say once, in a sentence, what the operator needs and lacks (and when it is fixed); keep checking."""
+    while True:
+        try:
+            now = await asyncio.to_thread(dependency_problems, rt.api)
+        except Exception as exc:  # noqa: BLE001 - try again at the next period
+            logger.debug("checking the operator's dependencies failed: %s", exc)
+        else:
+            for name, sentence in now.items():
+                if rt.dependency_problems.get(name) != sentence:
+                    logger.warning("%s", sentence)
+                metrics.DEPENDENCY_PROBLEM.labels(name).set(1)
+            for name in set(rt.dependency_problems) - set(now):
+                logger.warning("fixed: %s is available now", name)
+                metrics.DEPENDENCY_PROBLEM.labels(name).set(0)
+            rt.dependency_problems = now
+        await asyncio.sleep(DEPENDENCY_PERIOD_MISSING if rt.dependency_problems else DEPENDENCY_PERIOD)
 
 
 async def _resync(rt: Runtime) -> None:
@@ -122,7 +149,9 @@ async def _resync(rt: Runtime) -> None:
             for name in [*names, *mutating]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
-            logger.warning("listing policies for resync failed: %s", exc)
+            # A missing CRD is said by the dependency check (vpol.kube.dependencies), once.
+            log = logger.debug if getattr(exc, "status", None) == 404 else logger.warning
+            log("listing policies for resync failed: %s", describe(exc))
         await asyncio.sleep(rt.options.resync)
 
 
@@ -261,6 +290,12 @@ def leader_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
         return {"leading": False, "problem": ""}
     metrics.LEADER_PROBLEM.set(1 if rt.leader.problem else 0)
     return {"leading": rt.leader.leading.is_set(), "problem": rt.leader.problem}
+
+
+@kopf.on.probe(id="dependencies")
+def dependencies_probe(memo: kopf.Memo, **_: Any) -> dict[str, str]:
+    """What the operator needs from the cluster and does not have (empty when all is there)."""
+    return dict(_runtime(memo).dependency_problems)
 
 
 @kopf.on.probe(id="queue")

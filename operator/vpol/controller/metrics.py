@@ -62,6 +62,9 @@ ADMISSION_ENFORCED = Gauge("vpol_policy_admission_enforced",
                            ["policy", "path"])
 LEADER_PROBLEM = Gauge("vpol_leader_election_problem",
                        "1 while this replica cannot even try to take the leader Lease (see /healthz and the log)")
+DEPENDENCY_PROBLEM = Gauge("vpol_dependency_problem",
+                           "1 while something the operator needs is missing (a CRD, a permission): see /healthz and "
+                           "the log", ["dependency"])
 ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
 
 

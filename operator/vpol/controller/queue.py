@@ -14,16 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from vpol.kube.errors import describe
+
 logger = logging.getLogger(__name__)
-
-
-def _brief(exc: BaseException) -> str:
-    """One line about an exception (API errors carry headers and bodies in their str())."""
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 class WorkQueue:
@@ -75,7 +68,7 @@ class WorkQueue:
             except Exception as exc:  # noqa: BLE001 - one bad key never stops the worker
                 delay = self.backoff(key)
                 self._failures[key] = self._failures.get(key, 0) + 1
-                logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, _brief(exc), delay)
+                logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, describe(exc), delay)
                 self.add_after(key, delay)
             finally:
                 self._active.discard(key)

@@ -32,6 +32,7 @@ from vpol.cel.typecheck import check_policy
 from vpol.engine.autogen import autogen_configs, status_configs
 from vpol.engine.scope import matched_resources
 from vpol.kube.access import AccessChecker
+from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
@@ -80,8 +81,8 @@ class DiscoveryCache:
                     self.error = ""
                     self._at = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - fall back to the bundled discovery
-                    logger.warning("cluster discovery failed, using the bundled one: %s", exc)
-                    self.error = str(exc)
+                    logger.warning("cluster discovery failed, using the bundled one: %s", describe(exc))
+                    self.error = describe(exc)
                     if self._value is None:
                         self._value = builtin()
                     # try again soon rather than after a whole TTL

@@ -70,6 +70,8 @@ class Runtime:
     #: What vpol's webhook configuration covered when last seen (policy key -> generation).
     covered: dict[str, int] = field(default_factory=dict)
     covered_mutating: dict[str, int] = field(default_factory=dict)
+    #: What the operator needs from the cluster and lacks (vpol.kube.dependencies), by dependency.
+    dependency_problems: dict[str, str] = field(default_factory=dict)
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:

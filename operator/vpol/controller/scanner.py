@@ -51,6 +51,7 @@ from vpol.desired.report import (
     report_for,
 )
 from vpol.controller import metrics
+from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.request import ResourceType
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
@@ -207,7 +208,7 @@ class Scanner(threading.Thread):
                 try:
                     self._activate()
                 except Exception as exc:  # noqa: BLE001 - retry activation later
-                    logger.warning("starting background scans failed: %s", exc)
+                    logger.warning("starting background scans failed: %s", describe(exc))
                     metrics.RECONCILE_ERRORS.labels("scan").inc()
                     self._stop_event.wait(5)
                     continue

@@ -275,7 +275,15 @@ def load_dir(directory: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]
 # --- live cluster -----------------------------------------------------------------
 
 
-def _get_json(api_client: Any, path: str, accept: str = "application/json") -> Any:
+class HTTPStatusError(RuntimeError):
+    """A GET answered with a non-2xx status."""
+
+    def __init__(self, path: str, status: int):
+        super().__init__(f"GET {path}: HTTP {status}")
+        self.status = status
+
+
+def get_json(api_client: Any, path: str, accept: str = "application/json") -> Any:
     """GET ``path`` through a kubernetes ApiClient (old and new generated clients)."""
     headers = {"Accept": accept}
     if hasattr(api_client, "param_serialize"):
@@ -285,7 +293,7 @@ def _get_json(api_client: Any, path: str, accept: str = "application/json") -> A
         response = api_client.call_api(method, url, header_params=header_params)
         data = response.read()
         if not 200 <= int(response.status) < 300:
-            raise RuntimeError(f"GET {path}: HTTP {response.status}")
+            raise HTTPStatusError(path, int(response.status))
     else:  # kubernetes < 32
         response = api_client.call_api(
             path, "GET", header_params=headers, auth_settings=["BearerToken"],
@@ -299,7 +307,7 @@ def fetch_discovery_documents(api_client: Any) -> list[dict[str, Any]]:
     """``/api`` and ``/apis`` as aggregated discovery, or per-version lists on old servers."""
     docs: list[dict[str, Any]] = []
     for root in ("/api", "/apis"):
-        doc = _get_json(api_client, root, AGGREGATED_ACCEPT)
+        doc = get_json(api_client, root, AGGREGATED_ACCEPT)
         if doc.get("kind") == "APIGroupDiscoveryList":
             if root == "/api":  # the core group has no name in the aggregated document
                 for item in doc.get("items") or ():
@@ -307,17 +315,17 @@ def fetch_discovery_documents(api_client: Any) -> list[dict[str, Any]]:
             docs.append(doc)
         elif doc.get("kind") == "APIVersions":
             for version in doc.get("versions") or ():
-                docs.append(_get_json(api_client, f"/api/{version}"))
+                docs.append(get_json(api_client, f"/api/{version}"))
         elif doc.get("kind") == "APIGroupList":
             for group in doc.get("groups") or ():
                 for version in group.get("versions") or ():
-                    docs.append(_get_json(api_client, f"/apis/{version['groupVersion']}"))
+                    docs.append(get_json(api_client, f"/apis/{version['groupVersion']}"))
     return docs
 
 
 def fetch_openapi_documents(api_client: Any, group_versions: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
     """OpenAPI v3 documents by ``apiVersion`` (all served group versions, or just those named)."""
-    index = _get_json(api_client, "/openapi/v3")
+    index = get_json(api_client, "/openapi/v3")
     wanted = None if group_versions is None else set(group_versions)
     out: dict[str, dict[str, Any]] = {}
     for path, entry in (index.get("paths") or {}).items():
@@ -330,7 +338,7 @@ def fetch_openapi_documents(api_client: Any, group_versions: Iterable[str] | Non
         if wanted is not None and api_version not in wanted:
             continue
         url = entry.get("serverRelativeURL") or f"/openapi/v3/{path}"
-        out[api_version] = _get_json(api_client, url)
+        out[api_version] = get_json(api_client, url)
     return out
 
 

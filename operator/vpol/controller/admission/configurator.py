@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import desired_webhook_configuration
 from vpol.desired.webhook_coverage import coverage_annotation
+from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class WebhookConfigurator(threading.Thread):
                 self.reconcile()
                 self.error = ""
             except Exception as exc:  # noqa: BLE001 - keep trying; status tells the policies
-                self.error = _describe(exc)
+                self.error = describe(exc)
                 logger.warning("writing the webhook configuration %s failed: %s", self.name, self.error)
 
     def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
@@ -147,12 +147,3 @@ class WebhookConfigurator(threading.Thread):
         return "applied"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        import json
-
-        try:
-            return f"HTTP {exc.status}: {json.loads(exc.body or '').get('message', exc.reason)}"
-        except (TypeError, ValueError):
-            return f"HTTP {exc.status}: {exc.reason}"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

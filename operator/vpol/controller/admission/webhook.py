@@ -25,6 +25,7 @@ from vpol.controller.admission.policies import AdmissionPolicies
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
+from vpol.kube.errors import describe
 from vpol.kube.webhook_tls import WebhookTLS
 from vpol.model.discovery import Discovery
 
@@ -93,7 +94,7 @@ class Admission:
             try:
                 self.tls.ensure()
             except Exception as exc:  # noqa: BLE001 - keep the certificate we have; try again
-                logger.warning("admission webhook certificate: %s", exc)
+                logger.warning("admission webhook certificate: %s", describe(exc))
                 self._stop.wait(5)
                 continue
             self._stop.wait(CERTIFICATE_PERIOD)
