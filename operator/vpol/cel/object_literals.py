@@ -5,8 +5,8 @@ syntax, ``Object{metadata: Object.metadata{labels: {"a": "b"}}}``, where the
 type names are paths in the matched kind's schema. vpol type-checks those
 against the schema (``vpol.cel.object_types``) and evaluates them as plain
 maps: an apply configuration is JSON-like data merged into the object, so
-this module rewrites every such literal into a map literal
-(``{"metadata": {"labels": {"a": "b"}}}``), keeping a map from the
+this module rewrites every such literal into a map literal typed ``dyn``
+(``dyn({"metadata": dyn({"labels": {"a": "b"}})})``), keeping a map from the
 rewritten text back to the original for error positions.
 
 Hand-written rather than taken from a CEL parser: cel-expr-python exposes no
@@ -191,9 +191,14 @@ def as_map_literals(src: str, roots: tuple[str, ...] = (OBJECT_ROOT, JSON_PATCH)
     for lit in literals(src):
         if lit.name[0] not in roots:
             continue
-        edits.append((lit.start, lit.brace, ""))
+        # `dyn(...)`: every literal of one type name has one type, as in the API server (two Object
+        # literals of different shapes in `c ? a : b`, or one against null, must type-check).
+        closed = lit.end >= 0
+        edits.append((lit.start, lit.brace, "dyn(" if closed else ""))
         for tok, _optional in lit.fields:
             edits.append((tok.start, tok.end, '"' + unescape(tok.text) + '"'))
+        if closed:
+            edits.append((lit.end + 1, lit.end + 1, ")"))
     if not edits:
         return Rewritten(src)
     edits.sort()

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vpol.cel.compiler import compile_mutating_policy, variable_references
-from vpol.desired.vap import VapPlan, _exception_parts, _metadata, kubernetes_only_failure
+from vpol.desired.vap import VapPlan, _exception_parts, _metadata, kubernetes_only_failure, qualified_conditions
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException
@@ -66,7 +66,7 @@ def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: S
           api_version: str) -> list[dict[str, Any]]:
     conditions, _allowed = _exception_parts(policy, exceptions)  # type: ignore[arg-type]
     map_spec: dict[str, Any] = {"matchConstraints": spec["matchConstraints"]}
-    match_conditions = conditions + list(spec.get("matchConditions") or [])
+    match_conditions = qualified_conditions(conditions + list(spec.get("matchConditions") or []))
     if match_conditions:
         map_spec["matchConditions"] = match_conditions
     if spec.get("variables"):

@@ -125,13 +125,35 @@ def _rewrite_exceptions(value: Any) -> Any:
     return value
 
 
+_UNQUALIFIED = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def qualified_conditions(conditions: Sequence[Any]) -> list[Any]:
+    """matchConditions with names the API server accepts (a qualified name of at most 63 characters):
+    other characters become "-", the ends are trimmed to letters or digits, and duplicates get a suffix."""
+    out: list[Any] = []
+    seen: set[str] = set()
+    for condition in conditions:
+        if not isinstance(condition, dict) or not isinstance(condition.get("name"), str):
+            out.append(condition)
+            continue
+        name = _UNQUALIFIED.sub("-", condition["name"]).strip("-_.")[:63].strip("-_.") or "condition"
+        base, n = name, 1
+        while name in seen:
+            n += 1
+            name = f"{base[:60]}-{n}"
+        seen.add(name)
+        out.append({**condition, "name": name})
+    return out
+
+
 def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
           exceptions: Sequence[PolicyException]) -> list[dict[str, Any]]:
     conditions, allowed = _exception_parts(policy, exceptions)
     vap_spec: dict[str, Any] = {}
     if "matchConstraints" in spec:
         vap_spec["matchConstraints"] = spec["matchConstraints"]
-    match_conditions = list(spec.get("matchConditions") or []) + conditions
+    match_conditions = qualified_conditions(list(spec.get("matchConditions") or []) + conditions)
     if match_conditions:
         vap_spec["matchConditions"] = match_conditions
     variables = list(spec.get("variables") or [])

@@ -254,7 +254,10 @@ def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident:
             if ident and not _CEL_IDENT.match(name):
                 r.problem(f"{here}.name", f'"{name}" is not a valid CEL identifier')
             elif not ident and not _QUALIFIED_NAME.match(name):
-                r.problem(f"{here}.name", f'"{name}" is not a qualified name')
+                # Kyverno accepts any name (its catalogue has "check the job spec"); the API server does not
+                # in a generated VAP/MAP, where vpol turns it into a qualified one.
+                r.problem(f"{here}.name", f'"{name}" is not a qualified name (letters, digits, "-", "_", "."); '
+                                          "generated admission policies use a qualified form of it", "warning")
             if name in seen:
                 r.problem(f"{here}.name", f'duplicate name "{name}" (first at {path}.{key}[{seen[name]}])')
             seen.setdefault(name, int(here.rsplit("[", 1)[1].rstrip("]")))

@@ -30,7 +30,7 @@ def _policy(*mutations: tuple[str, str], resources: str = "pods", group: str = "
 
 def test_literals_become_map_literals_with_unescaped_keys() -> None:
     src = 'Object{metadata: Object.metadata{x__dash__y: "1", ?labels: optional.none()}}'
-    assert as_map_literals(src).text == '{"metadata": {"x-y": "1", ?"labels": optional.none()}}'
+    assert as_map_literals(src).text == 'dyn({"metadata": dyn({"x-y": "1", ?"labels": optional.none()})})'
     assert [lit.name for lit in literals(src)] == [("Object",), ("Object", "metadata")]
     # Strings and comments are not literals.
     assert literals('"Object{a: 1}" // Object{b: 2}\n') == []
@@ -78,11 +78,22 @@ def test_valid_configurations_type_check_cleanly() -> None:
 def test_json_patch_fields_and_result_type() -> None:
     policy = _policy(("JSONPatch", '[JSONPatch{op: "add", pat: "/x"}]'),
                      ("JSONPatch", 'JSONPatch{op: "add", path: "/x", value: 1}'))
-    compiled = compile_mutating_policy(policy)
-    assert [p.path for p in compiled.errors()] == ["spec.mutations[1].jsonPatch.expression"]
-    assert "list of JSONPatch" in compiled.errors()[0].message
-    (warning,) = check_policy(policy)
-    assert "undefined field 'pat'" in warning.warning
+    assert compile_mutating_policy(policy).ok  # literals are dyn until the kind's types are known
+    warnings = {w.field_path: w for w in check_policy(policy)}
+    assert "undefined field 'pat'" in warnings["spec.mutations[0].jsonPatch.expression"].warning
+    assert "must evaluate to a list of JSONPatch, not JSONPatch" in \
+        warnings["spec.mutations[1].jsonPatch.expression"].warning
+    assert all(w.wrong_result for w in warnings.values())
+
+
+def test_literals_of_one_type_unify_in_conditionals() -> None:
+    policy = _policy(
+        ("ApplyConfiguration", 'object.metadata.name == "x" ? Object{metadata: Object.metadata{labels: {"a": "b"}}} '
+                               ': Object{spec: Object.spec{hostNetwork: false}}'),
+        ("JSONPatch", '[1, 2].map(i, i > 1 ? JSONPatch{op: "add", path: "/metadata/labels", value: {}} : null)'
+                      '.filter(p, p != null)'))
+    assert compile_mutating_policy(policy).ok, compile_mutating_policy(policy).errors()
+    assert check_policy(policy) == []
 
 
 def test_patch_type_and_payload_must_agree() -> None:

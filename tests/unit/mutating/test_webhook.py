@@ -81,3 +81,24 @@ def test_errors_follow_the_failure_policy() -> None:
     assert denied["response"]["allowed"] is False and "boom" in denied["response"]["status"]["message"]
     ignored = mutation_response("u", original, original, [broken], {"p": "Ignore"})
     assert ignored["response"]["allowed"] is True
+
+
+def test_condition_names_kyverno_accepts_are_qualified_in_generated_policies() -> None:
+    import re
+
+    from vpol.desired.map import desired_map_objects
+
+    doc = {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "p"},
+           "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                                                            "operations": ["CREATE"], "resources": ["jobs"]}]},
+                    "matchConditions": [{"name": "check the job spec", "expression": "true"},
+                                        {"name": "check the job spec!", "expression": "true"}],
+                    "mutations": [{"patchType": "ApplyConfiguration",
+                                   "applyConfiguration": {"expression": "Object{}"}}]}}
+    policy, problems = parse_mutating_policy(doc)
+    assert policy is not None
+    assert [p.severity for p in problems if p.path.startswith("spec.matchConditions")] == ["warning", "warning"]
+    (generated, _binding) = desired_map_objects(policy, force=True).objects
+    names = [c["name"] for c in generated["spec"]["matchConditions"]]
+    assert names == ["check-the-job-spec", "check-the-job-spec-2"]
+    assert all(re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", n) for n in names)
