@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpol.model.documents import Document, parse_documents
+from vpol.model.documents import Document, iter_documents, parse_documents
 from vpol.model.mutating import MUTATING_KIND, MutatingPolicy
 from vpol.model.parse import (
     is_exception_document,
@@ -165,20 +165,32 @@ def load_exceptions(paths: Iterable[str], out: Loaded) -> Loaded:
     return out
 
 
+def iter_resources(paths: Iterable[str], out: Loaded) -> Iterator[Document]:
+    """Kubernetes objects one at a time (``kind: List`` is flattened), parsed without per-field positions
+    (libyaml's C parser): memory is bounded by the largest document, not the input. Unreadable files and
+    documents that are not objects are recorded in ``out``."""
+    for path in expand(paths):
+        try:
+            text = read_text(path)
+            documents = iter_documents(text, str(path)) if path.suffix != ".json" else iter(load_documents(path))
+            for doc in documents:
+                data = doc.data
+                if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
+                        data.get("items"), list):
+                    for i, item in enumerate(data["items"]):
+                        pos = doc.position(f"items[{i}]")
+                        yield Document(data=item, file=doc.file, index=doc.index, positions={"": pos} if pos else {})
+                    continue
+                if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
+                    out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",
+                                                file=doc.file, position=doc.position("")))
+                    continue
+                yield doc
+        except InputError as exc:
+            out.unreadable.append(exc.problem)
+
+
 def load_resources(paths: Iterable[str], out: Loaded) -> Loaded:
-    """Kubernetes objects (``kind: List`` is flattened)."""
-    for doc in _readable_documents(paths, out):
-        data = doc.data
-        if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(
-                data.get("items"), list):
-            for i, item in enumerate(data["items"]):
-                pos = doc.position(f"items[{i}]")
-                out.resources.append(Document(data=item, file=doc.file, index=doc.index,
-                                              positions={"": pos} if pos else {}))
-            continue
-        if not isinstance(data, dict) or not data.get("kind") or not data.get("apiVersion"):
-            out.problems.append(Problem("not a Kubernetes object: apiVersion and kind are required",
-                                        file=doc.file, position=doc.position("")))
-            continue
-        out.resources.append(doc)
+    """Kubernetes objects (``kind: List`` is flattened), all at once (see :func:`iter_resources`)."""
+    out.resources.extend(iter_resources(paths, out))
     return out

@@ -19,7 +19,7 @@ import yaml
 
 from vpol import __version__
 from vpol.cli.context import build_backend, load_user_info, load_values
-from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
+from vpol.cli.inputs import Loaded, iter_resources, load_exceptions, load_policies
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
 from vpol.model import documents
@@ -88,17 +88,18 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     loaded = load_policies(args.policy, Loaded(), strict_kinds=True)
     load_exceptions(args.exceptions or [], loaded)
-    load_resources(args.resource, loaded)
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
     if not loaded.policies and not loaded.mutating and not loaded.has_errors:
         print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
         return EXIT_FAIL
-    if not loaded.resources and not loaded.has_errors:
-        print(f"no resource found in {' '.join(args.resource)}", file=sys.stderr)
-        return EXIT_FAIL
+    missing = [p for p in args.resource if p != "-" and not os.path.exists(p)]
+    if missing:
+        _print_problems([Problem("no such file or directory", file=p) for p in missing])
+        return EXIT_INPUT
     _print_problems(loaded.problems)
+    policy_problems = len(loaded.problems)
     try:
         values = load_values(args.values or [])
         user_info = load_user_info([args.userinfo] if args.userinfo else [])
@@ -121,10 +122,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     results = []
     rows: list[dict[str, Any]] = []
     patched: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (original, mutated) per mutated resource
-    progress = Progress(len(loaded.resources), "evaluating", enabled=not args.no_progress)
+    progress = Progress(0, "evaluating", enabled=not args.no_progress)
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
+    count = 0
+    # Resources stream: each is parsed, evaluated and dropped (memory bounded by the largest document).
     with SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) as sandbox, using(backend):
-        for doc in loaded.resources:
+        for doc in iter_resources(args.resource, loaded):
+            count += 1
             subject = subject_for(doc.data, operation=args.operation, resolve=resolve, namespaces=values.namespaces,
                                   user_info=user_info)
             if mutating:
@@ -142,6 +146,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 rows.extend(r.as_dict() for r in validation_results)
             progress.step()
     progress.done()
+    _print_problems(loaded.problems[policy_problems:])
+    if loaded.unreadable:
+        _print_problems(loaded.unreadable)
+    if not count and not loaded.has_errors:
+        print(f"no resource found in {' '.join(args.resource)}", file=sys.stderr)
+        return EXIT_INPUT if loaded.unreadable else EXIT_FAIL
     if patched and args.output == "table":
         _print_mutated(patched, diff=args.diff)
     if args.output in ("json", "yaml") and patched:
@@ -158,6 +168,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _table(rows)
     counts = {k: sum(1 for r in results if r.result == k) for k in ("pass", "fail", "warn", "error", "skip")}
     print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
+    if loaded.unreadable:
+        return EXIT_INPUT
     if loaded.has_errors or any(not e.ok for e in engines):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK

@@ -7,6 +7,7 @@ and record the position of each value by its field path, so later problems
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,90 @@ def _walk(node: yaml.Node, path: str, out: dict[str, Position], loader: _Loader)
     if isinstance(node, yaml.SequenceNode):
         return [_walk(item, _join(path, i), out, loader) for i, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
+
+
+class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's C parser with the same resolvers as ``_Loader`` (for documents that need no positions)."""
+
+
+_FastLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes ``node`` expands to with every alias followed (memoized: linear in the node graph)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    memo[id(node)] = 1  # a cycle counts once (the constructor refuses recursive structures anyway)
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            size += _expanded_size(key, memo) + _expanded_size(value, memo)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            size += _expanded_size(item, memo)
+    memo[id(node)] = size
+    return size
+
+
+def iter_documents(text: str, file: str = "") -> Iterator[Document]:
+    """Documents of a YAML stream one at a time, with only the positions of each document and of its
+    ``items[i]`` (what messages about resources point at): libyaml's C parser, memory bounded by the
+    largest document. Same errors as :func:`parse_documents`."""
+    if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
+        raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES / 1024**2:g} MiB (the input limit; "
+                                 "raise it with --max-input-mib)", file=file))
+    loader = _FastLoader(text)
+    try:
+        index = 0
+        while True:
+            try:
+                if not loader.check_node():
+                    break
+                node = loader.get_node()
+                if node is None:
+                    continue
+                nodes = _expanded_size(node, {})
+                if nodes > MAX_ALIAS_NODES and _has_alias_growth(node):
+                    raise _AliasBomb()
+                data = loader.construct_document(node)
+            except yaml.YAMLError:
+                # Let the positional parser say exactly what and where (it is slower, but only runs on errors).
+                parse_documents(text, file)
+                raise
+            positions = {"": Position(node.start_mark.line + 1, node.start_mark.column + 1)}
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if getattr(key_node, "value", None) == "items" and isinstance(value_node, yaml.SequenceNode):
+                        for i, item in enumerate(value_node.value):
+                            positions[f"items[{i}]"] = Position(item.start_mark.line + 1, item.start_mark.column + 1)
+            if data is not None:
+                yield Document(data=data, file=file, index=index, positions=positions)
+            index += 1
+    except _AliasBomb:
+        raise InputError(Problem(f"invalid YAML: aliases expand to more than {MAX_ALIAS_NODES} nodes "
+                                 "(a YAML bomb?)", file=file)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(Problem(f"invalid YAML: {exc}", file=file)) from None
+    finally:
+        loader.dispose()
+
+
+def _has_alias_growth(node: yaml.Node) -> bool:
+    """True when aliases make ``node`` expand beyond its own node count (a large plain document is fine)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            return True
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.extend((k, v))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    return False
 
 
 def _value_start(node: yaml.ScalarNode) -> Position:
