@@ -290,6 +290,8 @@ def test_vpol_agrees_with_kyverno_on_every_suite_and_variation(tmp_path: Path) -
                      None)
         if found:
             explained[found["class"]] = explained.get(found["class"], 0) + 1
+            if __import__("os").environ.get("VPOL_SHOW_DEVIATIONS"):
+                print(f"DEVIATION {found['class']}: {suite}: {policy} on {cols[4]}: {ours[:400]}")
         else:
             unexplained.append(f"{suite}: {policy} on {cols[4]}: kyverno says {cols[6]!r}; vpol: {ours[:300]}")
     summary = re.findall(r"Test Summary: .*", output)

@@ -21,6 +21,7 @@ from cel_expr_python import cel
 
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
+from vpol.cel.optional_selection import guard
 from vpol.cel.variables import typed_variables_message
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import NamedExpression, ValidatingPolicy
@@ -211,6 +212,16 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if mutation and not result.startswith(mutation[0]) and result != "dyn":
         return None, [Problem(f"expression must evaluate to {mutation[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
+    if not spec.kubernetes_only:
+        # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
+        # checked and reported above is the expression as written.
+        written = rewritten.text if rewritten else src
+        guarded = guard(written)
+        if guarded != written:
+            try:
+                expr = environment(spec).compile(guarded)
+            except Exception:  # noqa: BLE001 - keep the program as written
+                pass
     return Program(path, src, role, expr, variable_references(src), result), []
 
 

@@ -82,12 +82,7 @@ def tokens(src: str) -> Iterator[Token]:
             i = m.end()
             continue
         two = src[i:i + 2]
-        if two in ("&&", "||", "==", "!=", "<=", ">=", "?.", "?["):
-            # `?.`/`?[` only as optional selection; `a ? .5 : b` is rare enough to lex as `?` `.`.
-            if two in ("?.", "?[") and i + 2 < n and src[i + 2].isdigit():
-                yield Token("punct", "?", i)
-                i += 1
-                continue
+        if two in ("&&", "||", "==", "!=", "<=", ">="):
             yield Token("punct", two, i)
             i += 2
             continue

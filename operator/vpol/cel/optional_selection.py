@@ -1,0 +1,193 @@
+"""Optional selection on a value of the wrong type, as cel-go evaluates it.
+
+``x.?f`` and ``x[?k]`` where ``x`` holds a string, a number or a bool (a
+field of the wrong type, which real objects and test variations have) give
+``optional.none()`` in cel-go, and ``has(x.f)`` is false, so Kyverno's
+evaluation goes on; cel-cpp (under cel-expr-python) has no overload of
+``_?._`` / ``_[?_]`` for those types and cannot select from them. cel-expr-python cannot take new overloads of these
+functions or return optionals from Python, so the evaluated program guards
+each selection in CEL itself::
+
+    R.?f    ->  (cel.bind(vpol_opt_1, R, type(vpol_opt_1) == string || ... (a scalar type)
+                 ? optional.none() : vpol_opt_1.?f))
+    R[?k]   ->  the same around vpol_opt_2[?k]
+    has(R.f) -> (cel.bind(vpol_opt_1001, R, <R is a scalar> ? false : has(vpol_opt_1001.f)))
+
+(on a map, a list or an optional the selection is evaluated as written). Only the evaluated program is
+rewritten: errors, positions and type checks come from the expression as
+written. Hand-written over the tokens of ``vpol.cel.object_literals``:
+cel-expr-python exposes no syntax tree.
+"""
+
+from __future__ import annotations
+
+from vpol.cel.object_literals import Token, tokens
+from vpol.cel.schemas import CEL_RESERVED
+
+PREFIX = "vpol_opt_"
+_OPEN = {")": "(", "]": "[", "}": "{"}
+#: The types on which cel-go's optional selection is optional.none() and cel-cpp's has no overload
+#: (maps, lists, messages and optionals keep the selection as written).
+_SCALARS = ("string", "int", "uint", "double", "bool", "bytes", "null_type")
+#: Bound on the rewrites of one expression (each adds a binding; pathological inputs stay as written).
+MAX_GUARDS = 200
+
+
+def _name(tok: Token) -> bool:
+    """An identifier (not an operator word such as ``in``)."""
+    return tok.kind == "ident" and tok.text not in CEL_RESERVED
+
+
+def _opener(toks: list[Token], j: int) -> int | None:
+    """Index of the bracket opening the group that ``toks[j]`` closes."""
+    close, depth = toks[j].text, 0
+    for k in range(j, -1, -1):
+        if toks[k].text == close:
+            depth += 1
+        elif toks[k].text == _OPEN[close]:
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
+
+
+def _receiver_start(toks: list[Token], end: int) -> int | None:
+    """Index of the first token of the member chain ending just before ``toks[end]`` (None: no receiver)."""
+    j, start = end - 1, None
+    while j >= 0:
+        tok = toks[j]
+        if tok.text in _OPEN:
+            k = _opener(toks, j)
+            if k is None:
+                return None
+            start, j = k, k - 1
+            if tok.text == "]" and j >= 0 and (_name(toks[j]) or toks[j].kind == "string" or toks[j].text in _OPEN):
+                continue  # an index: its receiver comes before it
+            if tok.text in (")", "}") and j >= 0 and _name(toks[j]):
+                start, j = j, j - 1  # a call f(...) or a message literal T{...}
+        elif _name(tok) or tok.kind in ("string", "number") or tok.text in ("true", "false", "null"):
+            start, j = j, j - 1
+        else:
+            return start
+        if j >= 1 and toks[j].text == "?" and toks[j - 1].text == ".":
+            j -= 2  # an optional member access `.?`: the chain goes on
+            continue
+        if j >= 0 and toks[j].text == ".":
+            j -= 1  # a member access: the chain goes on
+            continue
+        return start
+    return start
+
+
+def _scalar(value: str, kinds: tuple[str, ...]) -> str:
+    return " || ".join(f"type({value}) == {t}" for t in kinds)
+
+
+def _is_guard(toks: list[Token], first: int, end: int) -> bool:
+    """The tokens first..end-1 are exactly one guard group ``(cel.bind(vpol_opt_N, ...))``."""
+    # ( cel . bind ( vpol_opt_N , ...
+    if end - first < 7 or toks[first].text != "(" or toks[first + 1].text != "cel" or \
+            not toks[first + 5].text.startswith(PREFIX):
+        return False
+    depth = 0
+    for k in range(first, end):
+        if toks[k].text in ("(", "[", "{"):
+            depth += 1
+        elif toks[k].text in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return k == end - 1
+    return False
+
+
+def _guard_presence(text: str, n: int) -> str | None:
+    """The first ``has(R.f)`` whose R may be a scalar, guarded (None when there is none left)."""
+    toks = list(tokens(text))
+    for i, tok in enumerate(toks):
+        if tok.text != "has" or i + 1 >= len(toks) or toks[i + 1].text != "(" or (i and toks[i - 1].text == "."):
+            continue
+        depth, k = 0, i + 1
+        while k < len(toks):
+            if toks[k].text in ("(", "[", "{"):
+                depth += 1
+            elif toks[k].text in (")", "]", "}"):
+                depth -= 1
+                if depth == 0:
+                    break
+            k += 1
+        # has( R . f ): the argument ends with `.f` right before the closing parenthesis.
+        if k >= len(toks) or k - 2 <= i + 2 or toks[k - 2].text != "." or not _name(toks[k - 1]):
+            continue
+        first = _receiver_start(toks, k - 2)
+        if first != i + 2:
+            continue
+        receiver = text[toks[first].start:toks[k - 2].start]
+        if receiver.startswith(PREFIX):
+            continue
+        var = f"{PREFIX}{n}"
+        replacement = (f"(cel.bind({var}, {receiver}, {_scalar(var, _SCALARS)} ? false : "
+                       f"has({var}.{toks[k - 1].text})))")
+        return text[:tok.start] + replacement + text[toks[k].end:]
+    return None
+
+
+def guard(src: str) -> str:
+    """``src`` with every optional selection and presence test guarded (see the module docstring);
+    ``src`` when it has none."""
+    if "?" not in src and "has" not in src:
+        return src
+    text = src
+    n = 0
+    while "has" in text and n < MAX_GUARDS:
+        n += 1
+        presence = _guard_presence(text, 1000 + n)
+        if presence is None:
+            break
+        text = presence
+    for n in range(1, MAX_GUARDS + 1):
+        toks = list(tokens(text))
+        site = None
+        for i, tok in enumerate(toks):
+            field = tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "?" and toks[i + 2].kind == "ident"
+            index = tok.text == "[" and i + 1 < len(toks) and toks[i + 1].text == "?"
+            if not (field or index):
+                continue
+            first = _receiver_start(toks, i)
+            if first is None:
+                continue
+            receiver = text[toks[first].start:tok.start]
+            if receiver.startswith(PREFIX):
+                continue  # already guarded
+            site = (i, first, field)
+            break
+        if site is None:
+            return text
+        i, first, field = site
+        var = f"{PREFIX}{n}"
+        if field:
+            end = toks[i + 2].end
+            selection = f"{var}.?{toks[i + 2].text}"
+        else:
+            depth, k = 0, i
+            while k < len(toks):
+                if toks[k].text in ("(", "[", "{"):
+                    depth += 1
+                elif toks[k].text in (")", "]", "}"):
+                    depth -= 1
+                    if depth == 0:
+                        break
+                k += 1
+            if k >= len(toks):
+                return src  # unbalanced: leave it to the compiler's error
+            end = toks[k].end
+            selection = var + text[toks[i].start:end]
+        receiver = text[toks[first].start:toks[i].start]
+        kinds = _SCALARS
+        if _is_guard(toks, first, i):
+            # The receiver is the optional an earlier guard made (`x.?a.?b`): look at the value inside.
+            condition = f"{var}.hasValue() && ({_scalar(var + '.value()', kinds)})"
+        else:
+            condition = _scalar(var, kinds)
+        replacement = f"(cel.bind({var}, {receiver}, {condition} ? optional.none() : {selection}))"
+        text = text[:toks[first].start] + replacement + text[end:]
+    return src
