@@ -144,10 +144,11 @@ class SubjectData:
         self.data["exceptions"] = {"allowedImages": [], "allowedValues": []}
         self.data.update(lib_vars)
         self._base: cel.Activation | None = None
+        self._env = environment(EnvSpec(mode=self.mode))
 
     def activation(self, variables: dict[str, Any] | None = None,
                    exceptions: dict[str, Any] | None = None) -> cel.Activation:
-        env = environment(EnvSpec(mode=self.mode))
+        env = self._env
         if not variables and exceptions is None:
             if self._base is None:
                 self._base = env.Activation(data=self.data)
@@ -158,6 +159,11 @@ class SubjectData:
         if exceptions is not None:
             data["exceptions"] = exceptions
         return env.Activation(data=data)
+
+
+#: What an Activation says of a Python value it cannot hand to CEL (a duration, timestamp or bytearray
+#: a variable produced): the variables are then converted (vpol.cel.values) and the expression run again.
+_NON_CEL = "Non-CEL value type"
 
 
 class _PolicyRun:
@@ -171,8 +177,19 @@ class _PolicyRun:
         self.errors: dict[str, str] = {}
         self.programs = dict(compiled.variables)
         self.order = [name for name, _ in compiled.variables]
+        #: Variable values are passed on as evaluated; converted only when an Activation refuses one.
+        self.converted = False
+        cache = getattr(compiled, "_needed_cache", None)
+        if cache is None:
+            cache = {}
+            setattr(compiled, "_needed_cache", cache)
+        self._needed_cache: dict[frozenset[str], list[str]] = cache
 
-    def _needed(self, uses: Iterable[str]) -> list[str]:
+    def _needed(self, uses: frozenset[str]) -> list[str]:
+        """The variables ``uses`` needs, transitively, in declaration order (cached per compiled policy)."""
+        cached = self._needed_cache.get(uses)
+        if cached is not None:
+            return cached
         need: set[str] = set()
         stack = list(uses)
         while stack:
@@ -181,9 +198,22 @@ class _PolicyRun:
                 continue
             need.add(name)
             stack.extend(self.programs[name].uses)
-        return [n for n in self.order if n in need]
+        out = [n for n in self.order if n in need]
+        self._needed_cache[uses] = out
+        return out
 
-    def _ensure(self, uses: Iterable[str]) -> None:
+    def _run(self, prog: Program, names: Iterable[str]) -> Any:
+        act = self.data.activation({u: self.values[u] for u in names if u in self.values} or None, self.exceptions)
+        try:
+            return _value(prog.expression.eval(act))
+        except EvaluationError as exc:
+            if self.converted or _NON_CEL not in str(exc):
+                raise
+        self.values = {k: to_activation(v) for k, v in self.values.items()}
+        self.converted = True
+        return self._run(prog, names)
+
+    def _ensure(self, uses: frozenset[str]) -> None:
         for name in self._needed(uses):
             if name in self.values or name in self.errors:
                 continue
@@ -192,24 +222,22 @@ class _PolicyRun:
             if failed:
                 self.errors[name] = self.errors[failed[0]]
                 continue
-            act = self.data.activation({u: self.values[u] for u in prog.uses if u in self.values} or None,
-                                       self.exceptions)
             try:
-                self.values[name] = to_activation(_value(prog.expression.eval(act)))
+                value = self._run(prog, prog.uses)
+                self.values[name] = to_activation(value) if self.converted else value
             except EvaluationError as exc:
                 self.errors[name] = f"variable {name}: {exc}"
             except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
                 self.errors[name] = f"variable {name}: {_describe(exc)}"
 
     def eval(self, prog: Program) -> Any:
-        self._ensure(prog.uses)
-        for name in prog.uses:
-            if name in self.errors:
-                raise EvaluationError(self.errors[name])
-        act = self.data.activation({u: self.values[u] for u in self._needed(prog.uses) if u in self.values} or None,
-                                   self.exceptions)
+        if prog.uses:
+            self._ensure(prog.uses)
+            for name in prog.uses:
+                if name in self.errors:
+                    raise EvaluationError(self.errors[name])
         try:
-            return _value(prog.expression.eval(act))
+            return self._run(prog, self._needed(prog.uses) if prog.uses else ())
         except EvaluationError:
             raise
         except Exception as exc:  # noqa: BLE001

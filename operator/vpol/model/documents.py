@@ -128,6 +128,7 @@ def iter_documents(text: str, file: str = "") -> Iterator[Document]:
         raise InputError(Problem(f"file is larger than {MAX_DOCUMENT_BYTES / 1024**2:g} MiB (the input limit; "
                                  "raise it with --max-input-mib)", file=file))
     loader = _FastLoader(text)
+    aliases = "*" in text  # no `*`, no alias: nothing can expand
     try:
         index = 0
         while True:
@@ -137,8 +138,7 @@ def iter_documents(text: str, file: str = "") -> Iterator[Document]:
                 node = loader.get_node()
                 if node is None:
                     continue
-                nodes = _expanded_size(node, {})
-                if nodes > MAX_ALIAS_NODES and _has_alias_growth(node):
+                if aliases and _expanded_size(node, {}) > MAX_ALIAS_NODES and _has_alias_growth(node):
                     raise _AliasBomb()
                 data = loader.construct_document(node)
             except yaml.YAMLError:
