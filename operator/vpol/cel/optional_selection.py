@@ -33,6 +33,19 @@ _SCALARS = ("string", "int", "uint", "double", "bool", "bytes", "null_type")
 MAX_GUARDS = 200
 
 
+def _closer(toks: list[Token], opening: int) -> int:
+    """Index of the bracket closing the one at ``toks[opening]`` (``len(toks)`` when it is never closed)."""
+    depth = 0
+    for k in range(opening, len(toks)):
+        if toks[k].text in ("(", "[", "{"):
+            depth += 1
+        elif toks[k].text in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return k
+    return len(toks)
+
+
 def _name(tok: Token) -> bool:
     """An identifier (not an operator word such as ``in``)."""
     return tok.kind == "ident" and tok.text not in CEL_RESERVED
@@ -106,15 +119,7 @@ def _guard_presence(text: str, n: int) -> str | None:
     for i, tok in enumerate(toks):
         if tok.text != "has" or i + 1 >= len(toks) or toks[i + 1].text != "(" or (i and toks[i - 1].text == "."):
             continue
-        depth, k = 0, i + 1
-        while k < len(toks):
-            if toks[k].text in ("(", "[", "{"):
-                depth += 1
-            elif toks[k].text in (")", "]", "}"):
-                depth -= 1
-                if depth == 0:
-                    break
-            k += 1
+        k = _closer(toks, i + 1)
         # has( R . f ): the argument ends with `.f` right before the closing parenthesis.
         if k >= len(toks) or k - 2 <= i + 2 or toks[k - 2].text != "." or not _name(toks[k - 1]):
             continue
@@ -168,15 +173,7 @@ def guard(src: str) -> str:
             end = toks[i + 2].end
             selection = f"{var}.?{toks[i + 2].text}"
         else:
-            depth, k = 0, i
-            while k < len(toks):
-                if toks[k].text in ("(", "[", "{"):
-                    depth += 1
-                elif toks[k].text in (")", "]", "}"):
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
+            k = _closer(toks, i)
             if k >= len(toks):
                 return src  # unbalanced: leave it to the compiler's error
             end = toks[k].end

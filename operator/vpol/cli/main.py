@@ -311,38 +311,32 @@ def cmd_test(args: argparse.Namespace) -> int:
 def cmd_generate_vap(args: argparse.Namespace) -> int:
     from vpol.desired.vap import desired_objects
 
-    loaded = load_policies(args.policies)
-    if loaded.unreadable:
-        _print_problems(loaded.unreadable)
-        return EXIT_INPUT
-    _print_problems(loaded.problems)
-    docs: list[dict[str, Any]] = []
-    failed = False
-    for policy in loaded.policies:
-        plan = desired_objects(policy, exceptions=loaded.exceptions, force=True)
-        if plan.reason:
-            print(f"{policy.ref}: {plan.reason}", file=sys.stderr)
-            failed = failed or not plan.objects
-        docs.extend(plan.objects)
-    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
-    return EXIT_FAIL if failed or loaded.has_errors else EXIT_OK
+    return _generate(args.policies, "ValidatingPolicy", lambda loaded: loaded.policies,
+                     lambda policy, loaded: desired_objects(policy, exceptions=loaded.exceptions, force=True))
 
 
 def cmd_generate_map(args: argparse.Namespace) -> int:
     from vpol.desired.map import desired_map_objects
 
-    loaded = load_policies(args.policies)
+    return _generate(args.policies, "MutatingPolicy", lambda loaded: loaded.mutating,
+                     lambda policy, loaded: desired_map_objects(policy, exceptions=loaded.exceptions, force=True))
+
+
+def _generate(paths: list[str], kind: str, select: Any, build: Any) -> int:
+    """Print the native admission objects ``build`` makes of every policy ``select`` picks from ``paths``."""
+    loaded = load_policies(paths)
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
     _print_problems(loaded.problems)
-    if not loaded.mutating and not loaded.has_errors:
-        print(f"no MutatingPolicy found in {' '.join(args.policies)}", file=sys.stderr)
+    policies = select(loaded)
+    if not policies and not loaded.has_errors:
+        print(f"no {kind} found in {' '.join(paths)}", file=sys.stderr)
         return EXIT_FAIL
     docs: list[dict[str, Any]] = []
     failed = False
-    for policy in loaded.mutating:
-        plan = desired_map_objects(policy, exceptions=loaded.exceptions, force=True)
+    for policy in policies:
+        plan = build(policy, loaded)
         if plan.reason:
             print(f"{policy.ref}: {plan.reason}", file=sys.stderr)
             failed = failed or not plan.objects

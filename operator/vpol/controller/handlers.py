@@ -228,12 +228,9 @@ def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, An
                                          **_: Any) -> None:
     """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
-    now: dict[str, int] = {} if type == "DELETED" else covered(body)
-    before: dict[str, int] = rt.covered_mutating
-    rt.covered_mutating = now
-    for key in set(before) | set(now):
-        if before.get(key) != now.get(key):
-            _enqueue(memo, mutating_key(key))
+    rt.covered_mutating, changed = _coverage_changes(rt.covered_mutating, type, body)
+    for key in changed:
+        _enqueue(memo, mutating_key(key))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
@@ -241,12 +238,16 @@ def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, An
 def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """Policies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
-    now: dict[str, int] = {} if type == "DELETED" else covered(body)
-    before: dict[str, int] = rt.covered
-    rt.covered = now
-    for key in set(before) | set(now):
-        if before.get(key) != now.get(key):
-            _enqueue(memo, key)
+    rt.covered, changed = _coverage_changes(rt.covered, type, body)
+    for key in changed:
+        _enqueue(memo, key)
+
+
+def _coverage_changes(before: dict[str, int], event_type: str | None,
+                      body: Mapping[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """What a webhook configuration covers now, and the policy keys whose covered generation changed."""
+    now: dict[str, int] = {} if event_type == "DELETED" else covered(body)
+    return now, [key for key in set(before) | set(now) if before.get(key) != now.get(key)]
 
 
 def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],

@@ -107,23 +107,26 @@ def _rules(targets: tuple[Target, ...], template: dict[str, Any]) -> list[dict[s
     return rules
 
 
+def _config_targets(controllers: tuple[str, ...]) -> list[tuple[str, tuple[Target, ...]]]:
+    """The autogen configs (``defaults``: every controller but cronjobs; ``cronjobs``) and their targets."""
+    known = [c for c in controllers if c in CONTROLLERS]
+    out = []
+    for name, members in (("defaults", [c for c in known if c != "cronjobs"]),
+                          ("cronjobs", [c for c in known if c == "cronjobs"])):
+        if members:
+            out.append((name, tuple(sorted((Target(CONTROLLERS[c][0], CONTROLLERS[c][1], c, CONTROLLERS[c][2])
+                                            for c in members), key=lambda t: (t.group, t.resource)))))
+    return out
+
+
 def autogen_configs(policy: ValidatingPolicy) -> list[AutogenConfig]:
     """The autogen variants of ``policy`` (empty when it does not qualify)."""
     if not can_autogen(policy):
         return []
-    controllers = [c for c in policy.spec.autogen.controllers() if c in CONTROLLERS]
-    groups = {
-        "defaults": tuple(c for c in controllers if c != "cronjobs"),
-        "cronjobs": tuple(c for c in controllers if c == "cronjobs"),
-    }
     raw_spec = policy.raw.get("spec", {})
     rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
     out = []
-    for name, members in groups.items():
-        if not members:
-            continue
-        targets = tuple(sorted((Target(CONTROLLERS[c][0], CONTROLLERS[c][1], c, CONTROLLERS[c][2]) for c in members),
-                               key=lambda t: (t.group, t.resource)))
+    for name, targets in _config_targets(policy.spec.autogen.controllers()):
         spec = _rewrite(copy.deepcopy(raw_spec), name)
         spec.setdefault("matchConstraints", {})["resourceRules"] = _rules(targets, rule_template)
         # The variant is a policy of its own; it never autogenerates again.
@@ -211,19 +214,10 @@ def mutating_autogen_configs(policy: MutatingPolicy) -> list[tuple[str, Mutating
     """The pod-controller variants of a MutatingPolicy: (config name, variant), none when it does not qualify."""
     if not can_autogen_mutating(policy):
         return []
-    controllers = [c for c in policy.spec.autogen.controllers() if c in CONTROLLERS]
-    groups = {
-        "defaults": tuple(c for c in controllers if c != "cronjobs"),
-        "cronjobs": tuple(c for c in controllers if c == "cronjobs"),
-    }
     raw_spec = policy.raw.get("spec", {})
     rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
     out = []
-    for name, members in groups.items():
-        if not members:
-            continue
-        targets = tuple(sorted((Target(CONTROLLERS[c][0], CONTROLLERS[c][1], c, CONTROLLERS[c][2]) for c in members),
-                               key=lambda t: (t.group, t.resource)))
+    for name, targets in _config_targets(policy.spec.autogen.controllers()):
         spec = copy.deepcopy(raw_spec)
         constraints = {"resourceRules": _rules(targets, rule_template)}
         if "namespaceSelector" in (raw_spec.get("matchConstraints") or {}):

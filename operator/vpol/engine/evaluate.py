@@ -244,6 +244,27 @@ class _PolicyRun:
             raise EvaluationError(_describe(exc)) from None
 
 
+def conditions_outcome(run: _PolicyRun, conditions: Sequence[tuple[str, Program]],
+                       failure_policy: str) -> tuple[str, str] | None:
+    """matchConditions as the API server evaluates them: None when all hold, else (result, message). A false
+    condition is ``skip`` (it wins over errors); errors are ``error``, or ``skip`` under failurePolicy Ignore."""
+    errors = []
+    for name, prog in conditions:
+        try:
+            value = run.eval(prog)
+        except EvaluationError as exc:
+            errors.append(f"matchCondition {name}: {exc}")
+            continue
+        if value is not True:
+            if not isinstance(value, bool):
+                errors.append(f"matchCondition {name}: expected a bool, got {type(value).__name__}")
+                continue
+            return SKIP, f"matchCondition {name} is false"
+    if errors:
+        return (SKIP if failure_policy == "Ignore" else ERROR), "; ".join(errors)
+    return None
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     if "bad_alloc" in text or isinstance(exc, MemoryError):
@@ -377,23 +398,9 @@ class PolicyEngine:
             outcome, message, name = _exempted(exempt)
             return self._result(subject, outcome, message, exception=name)
         run = _PolicyRun(compiled, data, exception_data)
-        failure_policy = compiled.policy.spec.failure_policy
-        errors = []
-        for name, prog in compiled.match_conditions:
-            try:
-                value = run.eval(prog)
-            except EvaluationError as exc:
-                errors.append(f"matchCondition {name}: {exc}")
-                continue
-            if value is not True:
-                if not isinstance(value, bool):
-                    errors.append(f"matchCondition {name}: expected a bool, got {type(value).__name__}")
-                    continue
-                return self._result(subject, SKIP, f"matchCondition {name} is false")
-        if errors:
-            if failure_policy == "Ignore":
-                return self._result(subject, SKIP, "; ".join(errors))
-            return self._result(subject, ERROR, "; ".join(errors))
+        stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
+        if stop is not None:
+            return self._result(subject, *stop)
 
         properties: dict[str, str] = {}
         for key, prog in compiled.audit_annotations:

@@ -34,7 +34,6 @@ from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
-    SKIP,
     _OPTIONAL_ON_NULL,
     CompiledException,
     EvaluationError,
@@ -42,6 +41,7 @@ from vpol.engine.evaluate import (
     SubjectData,
     _drop_nulls,
     _PolicyRun,
+    conditions_outcome,
     exception_outcome,
 )
 from vpol.engine.json_patch import PatchError, PatchTestFailed, apply_patch
@@ -123,22 +123,9 @@ class MutatingPolicyEngine:
             outcome, message, _name = exempt
             return self._result(subject, original, outcome, message)
         run = _PolicyRun(compiled, data, None)  # type: ignore[arg-type]
-        errors = []
-        for name, prog in compiled.match_conditions:
-            try:
-                value = run.eval(prog)
-            except EvaluationError as exc:
-                errors.append(f"matchCondition {name}: {exc}")
-                continue
-            if value is not True:
-                if not isinstance(value, bool):
-                    errors.append(f"matchCondition {name}: expected a bool, got {type(value).__name__}")
-                    continue
-                return self._result(subject, original, SKIP, f"matchCondition {name} is false")
-        if errors:
-            if compiled.policy.spec.failure_policy == "Ignore":
-                return self._result(subject, original, SKIP, "; ".join(errors))
-            return self._result(subject, original, ERROR, "; ".join(errors))
+        stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
+        if stop is not None:
+            return self._result(subject, original, *stop)
 
         current = original
         schema = self.schema_source(subject.type.group, subject.type.version, subject.type.kind)

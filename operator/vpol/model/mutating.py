@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.model.policy import (
-    DEFAULT_POD_CONTROLLERS,
     GROUP,
     AuditAnnotation,
     MatchResources,
     NamedExpression,
+    PodControllers,
+    PolicyIdentity,
 )
-from vpol.model.problems import Position, Problem
+from vpol.model.problems import Position
 
 MUTATING_KIND = "MutatingPolicy"
 #: Versions Kyverno serves for MutatingPolicy (NOTES.md section 10); v1alpha1 is deprecated.
@@ -53,14 +54,10 @@ class MutatingEvaluation:
 
 
 @dataclass(frozen=True)
-class MutatingAutogen:
-    #: None: the default set of controllers; () : none.
+class MutatingAutogen(PodControllers):
     pod_controllers: tuple[str, ...] | None = None
     #: spec.autogen.mutatingAdmissionPolicy.enabled as written (None: the operator's mode decides).
     map_enabled: bool | None = None
-
-    def controllers(self) -> tuple[str, ...]:
-        return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ class MutatingSpec:
 
 
 @dataclass(frozen=True)
-class MutatingPolicy:
+class MutatingPolicy(PolicyIdentity):
     name: str
     spec: MutatingSpec
     kind: str = MUTATING_KIND
@@ -93,17 +90,6 @@ class MutatingPolicy:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     source: str = field(default="", compare=False)
     positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
-
-    def locate(self, problem: Problem) -> Problem:
-        return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
 
     @property
     def json_mode(self) -> bool:

@@ -100,16 +100,21 @@ class Evaluation:
     mode: str = "Kubernetes"
 
 
+class PodControllers:
+    """``spec.autogen.podControllers.controllers`` of any policy kind: None for the default set, () for none."""
+
+    pod_controllers: tuple[str, ...] | None
+
+    def controllers(self) -> tuple[str, ...]:
+        return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
+
+
 @dataclass(frozen=True)
-class Autogen:
-    #: None: the default set of controllers; () : none.
+class Autogen(PodControllers):
     pod_controllers: tuple[str, ...] | None = None
     #: spec.autogen.validatingAdmissionPolicy.enabled as written: None when unset (the operator's
     #: --vap-generation mode decides), else the policy's explicit choice.
     vap_enabled: bool | None = None
-
-    def controllers(self) -> tuple[str, ...]:
-        return DEFAULT_POD_CONTROLLERS if self.pod_controllers is None else self.pod_controllers
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,31 @@ class PolicySpec:
     webhook_timeout_seconds: int | None = None
 
 
+class PolicyIdentity:
+    """What every policy kind says of itself: its key, its reference and where its problems are."""
+
+    name: str
+    namespace: str
+    kind: str
+    source: str
+    positions: Mapping[str, Position]
+
+    def locate(self, problem: Problem) -> Problem:
+        """The problem with this policy's file, reference and the field's position filled in."""
+        return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
+
+    @property
+    def key(self) -> str:
+        """What identifies the policy among all policies: ``name``, or ``namespace/name`` when namespaced."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True)
-class ValidatingPolicy:
+class ValidatingPolicy(PolicyIdentity):
     name: str
     spec: PolicySpec
     kind: str = "ValidatingPolicy"
@@ -144,18 +172,6 @@ class ValidatingPolicy:
     #: Position in the source file of each field, by field path.
     positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
-    def locate(self, problem: Problem) -> Problem:
-        """The problem with this policy's file, reference and the field's position filled in."""
-        return problem.located(file=self.source, object=self.ref, position=self.positions.get(problem.path))
-
-    @property
-    def key(self) -> str:
-        """What identifies the policy among all policies: ``name``, or ``namespace/name`` when namespaced."""
-        return f"{self.namespace}/{self.name}" if self.namespace else self.name
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
 
     @property
     def severity(self) -> str:

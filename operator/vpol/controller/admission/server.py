@@ -247,14 +247,10 @@ class WebhookServer:
         started = time.perf_counter()
         failure_policy = FAILURE_POLICIES[request.path]
         webhook = failure_policy.lower()
-        try:
-            review = await request.json()
-            req = review["request"]
-            uid = str(req.get("uid") or "")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
-        kind = str((req.get("kind") or {}).get("kind") or "")
-        metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
+        review = await _review(request, webhook)
+        if isinstance(review, web.Response):
+            return review
+        req, uid = review
         pool = self._pool
         try:
             if pool is None:
@@ -314,14 +310,10 @@ class WebhookServer:
         started = time.perf_counter()
         failure_policy = MUTATING_FAILURE_POLICIES[request.path]
         webhook = f"mutate-{failure_policy.lower()}"
-        try:
-            review = await request.json()
-            req = review["request"]
-            uid = str(req.get("uid") or "")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
-        kind = str((req.get("kind") or {}).get("kind") or "")
-        metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
+        review = await _review(request, webhook)
+        if isinstance(review, web.Response):
+            return review
+        req, uid = review
         snapshot = self.policies.snapshot
         try:
             answer = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
@@ -375,6 +367,19 @@ class WebhookServer:
         except Exception:  # noqa: BLE001 - fall back to the request's namespace
             info = None
         return None if info is None else info.namespaced
+
+
+async def _review(request: web.Request, webhook: str) -> tuple[dict[str, Any], str] | web.Response:
+    """The AdmissionReview's request and uid (counted in the metrics), or the 400 answer to a bad body."""
+    try:
+        review = await request.json()
+        req = review["request"]
+        uid = str(req.get("uid") or "")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
+    kind = str((req.get("kind") or {}).get("kind") or "")
+    metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
+    return req, uid
 
 
 def _close_when_idle(pool: EvaluatorPool, grace: float = 30.0) -> None:
