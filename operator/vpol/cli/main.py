@@ -88,11 +88,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import concurrent.futures
     import queue
 
-    from vpol.cel.backend import using
     from vpol.engine.evaluate import PolicyEngine, Result, compile_exception
     from vpol.engine.request import Subject
-    from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
-    from vpol.engine.sandbox import Limits, SandboxedEvaluator
+    from vpol.engine.mutate import MutatingPolicyEngine
+    from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
     from vpol.engine.subjects import subject_for
 
     loaded = load_policies(args.policy, Loaded(), strict_kinds=True)
@@ -138,64 +137,54 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # input). Each batch goes to a bounded worker in one round trip; with several workers (one per core by
     # default) batches are evaluated side by side and their results kept in input order.
     workers = max(1, args.workers)
-    sandboxes = [SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits) for _ in range(workers)]
+    sandboxes = [SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits, mutating=loaded.mutating)
+                 for _ in range(workers)]
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-    pending: collections.deque[tuple[list[list[Result]], concurrent.futures.Future[list[list[Result]]] | None]] = \
+    pending: collections.deque[tuple[list[dict[str, Any]], concurrent.futures.Future[list[Applied]]]] = \
         collections.deque()
-
-    def drain(keep: int) -> None:
-        while len(pending) > keep:
-            mutation_rows, future = pending.popleft()
-            validation = future.result() if future is not None else [[] for _ in mutation_rows]
-            for mutated_results, validated in zip(mutation_rows, validation):
-                for r in mutated_results:
-                    results.append(r)
-                    rows.append({**r.as_dict(), "mutated": r.properties.get("changed") == "true"})
-                results.extend(validated)
-                rows.extend(r.as_dict() for r in validated)
-                progress.step()
-
     idle: queue.Queue[SandboxedEvaluator] = queue.Queue()
     for sandbox in sandboxes:
         idle.put(sandbox)
 
-    def evaluate(batch: list[Subject]) -> list[list[Result]]:
+    def run(batch: list[Subject]) -> list[Applied]:
         sandbox = idle.get()  # each worker serves one batch at a time
         try:
-            return sandbox.evaluate_many(batch)
+            # Mutations first, as in admission: validating policies see the mutated object.
+            return sandbox.apply_many(batch)
         finally:
             idle.put(sandbox)
 
-    def flush(batch: list[Subject], batch_mutations: list[list[Result]]) -> None:
-        future = None
-        if loaded.policies:
-            future = pool.submit(evaluate, list(batch))
-        pending.append((batch_mutations, future))
+    def drain(keep: int) -> None:
+        while len(pending) > keep:
+            originals, future = pending.popleft()
+            for original, (mutated, mutation_results, validated) in zip(originals, future.result()):
+                for r in mutation_results:
+                    results.append(r)
+                    rows.append({**r.as_dict(), "mutated": r.properties.get("changed") == "true"})
+                if mutation_results:
+                    patched.append((original, mutated or original))
+                results.extend(validated)
+                rows.extend(r.as_dict() for r in validated)
+                progress.step()
+
+    def flush(batch: list[Subject], originals: list[dict[str, Any]]) -> None:
+        pending.append((originals, pool.submit(run, list(batch))))
         drain(workers)
 
     try:
-        with using(backend):
-            batch: list[Subject] = []
-            batch_mutations: list[list[Result]] = []
-            for doc in iter_resources(args.resource, loaded):
-                count += 1
-                subject = subject_for(doc.data, operation=args.operation, resolve=resolve,
-                                      namespaces=values.namespaces, user_info=user_info)
-                mutation_results: list[Result] = []
-                if mutating:
-                    # Mutations first, as in admission: validating policies see the mutated object.
-                    mutated, mutation_results = mutate_all(mutating, subject)
-                    if mutation_results:
-                        patched.append((doc.data, mutated or doc.data))
-                    subject = dataclasses.replace(subject, object=mutated)
-                batch.append(subject)
-                batch_mutations.append(mutation_results)
-                if len(batch) >= BATCH:
-                    flush(batch, batch_mutations)
-                    batch, batch_mutations = [], []
-            if batch:
-                flush(batch, batch_mutations)
-            drain(0)
+        batch: list[Subject] = []
+        originals: list[dict[str, Any]] = []
+        for doc in iter_resources(args.resource, loaded):
+            count += 1
+            batch.append(subject_for(doc.data, operation=args.operation, resolve=resolve,
+                                     namespaces=values.namespaces, user_info=user_info))
+            originals.append(doc.data)
+            if len(batch) >= BATCH:
+                flush(batch, originals)
+                batch, originals = [], []
+        if batch:
+            flush(batch, originals)
+        drain(0)
     finally:
         pool.shutdown(wait=True)
         for sandbox in sandboxes:

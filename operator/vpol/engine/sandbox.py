@@ -11,10 +11,13 @@ gets an ``error`` result and every other result is still computed.
 
 The worker compiles the policies itself (they are plain data), so the
 parent can be any process, threaded or not ("spawn" start method).
+MutatingPolicies run in the same worker (``mutate_once``, ``apply_many``):
+a mutation building a huge value is as bounded as a validation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import multiprocessing.connection
 import resource
@@ -24,8 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from vpol.cel.backend import Backend, using
+from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import ERROR, PolicyEngine, Result, SubjectData, compile_exception
+from vpol.engine.match import constraints_match
+from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.request import Subject
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 
@@ -37,14 +44,33 @@ class Limits:
     memory_bytes: int = 2 * 1024**3
 
 
+#: One subject's answer to an ``apply`` request: (the object as the MutatingPolicies left it, their results,
+#: the ValidatingPolicies' results on that object).
+Applied = tuple[dict[str, Any] | None, list[Result], list[Result]]
+
+
+def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None) -> list[Result]:
+    data = SubjectData(subject)
+    out: list[Result] = []
+    for i, engine in enumerate(engines):
+        if only is not None and i not in only:
+            continue
+        res = engine.evaluate(subject, data)
+        if res is not None:
+            out.append(res)
+    return out
+
+
 def _worker(conn: multiprocessing.connection.Connection, policies: list[ValidatingPolicy],
-            exceptions: list[PolicyException], backend: Backend, memory_bytes: int) -> None:
+            exceptions: list[PolicyException], backend: Backend, memory_bytes: int,
+            mutating: list[MutatingPolicy]) -> None:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     except (ValueError, OSError):
         pass
     compiled_exceptions = [compile_exception(e) for e in exceptions]
     engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
+    mutating_engines = [MutatingPolicyEngine(p, compiled_exceptions) for p in mutating]
     conn.send(("ready", None))
     with using(backend):
         while True:
@@ -54,19 +80,21 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                 return
             if msg is None:
                 return
-            subjects, only = msg
+            op, subjects, only, only_mutating = msg
             try:
-                batch: list[list[Result]] = []
+                batch: list[Any] = []
                 for subject in subjects:
-                    data = SubjectData(subject)
-                    out: list[Result] = []
-                    for i, engine in enumerate(engines):
-                        if only is not None and i not in only:
-                            continue
-                        res = engine.evaluate(subject, data)
-                        if res is not None:
-                            out.append(res)
-                    batch.append(out)
+                    if op == "validate":
+                        batch.append(_validate(engines, subject, only))
+                        continue
+                    chosen = [e for i, e in enumerate(mutating_engines)
+                              if only_mutating is None or i in only_mutating]
+                    mutated, mutation_results = mutate_all(chosen, subject)
+                    if op == "mutate":
+                        batch.append((mutated, mutation_results, []))
+                        continue
+                    subject = dataclasses.replace(subject, object=mutated)
+                    batch.append((mutated, mutation_results, _validate(engines, subject, only)))
                 conn.send(("ok", batch))
             except MemoryError:
                 conn.send(("error", "evaluation ran out of memory"))
@@ -78,8 +106,11 @@ class SandboxedEvaluator:
     """Evaluates subjects against policies in a bounded worker process."""
 
     def __init__(self, policies: Sequence[ValidatingPolicy], exceptions: Sequence[PolicyException] = (),
-                 backend: Backend | None = None, limits: Limits = Limits()):
+                 backend: Backend | None = None, limits: Limits = Limits(),
+                 mutating: Sequence[MutatingPolicy] = ()):
         self.policies = list(policies)
+        #: MutatingPolicies, in the order they apply (``mutate_once``, ``apply_many``).
+        self.mutating = list(mutating)
         self.exceptions = list(exceptions)
         self.backend = backend or Backend()
         self.limits = limits
@@ -103,14 +134,15 @@ class SandboxedEvaluator:
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(
-            target=_worker, args=(child, self.policies, self.exceptions, self.backend, self.limits.memory_bytes),
+            target=_worker, args=(child, self.policies, self.exceptions, self.backend, self.limits.memory_bytes,
+                                  self.mutating),
             daemon=True,
         )
         self._proc.start()
         child.close()
         self._conn = parent
         # Compiling in the worker takes time proportional to the policies, not the subject.
-        if not parent.poll(60 + len(self.policies)):
+        if not parent.poll(60 + len(self.policies) + len(self.mutating)):
             self._kill()
             raise RuntimeError("policy evaluation worker did not start")
         parent.recv()
@@ -133,12 +165,13 @@ class SandboxedEvaluator:
             self._proc.join(2)
         self._kill()
 
-    def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None) -> tuple[str, Any]:
+    def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None, op: str = "validate",
+             only_mutating: frozenset[int] | None = None) -> tuple[str, Any]:
         if self._proc is None or not self._proc.is_alive():
             self._start()
         assert self._conn is not None
         try:
-            self._conn.send((list(subjects), only))
+            self._conn.send((op, list(subjects), only, only_mutating))
             deadline = time.monotonic() + self.limits.seconds_per_subject * len(subjects)
             if self._conn.poll(max(0.0, deadline - time.monotonic())):
                 return self._conn.recv()
@@ -168,6 +201,42 @@ class SandboxedEvaluator:
         if status == "ok":
             return list(payload[0]), ""
         return None, str(payload)
+
+    def mutate_once(self, subject: Subject, policies: Sequence[str] | None = None
+                    ) -> tuple[tuple[dict[str, Any] | None, list[Result]] | None, str]:
+        """The MutatingPolicies (or those named) applied in order, in one round trip: ((object, results), "")
+        or (None, why not). For admission, where the request has one deadline (the failurePolicy answers)."""
+        wanted = None if policies is None else frozenset(
+            i for i, p in enumerate(self.mutating) if p.key in set(policies))
+        status, payload = self._ask([subject], frozenset(), "mutate", wanted)
+        if status == "ok":
+            mutated, results, _validated = payload[0]
+            return (mutated, list(results)), ""
+        return None, str(payload)
+
+    def apply_many(self, subjects: Sequence[Subject]) -> list[Applied]:
+        """Every subject mutated by the MutatingPolicies, then validated as mutated, in one round trip when
+        nothing goes wrong. When a batch fails, each subject is redone alone; a subject whose mutations run
+        out of time or memory gets an ``error`` from every MutatingPolicy that matches it and is validated
+        as it came (one policy at a time, as :meth:`evaluate` isolates culprits)."""
+        if not subjects:
+            return []
+        status, payload = self._ask(subjects, None, "apply")
+        if status == "ok":
+            return [(m, list(mr), list(vr)) for m, mr, vr in payload]
+        out: list[Applied] = []
+        for subject in subjects:
+            status, payload = self._ask([subject], None, "apply")
+            if status == "ok":
+                m, mr, vr = payload[0]
+                out.append((m, list(mr), list(vr)))
+                continue
+            reason = str(payload)
+            errors = [Result(policy=p.key, result=ERROR, message=reason, api_version=subject.type.api_version,
+                             kind=subject.type.kind, namespace=subject.namespace, name=subject.name)
+                      for p in self.mutating if _may_match(p, subject)]
+            out.append((subject.object, errors, self.evaluate(subject)))
+        return out
 
     def evaluate_many(self, subjects: Sequence[Subject], policies: Sequence[str] | None = None
                       ) -> list[list[Result]]:
@@ -203,3 +272,9 @@ class SandboxedEvaluator:
                                       api_version=subject.type.api_version, kind=subject.type.kind,
                                       namespace=subject.namespace, name=subject.name))
         return results
+
+
+def _may_match(policy: MutatingPolicy, subject: Subject) -> bool:
+    """Whether a MutatingPolicy (or one of its pod-controller variants) selects ``subject``."""
+    variants = [policy, *(v for _name, v in mutating_autogen_configs(policy))]
+    return any(constraints_match(v.spec.match_constraints, subject) for v in variants)

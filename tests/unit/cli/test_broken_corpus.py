@@ -56,7 +56,10 @@ def _set_expression(doc: dict, expression: str) -> None:
 
 def corpus(out: Path, seed: int = 7) -> list[Path]:
     rng = random.Random(seed)
-    sources = sorted((REPO / "examples").glob("**/policy.yaml"))
+    every = sorted((REPO / "examples").glob("**/policy.yaml"))
+    mutating = [p for p in every if "/mutating/" in str(p)]
+    # Validating and mutating policies both (the loop below takes the first six).
+    sources = [p for p in every if p not in mutating][:4] + mutating[:2]
     files: list[Path] = []
 
     def emit(name: str, text: str | bytes) -> None:

@@ -63,8 +63,6 @@ class Snapshot:
     mutating: Mapping[str, MutatingPolicy] = field(default_factory=dict)
     #: Bumped on every change.
     version: int = 0
-    #: Bumped only when what validation depends on (policies, exceptions) changes.
-    validating_version: int = 0
 
 
 class AdmissionPolicies:
@@ -147,7 +145,7 @@ class AdmissionPolicies:
             else:
                 self._mutating[key] = wanted
         if before != wanted:
-            self._publish(validating=False)
+            self._publish()
         return key
 
     def _on_exception(self, etype: str, obj: dict[str, Any]) -> str:
@@ -191,14 +189,12 @@ class AdmissionPolicies:
                 for k in gone:
                     del self._webhook[k]
         if gone:
-            self._publish(validating=plural != MUTATING_POLICY_PLURAL)
+            self._publish()
 
-    def _publish(self, validating: bool = True) -> None:
+    def _publish(self) -> None:
         with self._lock:
-            before = self._snapshot
             self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(self._exceptions.values()),
-                                      mutating=dict(self._mutating), version=before.version + 1,
-                                      validating_version=before.validating_version + (1 if validating else 0))
+                                      mutating=dict(self._mutating), version=self._snapshot.version + 1)
             snapshot = self._snapshot
         for fn in self._listeners:
             try:

@@ -38,14 +38,12 @@ from typing import Any
 
 from aiohttp import web
 
-from vpol.cel.backend import Backend, using
+from vpol.cel.backend import Backend
 from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import decide, failure_response, mutation_response, review_response, subject_for_request
-from vpol.engine.evaluate import compile_exception
-from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
@@ -73,14 +71,16 @@ class EvaluatorPool:
         self.snapshot = snapshot
         self.limits = limits
         policies = sorted(snapshot.policies.values(), key=lambda p: p.key)
-        self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits)
+        # MutatingPolicies apply in name order (the API server's order among policies is unspecified).
+        mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
+        self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating)
                            for _ in range(max(1, size))]
         self.idle: queue.Queue[SandboxedEvaluator] = queue.Queue()
 
     def start(self) -> None:
         """Start every worker (blocking: spawn and compile)."""
         for ev in self.evaluators:
-            if self.snapshot.policies:
+            if self.snapshot.policies or self.snapshot.mutating:
                 ev.start()
             self.idle.put(ev)
 
@@ -154,9 +154,6 @@ class WebhookServer:
         self._tasks: list[asyncio.Task[Any]] = []
         #: Snapshot version the serving pool was built from (for tests and /healthz).
         self.serving_version = -1
-        #: Compiled MutatingPolicies of one snapshot: (snapshot version, engines by policy name).
-        self._mutating: tuple[int, dict[str, MutatingPolicyEngine]] = (-1, {})
-        self._mutating_lock = threading.Lock()
 
     # -- lifecycle
 
@@ -211,9 +208,7 @@ class WebhookServer:
             await asyncio.sleep(0.2)  # gather a burst of policy changes into one rebuild
             self._changed.clear()
             snapshot = self.policies.snapshot
-            if self._pool is not None and self._pool.snapshot.validating_version == snapshot.validating_version:
-                self._pool.snapshot = snapshot  # only MutatingPolicies changed: the workers stay
-                self.serving_version = snapshot.version
+            if self._pool is not None and self._pool.snapshot.version == snapshot.version:
                 continue
             pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits)
             try:
@@ -304,9 +299,8 @@ class WebhookServer:
     # -- mutations
 
     async def _handle_mutate(self, request: web.Request) -> web.Response:
-        """MutatingPolicies the API server cannot apply natively. Evaluated in a thread of this process with
-        a deadline: the request is answered by the failurePolicy when it passes (CEL's own iteration budget
-        bounds what the thread may still spend)."""
+        """MutatingPolicies the API server cannot apply natively, evaluated by the same bounded workers as
+        validations (a runaway mutation costs a worker its deadline; the failurePolicy answers)."""
         started = time.perf_counter()
         failure_policy = MUTATING_FAILURE_POLICIES[request.path]
         webhook = f"mutate-{failure_policy.lower()}"
@@ -314,15 +308,14 @@ class WebhookServer:
         if isinstance(review, web.Response):
             return review
         req, uid = review
-        snapshot = self.policies.snapshot
+        pool = self._pool
         try:
-            answer = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                self._executor, self._mutate, snapshot, req, uid, failure_policy), self.options.eval_timeout)
-        except asyncio.TimeoutError:
-            logger.warning("admission request %s: mutation exceeded %.1fs", uid, self.options.eval_timeout)
-            answer = failure_response(uid, f"mutation exceeded its {self.options.eval_timeout:g}s deadline",
-                                      failure_policy)
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+            if pool is None:
+                answer = failure_response(uid, "the webhook has not loaded its policies yet", failure_policy)
+                metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+            else:
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._mutate, pool, req, uid, failure_policy)
         except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
             logger.exception("admission request %s failed", uid)
             answer = failure_response(uid, str(exc), failure_policy)
@@ -330,31 +323,35 @@ class WebhookServer:
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
         return web.json_response(answer)
 
-    def _mutating_engines(self, snapshot: Snapshot) -> dict[str, MutatingPolicyEngine]:
-        with self._mutating_lock:
-            version, engines = self._mutating
-            if version != snapshot.version:
-                exceptions = [compile_exception(e) for e in snapshot.exceptions]
-                schema = lambda g, v, k: self.discovery().schema(g, v, k)  # noqa: E731 - the cluster's schemas
-                engines = {name: MutatingPolicyEngine(policy, exceptions, schema_source=schema)
-                           for name, policy in sorted(snapshot.mutating.items())}
-                self._mutating = (snapshot.version, engines)
-            return engines
-
-    def _mutate(self, snapshot: Snapshot, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
+    def _mutate(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
         """In a thread: every MutatingPolicy of this webhook, in name order, each on the last one's result."""
-        engines = [e for name, e in self._mutating_engines(snapshot).items()
-                   if e.policy.spec.failure_policy == failure_policy]
+        snapshot = pool.snapshot
+        keys = [k for k, p in snapshot.mutating.items() if p.spec.failure_policy == failure_policy]
         subject = subject_for_request(req, namespaced=self._namespaced(req))
+        if not keys:
+            return mutation_response(uid, subject.object, subject.object, [], {})
         if subject.type.namespaced and subject.namespace:
             subject.namespace_object = self.namespaces.get(subject.namespace)
-        with using(self.backend):
-            mutated, results = mutate_all(engines, subject)
+        try:
+            ev = pool.idle.get(timeout=self.options.eval_timeout)
+        except queue.Empty:
+            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+            return failure_response(uid, "every evaluation worker is busy", failure_policy)
+        outcome, error = None, ""
+        try:
+            outcome, error = ev.mutate_once(subject, keys)
+        finally:
+            pool.release(ev, killed=outcome is None and bool(error))
+        if outcome is None:
+            logger.warning("admission request %s: %s", uid, error)
+            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+            return failure_response(uid, error, failure_policy)
+        mutated, results = outcome
         for r in results:
             metrics.ADMISSION_DECISIONS.labels(r.policy, "mutate" if r.properties.get("changed") == "true"
                                                else ("error" if r.result == "error" else "allow")).inc()
         return mutation_response(uid, subject.object, mutated, results,
-                                 {e.policy.key: e.policy.spec.failure_policy for e in engines})
+                                 {key: snapshot.mutating[key].spec.failure_policy for key in keys})
 
     def _namespaced(self, req: dict[str, Any]) -> bool | None:
         resource = req.get("resource") or {}
