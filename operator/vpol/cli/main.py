@@ -276,6 +276,10 @@ def cmd_test(args: argparse.Namespace) -> int:
         for p in o.problems:
             print("    " + p.render().replace("\n", "\n    "))
         for c in o.checks:
+            if c.status == "not checked":
+                if args.verbose:
+                    print(f"    not checked {c.policy} {c.kind} {c.resource}: {c.message}")
+                continue
             if c.status == "unsupported":
                 unsupported += 1
                 if args.verbose:

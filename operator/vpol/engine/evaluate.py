@@ -219,28 +219,32 @@ class _PolicyRun:
                 continue
             prog = self.programs[name]
             failed = [u for u in prog.uses if u in self.errors]
-            if failed:
-                self.errors[name] = self.errors[failed[0]]
-                continue
             try:
                 value = self._run(prog, prog.uses)
                 self.values[name] = to_activation(value) if self.converted else value
             except EvaluationError as exc:
-                self.errors[name] = f"variable {name}: {exc}"
+                # A variable that failed is an error only where it is read (variables are lazy in cel-go):
+                # when this one failed with such a variable left out, that variable's error is the cause.
+                self.errors[name] = self.errors[failed[0]] if failed else f"variable {name}: {exc}"
             except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
-                self.errors[name] = f"variable {name}: {_describe(exc)}"
+                self.errors[name] = self.errors[failed[0]] if failed else f"variable {name}: {_describe(exc)}"
 
     def eval(self, prog: Program) -> Any:
+        failed: list[str] = []
         if prog.uses:
             self._ensure(prog.uses)
-            for name in prog.uses:
-                if name in self.errors:
-                    raise EvaluationError(self.errors[name])
+            failed = [name for name in prog.uses if name in self.errors]
         try:
+            # Variables that failed are left out: an expression that does not read them (a branch not taken)
+            # still evaluates, as with cel-go's lazy variables; one that reads them fails with their error.
             return self._run(prog, self._needed(prog.uses) if prog.uses else ())
         except EvaluationError:
+            if failed:
+                raise EvaluationError(self.errors[failed[0]]) from None
             raise
         except Exception as exc:  # noqa: BLE001
+            if failed:
+                raise EvaluationError(self.errors[failed[0]]) from None
             raise EvaluationError(_describe(exc)) from None
 
 

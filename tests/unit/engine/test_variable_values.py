@@ -66,3 +66,32 @@ def test_nulls_are_kept_where_the_policy_did_not_error() -> None:
     obj["spec"]["securityContext"] = None
     result = PolicyEngine(policy).evaluate(subject_for(obj))
     assert result is not None and result.result == "pass", result
+
+
+def test_a_failing_variable_is_an_error_only_where_it_is_read():
+    """Variables are lazy (cel-go, Kyverno): one that fails on a branch not taken does not fail the policy."""
+    from vpol.engine.evaluate import PolicyEngine
+    from vpol.engine.subjects import subject_for
+    from vpol.model.parse import parse_policy
+
+    doc = {
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "lazy"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE"], "resources": ["pods"]}]},
+            "variables": [
+                {"name": "bad", "expression": "object.spec.template.spec.containers.size() > 0"},
+                {"name": "kind", "expression": "object.kind == 'Pod' ? 'pod' : (variables.bad ? 'x' : 'y')"},
+            ],
+            "validations": [{"expression": "variables.kind == 'pod'"},
+                            {"expression": "object.kind == 'Pod' || variables.bad"}],
+        },
+    }
+    policy, problems = parse_policy(doc)
+    assert policy is not None, problems
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}, "spec": {"containers": []}}
+    assert PolicyEngine(policy).evaluate(subject_for(pod)).result == "pass"
+    doc["spec"]["validations"] = [{"expression": "variables.bad"}]
+    policy, _ = parse_policy(doc)
+    result = PolicyEngine(policy).evaluate(subject_for(pod))
+    assert result.result == "error" and "variable bad" in result.message

@@ -93,3 +93,25 @@ def test_crd_is_generated_from_the_validating_one() -> None:
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert {"mutations", "reinvocationPolicy", "matchConstraints", "variables"} <= set(spec)
     assert "validations" not in spec
+
+
+def test_a_resource_missing_from_patched_resources_is_not_checked_unless_required(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = EXAMPLES / "add-default-team-label"
+    copy = tmp_path / folder.name
+    subprocess.run(["cp", "-r", str(folder), str(copy)], check=True)
+    (copy / "patched.yaml").write_text("")  # nothing expected: every result would be "missing"
+    test = yaml.safe_load((copy / "kyverno-test.yaml").read_text())
+    for result in test["results"]:
+        if "patchedResources" in result:
+            result["failOnMissingResources"] = False
+            result["result"] = "fail"  # a wrong expectation that Kyverno's CLI does not check either
+    (copy / "kyverno-test.yaml").write_text(yaml.safe_dump(test))
+    assert main(["test", str(copy)]) == 0
+    capsys.readouterr()
+    for result in test["results"]:
+        if "patchedResources" in result:
+            result["failOnMissingResources"] = True
+    (copy / "kyverno-test.yaml").write_text(yaml.safe_dump(test))
+    assert main(["test", str(copy)]) == 1
+    assert "resource not found in patchedResources" in capsys.readouterr().out
