@@ -151,9 +151,12 @@ def run_test_document(doc: Document) -> TestOutcome:
             policy_name = str(expected.get("policy", ""))
             if any(m.policy.name == policy_name for m in mutating) and not expected.get("isValidatingPolicy"):
                 # patchedResources may be given per result (Kyverno's usual layout) or for the whole test.
-                wanted = list(expected_patched)
+                given = spec.get("patchedResources") or expected.get("patchedResources") or \
+                    expected.get("patchedResource")
+                wanted: list[Document] | None = list(expected_patched) if given else None
                 for path in _rel(base, expected.get("patchedResources") or expected.get("patchedResource")):
                     try:
+                        assert wanted is not None
                         wanted.extend(load_documents(Path(path)))
                     except InputError as exc:
                         outcome.problems.append(exc.problem)
@@ -217,7 +220,8 @@ def _without_namespace_default(obj: Any) -> Any:
 
 
 def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resources: list[Document],
-                    patched: list[Document], fail_on_missing: bool) -> list[Check]:
+                    patched: list[Document] | None, fail_on_missing: bool) -> list[Check]:
+    """``patched``: the expected patched resources, None when the test gives none."""
     policy = str(expected.get("policy", ""))
     kind = str(expected.get("kind", ""))
     want = str(expected.get("result", ""))
@@ -240,7 +244,7 @@ def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resour
             continue
         result, mutated = got
         check = _compare(test, policy, n, kind, want, result)
-        if patched:
+        if patched is not None:
             wanted = next((p.data for p in patched if isinstance(p.data, dict) and _identity(p.data) ==
                            _identity(mutated)), None)
             if wanted is None:
