@@ -156,6 +156,11 @@ def kubectl_denied(cluster: Any, obj: dict[str, Any], fragment: str, timeout: fl
     while True:
         proc = cluster.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
         if proc.returncode != 0:
+            # The API server picks a rewritten webhook configuration up asynchronously: right after the
+            # leader changed it, a call may still go to the previous (test) operator's URL. Retry that.
+            if "failed calling webhook" in proc.stderr and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
             assert fragment in proc.stderr, proc.stderr
             return
         cluster.kubectl("delete", "--wait=true", "-f", "-", input=json.dumps(obj), check=False)
