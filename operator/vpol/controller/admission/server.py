@@ -239,9 +239,20 @@ class WebhookServer:
         return web.json_response({"serving": self._pool is not None, "version": self.serving_version})
 
     async def _handle(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
         failure_policy = FAILURE_POLICIES[request.path]
-        webhook = failure_policy.lower()
+        return await self._answer(request, failure_policy, failure_policy.lower(), self._evaluate)
+
+    async def _handle_mutate(self, request: web.Request) -> web.Response:
+        """MutatingPolicies the API server cannot apply natively, evaluated by the same bounded workers as
+        validations (a runaway mutation costs a worker its deadline; the failurePolicy answers)."""
+        failure_policy = MUTATING_FAILURE_POLICIES[request.path]
+        return await self._answer(request, failure_policy, f"mutate-{failure_policy.lower()}", self._mutate)
+
+    async def _answer(self, request: web.Request, failure_policy: str, webhook: str,
+                      work: Callable[[EvaluatorPool, dict[str, Any], str, str], dict[str, Any]]) -> web.Response:
+        """Read the AdmissionReview, run ``work`` in a thread (never on the event loop), answer; any failure is
+        answered by the webhook's failurePolicy."""
+        started = time.perf_counter()
         review = await _review(request, webhook)
         if isinstance(review, web.Response):
             return review
@@ -253,13 +264,37 @@ class WebhookServer:
                 metrics.ADMISSION_DECISIONS.labels("", "error").inc()
             else:
                 answer = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._evaluate, pool, req, uid, failure_policy)
+                    self._executor, work, pool, req, uid, failure_policy)
         except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
             logger.exception("admission request %s failed", uid)
             answer = failure_response(uid, str(exc), failure_policy)
             metrics.ADMISSION_DECISIONS.labels("", "error").inc()
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
         return web.json_response(answer)
+
+    def _in_worker(self, pool: EvaluatorPool, call: Callable[[SandboxedEvaluator], tuple[Any, str]]
+                   ) -> tuple[Any, str]:
+        """``call`` on an idle worker of ``pool`` within the evaluation deadline: (outcome, "") or (None, why
+        not). A worker whose call failed is replaced off the request path."""
+        deadline = time.monotonic() + self.options.eval_timeout
+        try:
+            ev = pool.idle.get(timeout=self.options.eval_timeout)
+        except queue.Empty:
+            return None, "every evaluation worker is busy"
+        outcome, error = None, ""
+        try:
+            if time.monotonic() >= deadline:
+                error = "no evaluation worker became free in time"
+            else:
+                outcome, error = call(ev)
+        finally:
+            pool.release(ev, killed=outcome is None and bool(error))
+        return outcome, error
+
+    def _failed(self, uid: str, error: str, failure_policy: str) -> dict[str, Any]:
+        logger.warning("admission request %s: %s", uid, error)
+        metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+        return failure_response(uid, error, failure_policy)
 
     def _evaluate(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
         """In a thread: build the subject, evaluate it in a worker, decide."""
@@ -270,25 +305,10 @@ class WebhookServer:
         subject = subject_for_request(req, namespaced=self._namespaced(req))
         if subject.type.namespaced and subject.namespace:
             subject.namespace_object = self.namespaces.get(subject.namespace)
-        deadline = time.monotonic() + self.options.eval_timeout
-        try:
-            ev = pool.idle.get(timeout=self.options.eval_timeout)
-        except queue.Empty:
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-            return failure_response(uid, "every evaluation worker is busy", failure_policy)
         started = time.perf_counter()
-        results, error = None, ""
-        try:
-            if time.monotonic() >= deadline:
-                error = "no evaluation worker became free in time"
-            else:
-                results, error = ev.evaluate_once(subject, keys)
-        finally:
-            pool.release(ev, killed=results is None and bool(error))
+        results, error = self._in_worker(pool, lambda ev: ev.evaluate_once(subject, keys))
         if results is None:
-            logger.warning("admission request %s: %s", uid, error)
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-            return failure_response(uid, error, failure_policy)
+            return self._failed(uid, error, failure_policy)
         elapsed = time.perf_counter() - started
         decision = decide(results, snapshot.policies)
         for key, outcome in decision.outcomes:
@@ -297,31 +317,6 @@ class WebhookServer:
         return review_response(uid, decision)
 
     # -- mutations
-
-    async def _handle_mutate(self, request: web.Request) -> web.Response:
-        """MutatingPolicies the API server cannot apply natively, evaluated by the same bounded workers as
-        validations (a runaway mutation costs a worker its deadline; the failurePolicy answers)."""
-        started = time.perf_counter()
-        failure_policy = MUTATING_FAILURE_POLICIES[request.path]
-        webhook = f"mutate-{failure_policy.lower()}"
-        review = await _review(request, webhook)
-        if isinstance(review, web.Response):
-            return review
-        req, uid = review
-        pool = self._pool
-        try:
-            if pool is None:
-                answer = failure_response(uid, "the webhook has not loaded its policies yet", failure_policy)
-                metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-            else:
-                answer = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._mutate, pool, req, uid, failure_policy)
-        except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
-            logger.exception("admission request %s failed", uid)
-            answer = failure_response(uid, str(exc), failure_policy)
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-        metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
-        return web.json_response(answer)
 
     def _mutate(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
         """In a thread: every MutatingPolicy of this webhook, in name order, each on the last one's result."""
@@ -332,20 +327,9 @@ class WebhookServer:
             return mutation_response(uid, subject.object, subject.object, [], {})
         if subject.type.namespaced and subject.namespace:
             subject.namespace_object = self.namespaces.get(subject.namespace)
-        try:
-            ev = pool.idle.get(timeout=self.options.eval_timeout)
-        except queue.Empty:
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-            return failure_response(uid, "every evaluation worker is busy", failure_policy)
-        outcome, error = None, ""
-        try:
-            outcome, error = ev.mutate_once(subject, keys)
-        finally:
-            pool.release(ev, killed=outcome is None and bool(error))
+        outcome, error = self._in_worker(pool, lambda ev: ev.mutate_once(subject, keys))
         if outcome is None:
-            logger.warning("admission request %s: %s", uid, error)
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-            return failure_response(uid, error, failure_policy)
+            return self._failed(uid, error, failure_policy)
         mutated, results = outcome
         for r in results:
             metrics.ADMISSION_DECISIONS.labels(r.policy, "mutate" if r.properties.get("changed") == "true"
