@@ -88,8 +88,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
                                webhook_configuration=WEBHOOK_CONFIGURATION)
-    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, generation=options.vap_generation,
-                                     webhook=options.webhook)
+    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
+                                     generation=options.vap_generation, webhook=options.webhook)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
         await rt.admission.start()
@@ -197,29 +197,16 @@ def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) ->
     _enqueue(memo, mutating_key(name))
 
 
-def _generated_map_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],
-                         labels: Mapping[str, str], memo: Any) -> None:
-    owner = labels.get(POLICY_LABEL)
-    if not owner:
-        return
-    rt = _runtime(memo)
-    version = str(meta.get("resourceVersion", ""))
-    if event_type != "DELETED" and rt.mutating is not None and version and \
-            rt.mutating.generated_versions.get((kind, name)) == version:
-        return  # the echo of our own apply
-    _enqueue(memo, mutating_key(owner))
-
-
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
 def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
               memo: kopf.Memo, **_: Any) -> None:
-    _generated_map_event("MutatingAdmissionPolicy", type, name, meta, labels, memo)
+    _generated_event("MutatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", labels=GENERATED_LABELS)
 def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
                       memo: kopf.Memo, **_: Any) -> None:
-    _generated_map_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
+    _generated_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
@@ -252,15 +239,18 @@ def _coverage_changes(before: dict[str, int], event_type: str | None,
 
 def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],
                      labels: Mapping[str, str], memo: Any) -> None:
+    """A generated VAP, MAP or binding changed: its policy is reconciled (unless it is our own apply's echo)."""
     owner = labels.get(POLICY_LABEL)
     if not owner:
         return
     rt = _runtime(memo)
+    mutating = kind.startswith("MutatingAdmissionPolicy")
+    reconciler = rt.mutating if mutating else rt.reconciler
     version = str(meta.get("resourceVersion", ""))
-    if event_type != "DELETED" and rt.reconciler is not None and version and \
-            rt.reconciler.generated_versions.get((kind, name)) == version:
+    if event_type != "DELETED" and reconciler is not None and version and \
+            reconciler.generated_versions.get((kind, name)) == version:
         return  # the echo of our own apply
-    _enqueue(memo, owner)
+    _enqueue(memo, mutating_key(owner) if mutating else owner)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)

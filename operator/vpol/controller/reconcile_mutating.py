@@ -24,6 +24,7 @@ Queue keys are ``mpol:<name>`` (a colon cannot appear in object names).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -39,7 +40,7 @@ from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
 from vpol.kube.objects import Objects
-from vpol.model.parse import parse_exception, parse_mutating_policy
+from vpol.model.parse import parse_mutating_policy
 from vpol.model.policy import PolicyException
 
 logger = logging.getLogger(__name__)
@@ -63,9 +64,11 @@ def _selector(name: str) -> str:
 
 
 class MutatingReconciler:
-    def __init__(self, objects: Objects, discovery: DiscoveryCache, *, generation: str = GENERATION_ELIGIBLE,
-                 webhook: bool = True):
+    def __init__(self, objects: Objects, discovery: DiscoveryCache, exceptions: Callable[[], list[PolicyException]],
+                 *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True):
         self.objects = objects
+        #: The cluster's PolicyExceptions (the validating reconciler's reader).
+        self.exceptions = exceptions
         self.discovery = discovery
         self.generation = generation
         #: Whether this operator runs its admission webhook (which applies the non-native policies).
@@ -81,14 +84,6 @@ class MutatingReconciler:
             if discovery.resource(group, version, "mutatingadmissionpolicies") is not None:
                 return api_version
         return None
-
-    def _exceptions(self) -> list[PolicyException]:
-        out = []
-        for body in self.objects.list_exceptions():
-            exc, _problems = parse_exception(body)
-            if exc is not None:
-                out.append(exc)
-        return out
 
     def reconcile(self, key: str) -> ReconcileResult:
         name = key[len(KEY_PREFIX):] if is_mutating_key(key) else key
@@ -152,7 +147,7 @@ class MutatingReconciler:
                 findings.vap = (False, "NotEligible", f"skip generating MutatingAdmissionPolicy: {reason}")
                 why_not = reason
             else:
-                plan = desired_map_objects(policy, exceptions=self._exceptions(), force=True, api_version=api_version)
+                plan = desired_map_objects(policy, exceptions=self.exceptions(), force=True, api_version=api_version)
                 for obj in plan.objects:
                     obj["metadata"].setdefault("labels", {})[KIND_LABEL] = "MutatingPolicy"
                 ok, message = self._apply(plan.objects, result)
