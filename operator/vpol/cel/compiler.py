@@ -70,15 +70,12 @@ class Program:
     result_type: str = "dyn"
 
 
-@dataclass
-class CompiledPolicy:
-    policy: ValidatingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: (validation index, expression, messageExpression or None)
-    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
-    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+class CompiledOutcome:
+    """What every compiled policy kind says of itself: its problems, and the variables each set of
+    variable names needs at run time (filled by the engine, one entry per set, shared by every subject)."""
+
+    problems: list[Problem]
+    needed: dict[frozenset[str], list[str]]
 
     @property
     def ok(self) -> bool:
@@ -86,6 +83,18 @@ class CompiledPolicy:
 
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
+
+
+@dataclass
+class CompiledPolicy(CompiledOutcome):
+    policy: ValidatingPolicy
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+    #: (validation index, expression, messageExpression or None)
+    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
+    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -281,20 +290,14 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
 
 
 @dataclass
-class CompiledMutatingPolicy:
+class CompiledMutatingPolicy(CompiledOutcome):
     policy: MutatingPolicy
     match_conditions: list[tuple[str, Program]] = field(default_factory=list)
     variables: list[tuple[str, Program]] = field(default_factory=list)
     #: (mutation index, patch type, expression)
     mutations: list[tuple[int, str, Program]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(p.severity == "error" for p in self.problems)
-
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == "error"]
+    needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
 
 
 def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:

@@ -108,25 +108,12 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             policy, problems = parse_policy(doc.data, doc)
             out.problems.extend(problems)
             if policy is not None:
-                first = next((p for p in out.policies if (p.kind, p.key) == (policy.kind, policy.key)), None)
-                if first is not None:
-                    # Two objects of one name cannot exist in a cluster: which one is meant?
-                    out.problems.append(policy.locate(Problem(
-                        f'duplicate {policy.kind} "{policy.key}" (first in {first.source or "the input"})',
-                        path="metadata.name")))
-                    continue
-                out.policies.append(policy)
+                _add_unique(policy, out.policies, out)
         elif is_mutating_policy_document(doc.data):
             mpol, problems = parse_mutating_policy(doc.data, doc)
             out.problems.extend(problems)
             if mpol is not None:
-                first_m = next((p for p in out.mutating if p.key == mpol.key), None)
-                if first_m is not None:
-                    out.problems.append(mpol.locate(Problem(
-                        f'duplicate {mpol.kind} "{mpol.key}" (first in {first_m.source or "the input"})',
-                        path="metadata.name")))
-                    continue
-                out.mutating.append(mpol)
+                _add_unique(mpol, out.mutating, out)
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)
@@ -136,6 +123,17 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.append(_not_a_policy(doc))
         # Anything else (resources, test files...) often sits beside policies: passed over.
     return out
+
+
+def _add_unique(policy: Any, into: list[Any], out: Loaded) -> None:
+    """Append ``policy`` unless one of its kind and key is already there (then that is an error)."""
+    first = next((p for p in into if (p.kind, p.key) == (policy.kind, policy.key)), None)
+    if first is not None:
+        # Two objects of one name cannot exist in a cluster: which one is meant?
+        out.problems.append(policy.locate(Problem(
+            f'duplicate {policy.kind} "{policy.key}" (first in {first.source or "the input"})', path="metadata.name")))
+        return
+    into.append(policy)
 
 
 def _names_a_policy_kind(data: Any) -> bool:

@@ -28,7 +28,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from vpol.cel.compiler import compile_mutating_policy, variable_references
-from vpol.desired.vap import VapPlan, _exception_parts, _metadata, kubernetes_only_failure, qualified_conditions
+from vpol.desired.vap import (
+    VapPlan,
+    exception_parts,
+    generated_metadata,
+    kubernetes_only_failure,
+    qualified_conditions,
+    spec_fields,
+)
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException
@@ -64,7 +71,7 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
 
 def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: Sequence[PolicyException],
           api_version: str) -> list[dict[str, Any]]:
-    conditions, _allowed = _exception_parts(policy, exceptions)  # type: ignore[arg-type]
+    conditions, _allowed = exception_parts(policy, exceptions)
     map_spec: dict[str, Any] = {"matchConstraints": spec["matchConstraints"]}
     match_conditions = qualified_conditions(conditions + list(spec.get("matchConditions") or []))
     if match_conditions:
@@ -74,18 +81,17 @@ def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: S
     map_spec["mutations"] = spec["mutations"]
     map_spec["failurePolicy"] = policy.spec.failure_policy
     map_spec["reinvocationPolicy"] = policy.spec.reinvocation_policy
-    metadata = _metadata(name, policy)  # type: ignore[arg-type]
+    metadata = generated_metadata(name, policy)
     return [
         {"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": metadata, "spec": map_spec},
         {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding",
-         "metadata": _metadata(f"{name}-binding", policy),  # type: ignore[arg-type]
+         "metadata": generated_metadata(f"{name}-binding", policy),
          "spec": {"policyName": name}},
     ]
 
 
 def _clean(spec: dict[str, Any]) -> dict[str, Any]:
-    keep = ("matchConstraints", "matchConditions", "variables", "mutations")
-    return {k: v for k, v in spec.items() if k in keep and v is not None}
+    return spec_fields(spec, ("matchConstraints", "matchConditions", "variables", "mutations"))
 
 
 def desired_map_objects(policy: MutatingPolicy, *, exceptions: Sequence[PolicyException] = (),

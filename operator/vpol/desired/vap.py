@@ -26,10 +26,13 @@ from typing import Any
 
 from vpol.cel.compiler import compile_policy
 from vpol.engine.autogen import autogen_configs
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 from vpol.model.problems import Problem
 
 VAP_API_VERSION = "admissionregistration.k8s.io/v1"
+#: The policy kinds vpol generates native admission policies from (their identity is all the helpers read).
+AnyPolicy = ValidatingPolicy | MutatingPolicy
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "vpol"
 POLICY_LABEL = "vpol.kyverno.io/policy"
@@ -80,7 +83,7 @@ def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:
     return f"{first.path}: {first.message}"
 
 
-def _owner(policy: ValidatingPolicy) -> dict[str, Any]:
+def _owner(policy: AnyPolicy) -> dict[str, Any]:
     return {
         "apiVersion": policy.api_version,
         "kind": policy.kind,
@@ -91,14 +94,14 @@ def _owner(policy: ValidatingPolicy) -> dict[str, Any]:
     }
 
 
-def _metadata(name: str, policy: ValidatingPolicy) -> dict[str, Any]:
+def generated_metadata(name: str, policy: AnyPolicy) -> dict[str, Any]:
     md: dict[str, Any] = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_LABEL: policy.name}}
     if policy.uid:
         md["ownerReferences"] = [_owner(policy)]
     return md
 
 
-def _exception_parts(policy: ValidatingPolicy, exceptions: Sequence[PolicyException]) -> tuple[
+def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) -> tuple[
         list[dict[str, str]], dict[str, list[str]]]:
     conditions: list[dict[str, str]] = []
     allowed: dict[str, list[str]] = {"allowedImages": [], "allowedValues": []}
@@ -149,7 +152,7 @@ def qualified_conditions(conditions: Sequence[Any]) -> list[Any]:
 
 def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
           exceptions: Sequence[PolicyException]) -> list[dict[str, Any]]:
-    conditions, allowed = _exception_parts(policy, exceptions)
+    conditions, allowed = exception_parts(policy, exceptions)
     vap_spec: dict[str, Any] = {}
     if "matchConstraints" in spec:
         vap_spec["matchConstraints"] = spec["matchConstraints"]
@@ -174,13 +177,13 @@ def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
     vap = {
         "apiVersion": VAP_API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": _metadata(name, policy),
+        "metadata": generated_metadata(name, policy),
         "spec": vap_spec,
     }
     binding = {
         "apiVersion": VAP_API_VERSION,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": _metadata(f"{name}-binding", policy),
+        "metadata": generated_metadata(f"{name}-binding", policy),
         "spec": {"policyName": name, "validationActions": list(policy.spec.validation_actions)},
     }
     return [vap, binding]
@@ -206,6 +209,10 @@ def desired_objects(policy: ValidatingPolicy, *, exceptions: Sequence[PolicyExce
     return VapPlan(objects=objects)
 
 
-def _clean_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    keep = ("matchConstraints", "matchConditions", "variables", "validations", "auditAnnotations")
+def spec_fields(spec: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of a policy spec a generated admission policy carries (those set)."""
     return {k: v for k, v in spec.items() if k in keep and v is not None}
+
+
+def _clean_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    return spec_fields(spec, ("matchConstraints", "matchConditions", "variables", "validations", "auditAnnotations"))

@@ -31,7 +31,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel.compiler import CompiledPolicy, Program, compile_expression, compile_policy
+from vpol.cel.compiler import CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression, compile_policy
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.values import to_activation
 from vpol.engine.autogen import autogen_configs
@@ -169,7 +169,8 @@ _NON_CEL = "Non-CEL value type"
 class _PolicyRun:
     """Evaluation state of one policy on one subject (lazy variables)."""
 
-    def __init__(self, compiled: CompiledPolicy, data: SubjectData, exceptions: dict[str, Any] | None):
+    def __init__(self, compiled: CompiledPolicy | CompiledMutatingPolicy, data: SubjectData,
+                 exceptions: dict[str, Any] | None):
         self.compiled = compiled
         self.data = data
         self.exceptions = exceptions
@@ -179,15 +180,10 @@ class _PolicyRun:
         self.order = [name for name, _ in compiled.variables]
         #: Variable values are passed on as evaluated; converted only when an Activation refuses one.
         self.converted = False
-        cache = getattr(compiled, "_needed_cache", None)
-        if cache is None:
-            cache = {}
-            setattr(compiled, "_needed_cache", cache)
-        self._needed_cache: dict[frozenset[str], list[str]] = cache
 
     def _needed(self, uses: frozenset[str]) -> list[str]:
         """The variables ``uses`` needs, transitively, in declaration order (cached per compiled policy)."""
-        cached = self._needed_cache.get(uses)
+        cached = self.compiled.needed.get(uses)
         if cached is not None:
             return cached
         need: set[str] = set()
@@ -199,7 +195,7 @@ class _PolicyRun:
             need.add(name)
             stack.extend(self.programs[name].uses)
         out = [n for n in self.order if n in need]
-        self._needed_cache[uses] = out
+        self.compiled.needed[uses] = out
         return out
 
     def _run(self, prog: Program, names: Iterable[str]) -> Any:

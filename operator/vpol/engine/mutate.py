@@ -122,7 +122,7 @@ class MutatingPolicyEngine:
         if exempt is not None:
             outcome, message, _name = exempt
             return self._result(subject, original, outcome, message)
-        run = _PolicyRun(compiled, data, None)  # type: ignore[arg-type]
+        run = _PolicyRun(compiled, data, None)
         stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
         if stop is not None:
             return self._result(subject, original, *stop)

@@ -390,6 +390,30 @@ def _valid_key(key: str) -> bool:
     return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
 
 
+def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tuple[str, ...]
+          ) -> tuple[Reader, str | None, str]:
+    """The reader of a policy document and its apiVersion and kind, checked against what is served
+    (apiVersion None: the document is not even an object)."""
+    name_hint = data.get("metadata", {}).get("name", "") if isinstance(data, dict) and isinstance(
+        data.get("metadata"), dict) else ""
+    r = Reader(doc, object_ref=f"{kinds[0]}/{name_hint}" if name_hint else kinds[0])
+    if not isinstance(data, dict):
+        r.problem("", f"a policy must be an object, not {_kind(data)}")
+        return r, None, ""
+    api_version = str(data.get("apiVersion", ""))
+    kind = str(data.get("kind", ""))
+    group, _, version = api_version.partition("/")
+    if kind not in kinds:
+        expected = kinds[0] if len(kinds) == 1 else "one of " + ", ".join(kinds)
+        r.problem("kind", f'unsupported kind "{kind}": expected {expected}')
+    if group != GROUP or version not in versions:
+        r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/'
+                                f'{{{",".join(versions)}}}')
+    if kind in kinds:
+        r.object_ref = f"{kind}/{name_hint}" if name_hint else kind
+    return r, api_version, kind
+
+
 def is_policy_document(data: Any) -> bool:
     return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
         data.get("kind") in KINDS
@@ -397,22 +421,9 @@ def is_policy_document(data: Any) -> bool:
 
 def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPolicy | None, list[Problem]]:
     """Parse one ValidatingPolicy document. Returns the policy (None when invalid) and all problems."""
-    name_hint = data.get("metadata", {}).get("name", "") if isinstance(data, dict) and isinstance(
-        data.get("metadata"), dict) else ""
-    r = Reader(doc, object_ref=f"ValidatingPolicy/{name_hint}" if name_hint else "ValidatingPolicy")
-    if not isinstance(data, dict):
-        r.problem("", f"a policy must be an object, not {_kind(data)}")
+    r, api_version, kind = _head(data, doc, KINDS, VERSIONS)
+    if api_version is None:
         return None, r.problems
-    api_version = str(data.get("apiVersion", ""))
-    kind = str(data.get("kind", ""))
-    group, _, version = api_version.partition("/")
-    if kind not in KINDS:
-        r.problem("kind", f'unsupported kind "{kind}": expected one of {", ".join(KINDS)}')
-    if group != GROUP or version not in VERSIONS:
-        r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/'
-                                f'{{{",".join(VERSIONS)}}}')
-    if kind in KINDS:
-        r.object_ref = f"{kind}/{name_hint}" if name_hint else kind
     name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == "NamespacedValidatingPolicy")
     if "spec" not in data or data.get("spec") is None:
         r.problem("spec", "required field is missing")
@@ -547,19 +558,9 @@ def is_mutating_policy_document(data: Any) -> bool:
 
 def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
     """Parse one MutatingPolicy document. Returns the policy (None when invalid) and all problems."""
-    name_hint = data.get("metadata", {}).get("name", "") if isinstance(data, dict) and isinstance(
-        data.get("metadata"), dict) else ""
-    r = Reader(doc, object_ref=f"{MUTATING_KIND}/{name_hint}" if name_hint else MUTATING_KIND)
-    if not isinstance(data, dict):
-        r.problem("", f"a policy must be an object, not {_kind(data)}")
+    r, api_version, _kind_name = _head(data, doc, (MUTATING_KIND,), MUTATING_VERSIONS)
+    if api_version is None:
         return None, r.problems
-    api_version = str(data.get("apiVersion", ""))
-    group, _, version = api_version.partition("/")
-    if data.get("kind") != MUTATING_KIND:
-        r.problem("kind", f'unsupported kind "{data.get("kind")}": expected {MUTATING_KIND}')
-    if group != GROUP or version not in MUTATING_VERSIONS:
-        r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/'
-                                f'{{{",".join(MUTATING_VERSIONS)}}}')
     name, _namespace, labels, annotations, uid, generation = _metadata(r, data, False)
     if "spec" not in data or data.get("spec") is None:
         r.problem("spec", "required field is missing")
