@@ -23,8 +23,6 @@ activation holding their values.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,22 +39,6 @@ from vpol.model.policy import PolicyException, ValidatingPolicy
 from vpol.model.problems import Problem
 
 PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
-
-#: What cel-expr-python says for an optional selection or index on a null (or on an optional of one).
-_OPTIONAL_ON_NULL = re.compile(r"No matching overloads found : (_\?\._\(null_type|_\[\?_\])")
-
-
-def _drop_nulls(value: Any) -> Any:
-    """``value`` without null map entries, at any depth (the same object when it has none)."""
-    if isinstance(value, dict):
-        items = {k: _drop_nulls(v) for k, v in value.items() if v is not None}
-        if len(items) == len(value) and all(items[k] is value[k] for k in items):
-            return value
-        return items
-    if isinstance(value, list):
-        converted = [_drop_nulls(v) for v in value]
-        return value if all(a is b for a, b in zip(converted, value)) else converted
-    return value
 
 
 @dataclass
@@ -353,27 +335,9 @@ class PolicyEngine:
                 if data is None or data.mode != compiled.policy.spec.evaluation.mode:
                     data = SubjectData(subject, compiled.policy.spec.evaluation.mode)
                 result = self._evaluate(compiled, subject, data)
-                if result.result == ERROR and _OPTIONAL_ON_NULL.search(result.message):
-                    retried = self._without_nulls(compiled, subject)
-                    if retried is not None:
-                        result = retried
                 result.autogen = config
                 return result
         return None
-
-    def _without_nulls(self, compiled: CompiledPolicy, subject: Subject) -> Result | None:
-        """The policy evaluated again with null fields left out of the objects (None if there were none).
-
-        cel-go's optional selection on a null (``x.?f``, ``x[?k]`` where x is null, as a YAML field left
-        empty is) gives optional.none(); cel-expr-python has no overload for it and errors. Evaluating
-        the objects without their null fields gives what cel-go gives there; it is done only after such
-        an error, so results that did not error are never touched.
-        """
-        obj, old = _drop_nulls(subject.object), _drop_nulls(subject.old_object)
-        if obj is subject.object and old is subject.old_object:
-            return None
-        clean = dataclasses.replace(subject, object=obj, old_object=old)
-        return self._evaluate(compiled, clean, SubjectData(clean, compiled.policy.spec.evaluation.mode))
 
     def _result(self, subject: Subject, result: str, message: str, **kw: Any) -> Result:
         obj = subject.current

@@ -34,12 +34,10 @@ from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
-    _OPTIONAL_ON_NULL,
     CompiledException,
     EvaluationError,
     Result,
     SubjectData,
-    _drop_nulls,
     _PolicyRun,
     conditions_outcome,
     exception_outcome,
@@ -91,12 +89,6 @@ class MutatingPolicyEngine:
         for config, compiled in self.variants:
             if constraints_match(compiled.policy.spec.match_constraints, subject):
                 outcome = self._mutate(compiled, subject)
-                if outcome.result.result == ERROR and _OPTIONAL_ON_NULL.search(outcome.result.message):
-                    # As for validations (vpol.engine.evaluate): cel-go's optional selection through a null
-                    # is optional.none(); evaluate again without the null fields.
-                    clean = _drop_nulls(subject.object)
-                    if clean is not subject.object:
-                        outcome = self._mutate(compiled, dataclasses.replace(subject, object=clean))
                 outcome.result.autogen = config
                 return outcome
         return None
