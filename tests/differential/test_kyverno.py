@@ -15,6 +15,7 @@ Locally the test is skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) th
 from __future__ import annotations
 
 import copy
+import os
 import random
 import re
 import shutil
@@ -290,7 +291,7 @@ def test_vpol_agrees_with_kyverno_on_every_suite_and_variation(tmp_path: Path) -
                      None)
         if found:
             explained[found["class"]] = explained.get(found["class"], 0) + 1
-            if __import__("os").environ.get("VPOL_SHOW_DEVIATIONS"):
+            if os.environ.get("VPOL_SHOW_DEVIATIONS"):  # print every explained pair too
                 print(f"DEVIATION {found['class']}: {suite}: {policy} on {cols[4]}: {ours[:400]}")
         else:
             unexplained.append(f"{suite}: {policy} on {cols[4]}: kyverno says {cols[6]!r}; vpol: {ours[:300]}")

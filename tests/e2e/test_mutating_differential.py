@@ -16,6 +16,7 @@ server-set metadata is removed. A policy that the API server refuses to apply
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 import time
@@ -203,7 +204,7 @@ def test_vpol_apply_mutates_like_the_generated_maps(cluster: Any, unique_name: A
                 changed += got != defaulted
                 if got != vpol_obj:
                     diff = "\n".join(
-                        __import__("difflib").unified_diff(
+                        difflib.unified_diff(
                             yaml.safe_dump(got, sort_keys=True).splitlines(),
                             yaml.safe_dump(vpol_obj, sort_keys=True).splitlines(), "api-server", "vpol",
                             lineterm=""))

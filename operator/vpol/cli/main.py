@@ -8,7 +8,6 @@ unreadable input or bad usage.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -88,7 +87,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import concurrent.futures
     import queue
 
-    from vpol.engine.evaluate import PolicyEngine, Result, compile_exception
+    from vpol.engine.evaluate import PolicyEngine, compile_exception
     from vpol.engine.request import Subject
     from vpol.engine.mutate import MutatingPolicyEngine
     from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
