@@ -19,6 +19,11 @@ class BackendUnavailable(RuntimeError):
     """The data an I/O library asks for cannot be had here."""
 
 
+class ObjectNotFound(LookupError):
+    """The object asked for does not exist (the API server's NotFound): ``resource.Get`` yields null then,
+    as in Kyverno, where every other failure is an error."""
+
+
 class Backend:
     """Base backend: every call fails with a clear reason.
 

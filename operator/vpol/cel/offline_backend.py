@@ -27,7 +27,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from vpol.cel.backend import Backend, BackendUnavailable
+from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
 
 _CLI_GROUP = "cli.kyverno.io"
 
@@ -37,6 +37,10 @@ class NotFound(LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not found"
+
+
+class MissingObject(NotFound, ObjectNotFound):
+    """No such object in the offline data (``resource.Get`` yields null)."""
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -209,7 +213,7 @@ class OfflineBackend(Backend):
             raise BackendUnavailable(f"the {subresource} subresource is not available offline")
         found = self._objects.get((group, version, plural), {}).get(namespace, {}).get(name)
         if found is None:
-            raise NotFound(f'{_group_resource(group, plural)} "{name}" not found')
+            raise MissingObject(f'{_group_resource(group, plural)} "{name}" not found')
         return copy.deepcopy(found)
 
     def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:

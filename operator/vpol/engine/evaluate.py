@@ -35,7 +35,7 @@ from vpol.cel.values import to_activation
 from vpol.engine.autogen import autogen_configs
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException, ValidatingPolicy, Validation
 from vpol.model.problems import Problem
 
 PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
@@ -290,7 +290,8 @@ def _exempted(exempt: CompiledException) -> tuple[str, str, str]:
     """(result, message, exception name) of a subject a PolicyException exempts."""
     e = exempt.exception
     outcome = PASS if e.report_result == "pass" else SKIP
-    return outcome, f"rule is skipped due to policy exception {e.namespace + '/' if e.namespace else ''}{e.name}", e.name
+    how = "passed" if outcome == PASS else "skipped"
+    return outcome, f"rule is {how} due to policy exception: {e.namespace + '/' if e.namespace else ''}{e.name}", e.name
 
 
 def exception_outcome(exceptions: Sequence[CompiledException], data: SubjectData) -> tuple[str, str, str] | None:
@@ -299,8 +300,21 @@ def exception_outcome(exceptions: Sequence[CompiledException], data: SubjectData
     return _exempted(exempt) if exempt is not None else None
 
 
-def _default_message(src: str) -> str:
-    return f"failed expression: {' '.join(src.split())}"
+def failure_message(validation: Validation, index: int, run: _PolicyRun, message_program: Program | None) -> str:
+    """The message of a failed validation, as Kyverno's engine words it (its CLI, reports and webhook; a
+    generated VAP is the API server's, which falls back to ``message`` instead): the messageExpression's
+    value when it has one, a note saying why when it cannot be evaluated or is not a string, else
+    ``message``, and a default naming the validation when that is empty."""
+    message = validation.message
+    if message_program is not None:
+        try:
+            value = run.eval(message_program)
+        except EvaluationError as exc:
+            message = f"failed to evaluate message expression: {exc}"
+        else:
+            message = value if isinstance(value, str) else \
+                f"failed to convert message expression to string: {type(value).__name__} is not a string"
+    return message or f"CEL expression validation failed at index {index}"
 
 
 class PolicyEngine:
@@ -386,15 +400,7 @@ class PolicyEngine:
             if value is not False:
                 return self._result(subject, ERROR, f"{prog.path}: expected a bool, got {type(value).__name__}",
                                     validation=index, properties=properties)
-            validation = compiled.policy.spec.validations[index]
-            message = validation.message or _default_message(validation.expression)
-            if msg_prog is not None:
-                try:
-                    msg = run.eval(msg_prog)
-                    if isinstance(msg, str) and msg.strip():
-                        message = msg
-                except EvaluationError:
-                    pass  # the API server also falls back to message on a messageExpression error
+            message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
             return self._result(subject, FAIL, message, validation=index, properties=properties)
         return self._result(subject, PASS, "success", properties=properties)
 

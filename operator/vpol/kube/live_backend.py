@@ -18,7 +18,7 @@ import time
 import urllib.request
 from typing import Any
 
-from vpol.cel.backend import Backend, BackendUnavailable
+from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
 from vpol.model.discovery import builtin
 
 CACHE_SECONDS = 10.0
@@ -65,6 +65,8 @@ class LiveBackend(Backend):
             data = json.loads(resp.data)
             resp.release_conn()
         except ApiException as exc:
+            if exc.status == 404:
+                raise ObjectNotFound(f"GET {path}: not found") from None
             raise BackendUnavailable(f"GET {path}: {exc.status} {exc.reason}") from None
         if len(self._cache) > 1000:
             self._cache.clear()

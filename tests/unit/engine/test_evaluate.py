@@ -34,12 +34,20 @@ def test_pass_and_fail_with_message():
     assert (res.result, res.message, res.validation) == ("fail", "host network is not allowed", 0)
 
 
-def test_message_expression_wins_and_default_message_names_expression():
+def test_failure_messages_are_worded_as_kyverno_words_them():
+    # (tests/differential compares them with Kyverno's engine on the whole corpus)
     policy = make_policy(validations=[{"expression": "false", "message": "static",
                                        "messageExpression": "'pod ' + object.metadata.name"}])
     assert run(policy, pod("web")).message == "pod web"
-    res = run(make_policy(validations=[{"expression": "1 > 2"}]), pod())
-    assert res.result == "fail" and "1 > 2" in res.message
+    res = run(make_policy(validations=[{"expression": "true"}, {"expression": "1 > 2"}]), pod())
+    assert (res.result, res.message) == ("fail", "CEL expression validation failed at index 1")
+    # a messageExpression that fails says so instead of falling back to message (the API server falls back)
+    res = run(make_policy(validations=[{"expression": "false", "message": "static",
+                                        "messageExpression": "'n: ' + object.metadata.labels['missing']"}]), pod())
+    assert res.result == "fail" and res.message.startswith("failed to evaluate message expression: ")
+    # an empty messageExpression value: the default, not message
+    res = run(make_policy(validations=[{"expression": "false", "message": "static", "messageExpression": "''"}]), pod())
+    assert res.message == "CEL expression validation failed at index 0"
 
 
 def test_first_false_validation_is_reported():

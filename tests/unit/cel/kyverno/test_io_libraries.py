@@ -50,13 +50,20 @@ def test_resource_get_optional_field_access(offline: OfflineBackend) -> None:
     assert value('resource.get("v1", "configmaps", "default", "cm").data[?"missing"].orValue("none")', backend=offline) == "none"
 
 
-def test_resource_get_missing(offline: OfflineBackend) -> None:
-    message = error('resource.Get("v1", "configmaps", "default", "nope")', backend=offline)
-    assert message.endswith('resource.Get("v1", "configmaps", "default", "nope"): failed to get resource: configmaps "nope" not found')
+def test_resource_get_missing_is_null(offline: OfflineBackend) -> None:
+    # Kyverno's resource library answers NotFound with null (other failures are errors)
+    assert value('resource.Get("v1", "configmaps", "default", "nope") == null', backend=offline) is True
     # wrong namespace: the object is namespaced
-    assert 'configmaps "cm" not found' in error('resource.Get("v1", "configmaps", "team", "cm")', backend=offline)
-    # group in the message as the API server writes it
-    assert 'deployments.apps "x" not found' in error('resource.Get("apps/v1", "deployments", "team", "x")', backend=offline)
+    assert value('resource.Get("v1", "configmaps", "team", "cm")', backend=offline) is None
+    assert value('resource.get("apps/v1", "deployments", "team", "x") == null', backend=offline) is True
+    # reading a field of it is still an error
+    assert error('resource.Get("v1", "configmaps", "default", "nope").data', backend=offline)
+
+
+def test_resource_get_other_failures_are_errors() -> None:
+    message = error('resource.Get("v1", "configmaps", "default", "cm")', backend=Backend())
+    assert message.endswith('resource.Get("v1", "configmaps", "default", "cm"): failed to get resource: '
+                            'resource.Get is not available (none backend)')
 
 
 def test_resource_get_status_subresource(offline: OfflineBackend) -> None:

@@ -3,7 +3,8 @@
 Members (each also in camel case: ``get``, ``list``, ``post``, ``toGVR``):
 
 * ``resource.Get(apiVersion, resource, namespace, name)`` -> the object (a
-  map); ``namespace`` is ``""`` for cluster-scoped resources. Variants take a
+  map), or null when it does not exist (Kyverno's answer to NotFound);
+  ``namespace`` is ``""`` for cluster-scoped resources. Variants take a
   ``GroupVersionResource`` from ``ToGVR`` instead of ``apiVersion, resource``,
   and/or a trailing list of subresources (asked of the backend as
   ``resource/sub``).
@@ -26,7 +27,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel import types
+from vpol.cel import backend, types
 from vpol.cel.declare import STRING, STRING_LIST, STRING_MAP, STRING_STRING_MAP, message
 from vpol.cel.libraries.kyverno.backend_call import call, describe
 from vpol.cel.libraries.kyverno.declarations import Fn
@@ -51,16 +52,18 @@ def _object(result: Any) -> dict[str, Any]:
     return dict(result)
 
 
-def get(name: str, api_version: str, resource: str, namespace: str, obj_name: str, subresources: Sequence[str] = ()) -> dict[str, Any]:
+def get(name: str, api_version: str, resource: str, namespace: str, obj_name: str, subresources: Sequence[str] = ()) -> dict[str, Any] | None:
     path = "/".join([resource, *subresources])
     args: list[Any] = [api_version, resource, namespace, obj_name] + ([list(subresources)] if subresources else [])
-    return _object(
-        call(
-            describe(f"resource.{name}", *args),
-            "failed to get resource",
-            lambda b: b.get_resource(api_version, path, namespace, obj_name),
-        )
-    )
+
+    def request(b: backend.Backend) -> dict[str, Any] | None:
+        try:
+            return b.get_resource(api_version, path, namespace, obj_name)
+        except backend.ObjectNotFound:
+            return None
+
+    found = call(describe(f"resource.{name}", *args), "failed to get resource", request)
+    return None if found is None else _object(found)
 
 
 def _matches(item: Any, labels: Mapping[str, str]) -> bool:
@@ -108,19 +111,22 @@ def variables() -> dict[str, tuple[cel.Type, Any]]:
 def _functions(names: tuple[str, str, str, str], style: str) -> list[Fn]:
     T = cel.Type
     obj = T.Map(T.STRING, T.DYN)
+    # Kyverno declares Get as map(string, any) but answers null for a missing object; cel-expr-python checks
+    # a function's value against its declared type, so Get is declared dyn here.
+    maybe_obj = T.DYN
 
     def fn(function: str, sig: str, result: cel.Type, params: tuple[Any, ...], impl: Any) -> Fn:
         return Fn(LIBRARY, function, f"kyverno_resource_{function.lower()}_{sig}_{style}", result, (_CTX, *params), impl, member=True)
 
     get_name, list_name, post_name, gvr_name = names
     return [
-        fn(get_name, "string_string_string_string", obj, (STRING, STRING, STRING, STRING),
+        fn(get_name, "string_string_string_string", maybe_obj, (STRING, STRING, STRING, STRING),
            lambda _c, av, r, ns, n: get(get_name, av, r, ns, n)),
-        fn(get_name, "string_string_string_string_list", obj, (STRING, STRING, STRING, STRING, STRING_LIST),
+        fn(get_name, "string_string_string_string_list", maybe_obj, (STRING, STRING, STRING, STRING, STRING_LIST),
            lambda _c, av, r, ns, n, sub: get(get_name, av, r, ns, n, sub)),
-        fn(get_name, "gvr_string_string", obj, (_GVR, STRING, STRING),
+        fn(get_name, "gvr_string_string", maybe_obj, (_GVR, STRING, STRING),
            lambda _c, g, ns, n: get(get_name, _api_version(g), g.resource, ns, n)),
-        fn(get_name, "gvr_string_string_list", obj, (_GVR, STRING, STRING, STRING_LIST),
+        fn(get_name, "gvr_string_string_list", maybe_obj, (_GVR, STRING, STRING, STRING_LIST),
            lambda _c, g, ns, n, sub: get(get_name, _api_version(g), g.resource, ns, n, sub)),
         fn(list_name, "string_string_string", obj, (STRING, STRING, STRING),
            lambda _c, av, r, ns: list_(list_name, av, r, ns)),

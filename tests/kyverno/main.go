@@ -1,0 +1,272 @@
+// The Kyverno oracle of vpol's differential test (tests/differential): Kyverno's own CEL policy engine,
+// nothing of its CLI. It imports the ValidatingPolicy and MutatingPolicy compilers and engines of the
+// kyverno/kyverno module (pinned in go.mod) with their fake context provider, and evaluates every policy
+// of one case on every resource of it.
+//
+// Input (stdin, JSON): one case
+//
+//	validating, namespacedValidating, mutating, exceptions
+//	             policy documents as written (apiVersion and kind kept)
+//	resources    [{object, namespaced}]  namespaced: the kind is namespaced (the test harness knows the
+//	             kinds; an object of a namespaced kind without a namespace is placed in "default" as
+//	             Kyverno's CLI does)
+//	operation    CREATE (default), UPDATE or DELETE, shaped as Kyverno's CLI shapes them
+//	userInfo     the admission user (authentication/v1 UserInfo)
+//	namespaces   [Namespace]  what namespaceObject resolves to (nil for any other namespace, as in
+//	             Kyverno's CLI, which knows only the namespaces of its values file)
+//	context      {resources: [object], images: [image as in a CLI Context file],
+//	             httpMocks: {"GET:url": {body, statusCode}}}
+//
+// Output (stdout, JSON): {"error": compile error} or {"results": [per resource {"policies": [{"policy",
+// "rules": [{"status", "message"}]}], "patched": object or null, "error"}]}. A policy appears once per
+// compiled variant (autogen variants share the policy's name); variants that did not match have no rules.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	policiesv1beta1 "github.com/kyverno/api/api/policies.kyverno.io/v1beta1"
+	celengine "github.com/kyverno/kyverno/pkg/cel/engine"
+	"github.com/kyverno/kyverno/pkg/cel/libs"
+	"github.com/kyverno/kyverno/pkg/cel/matching"
+	mpolcompiler "github.com/kyverno/kyverno/pkg/cel/policies/mpol/compiler"
+	mpolengine "github.com/kyverno/kyverno/pkg/cel/policies/mpol/engine"
+	vpolcompiler "github.com/kyverno/kyverno/pkg/cel/policies/vpol/compiler"
+	vpolengine "github.com/kyverno/kyverno/pkg/cel/policies/vpol/engine"
+	engineapi "github.com/kyverno/kyverno/pkg/engine/api"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
+)
+
+type resourceCase struct {
+	Object     map[string]any `json:"object"`
+	Namespaced bool           `json:"namespaced"`
+}
+
+// imageData has the fields (and JSON names) of an image in a Kyverno CLI Context file: the CLI hands each
+// image to the context provider as the map its JSON form decodes to, and so does this oracle.
+type imageData struct {
+	Image         string `json:"image"`
+	ResolvedImage string `json:"resolvedImage"`
+	Registry      string `json:"registry"`
+	Repository    string `json:"repository"`
+	Tag           string `json:"tag,omitempty"`
+	Digest        string `json:"digest,omitempty"`
+	ImageIndex    any    `json:"imageIndex,omitempty"`
+	Manifest      any    `json:"manifest,omitempty"`
+	ConfigData    any    `json:"config,omitempty"`
+}
+
+type caseContext struct {
+	Resources []map[string]any `json:"resources"`
+	Images    []imageData      `json:"images"`
+	HTTPMocks map[string]any   `json:"httpMocks"`
+}
+
+type input struct {
+	Validating []json.RawMessage         `json:"validating"`
+	Namespaced []json.RawMessage         `json:"namespacedValidating"`
+	Mutating   []json.RawMessage         `json:"mutating"`
+	Exceptions []json.RawMessage         `json:"exceptions"`
+	Resources  []resourceCase            `json:"resources"`
+	Operation  string                    `json:"operation"`
+	UserInfo   authenticationv1.UserInfo `json:"userInfo"`
+	Namespaces []corev1.Namespace        `json:"namespaces"`
+	Context    caseContext               `json:"context"`
+}
+
+type rule struct {
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+type policyResult struct {
+	Policy string `json:"policy"`
+	Rules  []rule `json:"rules"`
+}
+
+type resourceResult struct {
+	Policies []policyResult `json:"policies"`
+	Patched  map[string]any `json:"patched"`
+	Error    string         `json:"error,omitempty"`
+}
+
+func rules(in []engineapi.RuleResponse) []rule {
+	out := make([]rule, 0, len(in))
+	for i := range in {
+		out = append(out, rule{Status: string(in[i].Status()), Message: in[i].Message()})
+	}
+	return out
+}
+
+// gvr of a kind as Kyverno's CLI finds it without a cluster (no RESTMapper for the kind): the guessed plural.
+func gvr(gvk schema.GroupVersionKind) schema.GroupVersionResource {
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural
+}
+
+func decode[T any](raw []json.RawMessage) ([]*T, error) {
+	out := make([]*T, 0, len(raw))
+	for _, r := range raw {
+		v := new(T)
+		if err := json.Unmarshal(r, v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// shape maps the operation to (object, oldObject) as Kyverno's CLI does.
+func shape(operation string, obj *unstructured.Unstructured) (admissionv1.Operation, runtime.Object, runtime.Object) {
+	switch strings.ToUpper(operation) {
+	case "UPDATE":
+		return admissionv1.Update, obj, obj.DeepCopy()
+	case "DELETE":
+		return admissionv1.Delete, nil, obj.DeepCopy()
+	default:
+		return admissionv1.Create, obj, nil
+	}
+}
+
+func run(in input) (map[string]any, error) {
+	exceptions, err := decode[policiesv1beta1.PolicyException](in.Exceptions)
+	if err != nil {
+		return nil, fmt.Errorf("exception: %w", err)
+	}
+	vpols, err := decode[policiesv1beta1.ValidatingPolicy](in.Validating)
+	if err != nil {
+		return nil, fmt.Errorf("validating policy: %w", err)
+	}
+	nvpols, err := decode[policiesv1beta1.NamespacedValidatingPolicy](in.Namespaced)
+	if err != nil {
+		return nil, fmt.Errorf("namespaced validating policy: %w", err)
+	}
+	mpols, err := decode[policiesv1beta1.MutatingPolicy](in.Mutating)
+	if err != nil {
+		return nil, fmt.Errorf("mutating policy: %w", err)
+	}
+	fake := libs.NewFakeContextProvider()
+	for _, obj := range in.Context.Resources {
+		u := &unstructured.Unstructured{Object: obj}
+		if err := fake.AddResource(gvr(u.GroupVersionKind()), u); err != nil {
+			return nil, err
+		}
+	}
+	for _, image := range in.Context.Images {
+		raw, err := json.Marshal(image)
+		if err != nil {
+			return nil, err
+		}
+		var data map[string]any
+		if err := json.Unmarshal(raw, &data); err != nil {
+			return nil, err
+		}
+		fake.AddImageData(image.Image, data)
+	}
+	if len(in.Context.HTTPMocks) > 0 {
+		fake.SetHTTPMocks(in.Context.HTTPMocks)
+	}
+	// The compilers bind the http library (and its mocks) to this package variable, as Kyverno's CLI sets it.
+	libs.LibraryContext = fake
+	namespaces := map[string]*corev1.Namespace{}
+	for i := range in.Namespaces {
+		namespaces[in.Namespaces[i].Name] = &in.Namespaces[i]
+	}
+	resolve := func(name string) *corev1.Namespace { return namespaces[name] }
+
+	likes := make([]policiesv1beta1.ValidatingPolicyLike, 0, len(vpols)+len(nvpols))
+	for _, p := range vpols {
+		likes = append(likes, p)
+	}
+	for _, p := range nvpols {
+		likes = append(likes, p)
+	}
+	vprovider, err := vpolengine.NewProvider(vpolcompiler.NewCompiler(), likes, exceptions)
+	if err != nil {
+		return map[string]any{"error": err.Error()}, nil
+	}
+	veng := vpolengine.NewEngine(vprovider, resolve, matching.NewMatcher())
+	mlikes := make([]policiesv1beta1.MutatingPolicyLike, 0, len(mpols))
+	for _, p := range mpols {
+		mlikes = append(mlikes, p)
+	}
+	mprovider, err := mpolengine.NewProvider(mpolcompiler.NewCompiler(), mlikes, exceptions, fake)
+	if err != nil {
+		return map[string]any{"error": err.Error()}, nil
+	}
+	// Kyverno's CLI reads schemas from its embedded built-in definitions when no CRD is given.
+	types := mpolcompiler.NewStaticTypeConverterManager(openapiclient.NewHardcodedBuiltins("1.32"))
+	meng := mpolengine.NewEngine(mprovider, resolve, matching.NewMatcher(), types, fake)
+
+	ctx := context.Background()
+	results := make([]resourceResult, 0, len(in.Resources))
+	for _, rc := range in.Resources {
+		obj := &unstructured.Unstructured{Object: rc.Object}
+		if rc.Namespaced && obj.GetNamespace() == "" {
+			obj.SetNamespace("default")
+		}
+		gvk := obj.GroupVersionKind()
+		res := resourceResult{Policies: []policyResult{}}
+		if len(mpols) > 0 {
+			op, object, old := shape(in.Operation, obj)
+			request := celengine.Request(fake, gvk, gvr(gvk), "", obj.GetName(), obj.GetNamespace(), op, in.UserInfo,
+				object, old, false, nil)
+			resp, err := meng.Handle(ctx, request, nil)
+			if err != nil {
+				res.Error = err.Error()
+				results = append(results, res)
+				continue
+			}
+			for _, p := range resp.Policies {
+				res.Policies = append(res.Policies, policyResult{Policy: p.Policy.GetName(), Rules: rules(p.Rules)})
+			}
+			if resp.PatchedResource != nil {
+				res.Patched = resp.PatchedResource.Object
+				obj = resp.PatchedResource
+			}
+		}
+		if len(likes) > 0 {
+			op, object, old := shape(in.Operation, obj)
+			request := celengine.Request(fake, gvk, gvr(gvk), "", obj.GetName(), obj.GetNamespace(), op, in.UserInfo,
+				object, old, false, nil)
+			resp, err := veng.Handle(ctx, request, nil)
+			if err != nil {
+				res.Error = err.Error()
+			} else {
+				for _, p := range resp.Policies {
+					res.Policies = append(res.Policies, policyResult{Policy: p.Policy.GetName(), Rules: rules(p.Rules)})
+				}
+			}
+		}
+		results = append(results, res)
+	}
+	return map[string]any{"results": results}, nil
+}
+
+func main() {
+	var in input
+	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+		fmt.Fprintln(os.Stderr, "reading the case:", err)
+		os.Exit(2)
+	}
+	out, err := run(in)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}
