@@ -186,3 +186,14 @@ def test_generate_vap_prints_objects(tmp_path, capsys):
     assert main(["generate", "vap", write(tmp_path, "p.yaml", POLICY)]) == 0
     out = capsys.readouterr().out
     assert "kind: ValidatingAdmissionPolicy\n" in out and "name: vpol-no-host-network-autogen-cronjobs" in out
+
+
+def test_namespaced_policy_applies_only_in_its_namespace(capsys):
+    # Kyverno's CLI evaluates a NamespacedValidatingPolicy on every namespace; vpol, like Kyverno's webhook,
+    # only on its own (the documented deviation of tests/differential/deviations.yaml)
+    example = Path(__file__).resolve().parents[3] / "examples" / "namespaced"
+    code = main(["apply", "-p", str(example / "policy.yaml"), "-r", str(example / "resources.yaml"), "-o", "json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert {(r["namespace"], r["name"], r["result"]) for r in rows} == {("team-a", "labelled", "pass"),
+                                                                       ("team-a", "unlabelled", "fail")}
