@@ -5,7 +5,8 @@ module, built by tests/kyverno/build), pair by pair.
 
 For each suite, both evaluate every policy on every resource of the suite and on variations of each
 resource (a field removed, set to null, emptied, or given a value of another type, chosen with a fixed
-seed); for MutatingPolicies also on pod shapes mutations meet (more containers, init containers, nothing
+seed) as CREATE requests, and on the suite's own resources as UPDATE and DELETE requests too; for
+MutatingPolicies (CREATE) also on pod shapes mutations meet (more containers, init containers, nothing
 set, everything set). A pair agrees when both give no result (the policy does not select the resource) or
 the same result; a `fail` must also carry the same message, and a mutation that passes must leave the same
 object. The oracle gets what Kyverno's CLI gives its engine (the suite's context objects and images, HTTP
@@ -19,6 +20,7 @@ Locally the test is skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -264,23 +266,29 @@ def _validating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Out
     objects = originals + [v for obj in originals for v in _variations(obj, rng)]
     exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
     engines = [PolicyEngine(p, exceptions) for p in suite.loaded.policies]
-    subjects = [subject_for(obj, resolve=resolve, namespaces=values.namespaces, user_info=values.user_info)
-                for obj in objects]
-    answers = _ask_oracle(binary, {**suite.oracle_input, "mutating": [],
-                                   "resources": [{"object": obj, "namespaced": s.type.namespaced}
-                                                 for obj, s in zip(objects, subjects)]})
     outcomes = []
-    with using(backend):
-        for subject, answer in zip(subjects, answers):
-            for engine in engines:
-                res = engine.evaluate(subject)
-                home = engine.policy.namespace
-                outside = bool(home) and (subject.object or subject.old_object or {}).get("metadata", {}).get(
-                    "namespace", "default") != home
-                outcomes.append(Outcome(suite.test_file.parent.name, engine.policy.name, subject.name,
-                                        f"{res.result}: {res.message}" if res else "",
-                                        _kyverno_outcome(answer, engine.policy.name),
-                                        outside_policy_namespace=outside))
+    # Every object under CREATE; the suite's own objects also under UPDATE (oldObject: the same object, as
+    # Kyverno's CLI shapes it) and DELETE (object null, oldObject the object).
+    for operation, batch in (("CREATE", objects), ("UPDATE", originals), ("DELETE", originals)):
+        subjects = [subject_for(obj, operation=operation, resolve=resolve, namespaces=values.namespaces,
+                                user_info=values.user_info) for obj in batch]
+        if operation == "UPDATE":
+            subjects = [dataclasses.replace(s, old_object=s.object) for s in subjects]
+        answers = _ask_oracle(binary, {**suite.oracle_input, "mutating": [], "operation": operation,
+                                       "resources": [{"object": obj, "namespaced": s.type.namespaced}
+                                                     for obj, s in zip(batch, subjects)]})
+        with using(backend):
+            for subject, answer in zip(subjects, answers):
+                for engine in engines:
+                    res = engine.evaluate(subject)
+                    home = engine.policy.namespace
+                    outside = bool(home) and (subject.object or subject.old_object or {}).get("metadata", {}).get(
+                        "namespace", "default") != home
+                    outcomes.append(Outcome(suite.test_file.parent.name, engine.policy.name,
+                                            f"{subject.name} ({operation})",
+                                            f"{res.result}: {res.message}" if res else "",
+                                            _kyverno_outcome(answer, engine.policy.name),
+                                            outside_policy_namespace=outside))
     return outcomes
 
 
@@ -334,8 +342,7 @@ def test_vpol_agrees_with_kyverno_on_every_suite_and_variation() -> None:
     outcomes: list[Outcome] = []
     for test_file in find_test_files([str(REPO / "examples"), str(CORPUS)]):
         for spec in yaml.safe_load_all(test_file.read_text()):
-            if not isinstance(spec, dict) or any(spec.get(k) for k in UNSUPPORTED_KEYS) or \
-                    any(str(r.get("operation", "CREATE")).upper() != "CREATE" for r in spec.get("results") or []):
+            if not isinstance(spec, dict) or any(spec.get(k) for k in UNSUPPORTED_KEYS):
                 continue
             suite = _load(test_file, spec)
             if suite is None:
