@@ -87,7 +87,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import concurrent.futures
     import queue
 
-    from vpol.engine.evaluate import PolicyEngine, compile_exception
+    from vpol.cel.compiler import compile_policy
+    from vpol.engine.evaluate import compile_exception
     from vpol.engine.request import Subject
     from vpol.engine.mutate import MutatingPolicyEngine
     from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
@@ -115,12 +116,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except InputError as exc:
         _print_problems([exc.problem])
         return EXIT_INPUT
-    # Compile here too, to report compile errors once and by file (the worker compiles its own copy).
+    # Compile here too, to report compile errors once and by file (the worker compiles its own copy, with the
+    # autogen variants, whose errors are the policy's).
     exceptions = [compile_exception(e) for e in loaded.exceptions]
-    engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
+    compiled = [compile_policy(p) for p in loaded.policies]
     mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
-    for engine in engines:
-        _print_problems(engine.compiled.errors())
+    for one in compiled:
+        _print_problems(one.errors())
     for mutating_engine in mutating:
         _print_problems(mutating_engine.compiled.errors())
     for compiled_exc in exceptions:
@@ -213,7 +215,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT
-    if loaded.has_errors or any(not e.ok for e in engines):
+    if loaded.has_errors or any(not c.ok for c in compiled):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
 
