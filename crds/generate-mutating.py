@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+import derived_crd  # beside this script
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "validatingpolicies.yaml"
 TARGET = HERE / "mutatingpolicies.yaml"
 HEADER = """\
 # MutatingPolicy (policies.kyverno.io): cluster-scoped CEL mutation policies run by vpol.
@@ -128,21 +127,5 @@ def derive(source: dict[str, Any]) -> dict[str, Any]:
     return crd
 
 
-def render() -> str:
-    (source,) = [d for d in yaml.safe_load_all(SOURCE.read_text()) if d]
-    return HEADER + "---\n" + yaml.safe_dump(derive(source), sort_keys=False, width=120)
-
-
-def main() -> int:
-    text = render()
-    if sys.argv[1:] == ["--check"]:
-        if TARGET.read_text() != text:
-            print(f"{TARGET} is out of date: run {Path(__file__).name}", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(derived_crd.main(derive, TARGET, HEADER, __file__))

@@ -16,10 +16,9 @@ import copy
 import sys
 from pathlib import Path
 
-import yaml
+import derived_crd  # beside this script
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "validatingpolicies.yaml"
 TARGET = HERE / "namespacedvalidatingpolicies.yaml"
 HEADER = """\
 # NamespacedValidatingPolicy (policies.kyverno.io): a ValidatingPolicy limited to its own namespace.
@@ -49,22 +48,5 @@ def derive(source: dict) -> dict:
     return crd
 
 
-def render() -> str:
-    docs = [d for d in yaml.safe_load_all(SOURCE.read_text()) if d]
-    (source,) = docs
-    return HEADER + "---\n" + yaml.safe_dump(derive(source), sort_keys=False, width=120)
-
-
-def main() -> int:
-    text = render()
-    if sys.argv[1:] == ["--check"]:
-        if TARGET.read_text() != text:
-            print(f"{TARGET} is out of date: run {Path(__file__).name}", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(derived_crd.main(derive, TARGET, HEADER, __file__))
