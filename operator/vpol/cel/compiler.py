@@ -76,6 +76,9 @@ class CompiledOutcome:
 
     problems: list[Problem]
     needed: dict[frozenset[str], list[str]]
+    #: Per variable, what identifies its value on a given subject across policies (its expression and those
+    #: of the variables it reads; None: never shared). Filled by the engine.
+    value_keys: dict[str, tuple[Any, ...] | None]
 
     @property
     def ok(self) -> bool:
@@ -95,6 +98,7 @@ class CompiledPolicy(CompiledOutcome):
     audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
+    value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -298,6 +302,7 @@ class CompiledMutatingPolicy(CompiledOutcome):
     mutations: list[tuple[int, str, Program]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
+    value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
 
 
 def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:

@@ -126,6 +126,10 @@ class SubjectData:
         self.data["exceptions"] = {"allowedImages": [], "allowedValues": []}
         self.data.update(lib_vars)
         self._base: cel.Activation | None = None
+        #: Variable values computed on this subject, by value key (see _PolicyRun._value_key): policies that
+        #: declare the same variable (say every Pod Security policy's list of all containers) compute it
+        #: once per subject.
+        self.shared: dict[tuple[Any, ...], Any] = {}
         self._env = environment(EnvSpec(mode=self.mode))
 
     def activation(self, variables: dict[str, Any] | None = None,
@@ -162,6 +166,9 @@ class _PolicyRun:
         self.order = [name for name, _ in compiled.variables]
         #: Variable values are passed on as evaluated; converted only when an Activation refuses one.
         self.converted = False
+        #: An Activation holding every value computed so far, reused until another is added (None: none yet).
+        #: Values an expression does not read are harmless in it, and the failed ones are never there.
+        self._activation: cel.Activation | None = None
 
     def _needed(self, uses: frozenset[str]) -> list[str]:
         """The variables ``uses`` needs, transitively, in declaration order (cached per compiled policy)."""
@@ -180,16 +187,47 @@ class _PolicyRun:
         self.compiled.needed[uses] = out
         return out
 
-    def _run(self, prog: Program, names: Iterable[str]) -> Any:
-        act = self.data.activation({u: self.values[u] for u in names if u in self.values} or None, self.exceptions)
+    def rebase(self, data: SubjectData) -> None:
+        """Evaluate later expressions on other subject data (a mutation changed the object); the variables
+        already read keep their values."""
+        self.data = data
+        self._activation = None
+
+    def _value_key(self, name: str) -> tuple[Any, ...] | None:
+        """What identifies variable ``name``'s value on any subject: its expression and, recursively, those
+        of the variables it reads (None when one of them is undefined or cyclic). Cached per compiled policy."""
+        keys = self.compiled.value_keys
+        if name in keys:
+            return keys[name]
+        keys[name] = None  # a cycle back to this variable finds None
+        prog = self.programs.get(name)
+        if prog is None:
+            return None
+        deps = []
+        for used in sorted(prog.uses):
+            key = self._value_key(used)
+            if key is None:
+                return None
+            deps.append((used, key))
+        keys[name] = (prog.source, tuple(deps))
+        return keys[name]
+
+    def _run(self, prog: Program, reads_variables: bool) -> Any:
+        if not reads_variables:
+            act = self.data.activation(None, self.exceptions)
+        else:
+            if self._activation is None:
+                self._activation = self.data.activation(dict(self.values) or None, self.exceptions)
+            act = self._activation
         try:
             return _value(prog.expression.eval(act))
         except EvaluationError as exc:
             if self.converted or _NON_CEL not in str(exc):
                 raise
         self.values = {k: to_activation(v) for k, v in self.values.items()}
+        self._activation = None
         self.converted = True
-        return self._run(prog, names)
+        return self._run(prog, reads_variables)
 
     def _ensure(self, uses: frozenset[str]) -> None:
         for name in self._needed(uses):
@@ -197,9 +235,17 @@ class _PolicyRun:
                 continue
             prog = self.programs[name]
             failed = [u for u in prog.uses if u in self.errors]
+            # Shared with other policies only when nothing policy-specific (the exceptions variable) is in play.
+            key = self._value_key(name) if self.exceptions is None else None
             try:
-                value = self._run(prog, prog.uses)
+                if key is not None and key in self.data.shared:
+                    value = self.data.shared[key]
+                else:
+                    value = self._run(prog, bool(prog.uses))
+                    if key is not None:
+                        self.data.shared[key] = value
                 self.values[name] = to_activation(value) if self.converted else value
+                self._activation = None
             except EvaluationError as exc:
                 # A variable that failed is an error only where it is read (variables are lazy in cel-go):
                 # when this one failed with such a variable left out, that variable's error is the cause.
@@ -215,7 +261,7 @@ class _PolicyRun:
         try:
             # Variables that failed are left out: an expression that does not read them (a branch not taken)
             # still evaluates, as with cel-go's lazy variables; one that reads them fails with their error.
-            return self._run(prog, self._needed(prog.uses) if prog.uses else ())
+            return self._run(prog, bool(prog.uses))
         except EvaluationError:
             if failed:
                 raise EvaluationError(self.errors[failed[0]]) from None

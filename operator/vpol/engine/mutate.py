@@ -136,7 +136,7 @@ class MutatingPolicyEngine:
             except (EvaluationError, MergeError, PatchError) as exc:
                 return self._result(subject, original, ERROR, f"{prog.path}: {exc}")
             # Later expressions see the mutated object (variables already read keep their values).
-            run.data = SubjectData(dataclasses.replace(subject, object=current))
+            run.rebase(SubjectData(dataclasses.replace(subject, object=current)))
         return self._result(subject, current, PASS, "success", changed=current != original)
 
 

@@ -149,3 +149,20 @@ def test_request_and_namespace_object_are_available():
                                                      "request.kind.kind == 'Pod' && "
                                                      "namespaceObject.metadata.name == object.metadata.namespace"}])
     assert run(policy, pod(namespace="team-a")).result == "pass"
+
+
+def test_variables_shared_between_policies_only_when_they_are_the_same():
+    # Policies evaluated on one subject share SubjectData: a variable whose expression (and those of the
+    # variables it reads) is the same is computed once; one that only looks the same is not.
+    from vpol.engine.evaluate import SubjectData
+
+    def policy(name, a, b="variables.a + '-x'"):
+        return make_policy(name=name, variables=[{"name": "a", "expression": a}, {"name": "b", "expression": b}],
+                           validations=[{"expression": "false", "messageExpression": "variables.b"}])
+
+    subject = subject_for(pod("web"), resolve=resolve)
+    data = SubjectData(subject)
+    engines = [PolicyEngine(policy("one", "object.metadata.name")), PolicyEngine(policy("two", "'other'")),
+               PolicyEngine(policy("three", "object.metadata.name"))]
+    assert [e.evaluate(subject, data).message for e in engines] == ["web-x", "other-x", "web-x"]
+    assert len(data.shared) == 4  # (a, b) of "one" and "three" once, those of "two" apart
