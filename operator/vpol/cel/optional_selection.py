@@ -21,6 +21,8 @@ cel-expr-python exposes no syntax tree.
 
 from __future__ import annotations
 
+import functools
+
 from vpol.cel.object_literals import Token, tokens
 from vpol.cel.schemas import CEL_RESERVED
 
@@ -136,9 +138,11 @@ def _guard_presence(text: str, n: int) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def guard(src: str) -> str:
     """``src`` with every optional selection and presence test guarded (see the module docstring);
-    ``src`` when it has none."""
+    ``src`` when it has none. Cached: policies repeat expressions (a shared variable, autogen variants of
+    the same policy in every process that compiles it), and each guard inserted re-reads the text."""
     if "?" not in src and "has" not in src:
         return src
     text = src

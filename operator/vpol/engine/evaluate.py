@@ -24,7 +24,7 @@ activation holding their values.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from cel_expr_python import cel
@@ -59,6 +59,11 @@ class Result:
     autogen: str = ""
     exception: str = ""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Results come back from the evaluation workers by the hundred thousand: pickled as the arguments of
+        # the constructor, they take about half the bytes and time of the default (a dict per object).
+        return (Result, tuple([getattr(self, name) for name in _RESULT_FIELDS]))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
@@ -69,6 +74,9 @@ class Result:
             "result": self.result,
             "message": self.message,
         }
+
+
+_RESULT_FIELDS = tuple(f.name for f in fields(Result))
 
 
 class EvaluationError(Exception):

@@ -166,3 +166,14 @@ def test_variables_shared_between_policies_only_when_they_are_the_same():
                PolicyEngine(policy("three", "object.metadata.name"))]
     assert [e.evaluate(subject, data).message for e in engines] == ["web-x", "other-x", "web-x"]
     assert len(data.shared) == 4  # (a, b) of "one" and "three" once, those of "two" apart
+
+
+def test_results_survive_pickling_with_every_field():
+    # (they cross from the evaluation workers to the CLI, webhook and scanner by pickling)
+    import pickle
+
+    from vpol.engine.evaluate import Result
+
+    result = Result(policy="ns/p", result="fail", message="m", api_version="v1", kind="Pod", namespace="ns",
+                    name="x", uid="u", validation=2, properties={"k": "v"}, autogen="cronjobs", exception="e")
+    assert pickle.loads(pickle.dumps(result)) == result
