@@ -254,10 +254,16 @@ def _load(test_file: Path, spec: dict[str, Any]) -> Suite | None:
     return suite
 
 
+def _values(suite: Suite) -> Any:
+    """The suite's values file (namespaces) and user info, as vpol's CLI reads them."""
+    values = load_values([str(p) for p in suite.files("variables")])
+    values.user_info = load_user_info([str(p) for p in suite.files("userinfo")])
+    return values
+
+
 def _validating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outcome]:
     rel = lambda key: [str(p) for p in suite.files(key)]  # noqa: E731
-    values = load_values(rel("variables"))
-    values.user_info = load_user_info(rel("userinfo"))
+    values = _values(suite)
     backend, extra = build_backend(context_files=rel("context"), cluster_resource_files=rel("clusterResources"),
                                    api_call_responses=[r for r in suite.spec.get("apiCallResponses") or []
                                                        if isinstance(r, dict)])
@@ -302,8 +308,8 @@ def _mutating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outco
     originals = [d.data for d in loaded.resources if isinstance(d.data, dict)]
     objects = originals + [v for obj in originals for v in _variations(obj, rng) + _pod_variations(obj)]
     engine = MutatingPolicyEngine(loaded.mutating[0], [compile_exception(e) for e in loaded.exceptions])
-    chains = _Chains([engine], load_values([]), None)
     resolve = resolver([])
+    chains = _Chains([engine], _values(suite), resolve)
     namespaced = [subject_for(o, resolve=resolve).type.namespaced for o in objects]
     answers = _ask_oracle(binary, {**suite.oracle_input, "validating": [],
                                    "resources": [{"object": o, "namespaced": n} for o, n in zip(objects, namespaced)]})
