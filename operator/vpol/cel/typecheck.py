@@ -36,7 +36,6 @@ compared verbatim with what kube-controller-manager v1.37.2 writes
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,18 +45,16 @@ from typing import Any, Protocol
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
-from vpol.cel import schemas, types
-from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, spelled, type_name
-from vpol.cel.object_literals import literals
-from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container
-from vpol.cel.object_literals import line_column
-from vpol.cel.compiler import excerpt_at
-from vpol.model.problems import Position
-from vpol.cel.variables import parse_type_name, typed_variables_message
+from vpol.cel import schemas
+from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, excerpt_at, spelled, type_name
 from vpol.cel.environment import EnvSpec, environment
+from vpol.cel.object_literals import line_column, literals
+from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container
+from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
+from vpol.model.problems import Position
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ def watch_and_restart(interval: float = 1.0) -> threading.Thread:
     before = _snapshot(root)
 
     def loop() -> None:
-        nonlocal before
         while True:
             threading.Event().wait(interval)
             now = _snapshot(root)
