@@ -49,3 +49,50 @@ def test_a_status_write_does_not_change_the_webhook_policy_set():
     assert len(changes) == 2
     admission._on_policy("DELETED", body)
     assert len(changes) == 3 and not admission.snapshot.policies
+
+
+def test_configuration_is_written_only_once_the_local_server_answers():
+    # Found on a fresh cluster: the configuration named the webhook ~1 s before its TLS site listened (it
+    # waits for the certificate), and a Fail webhook refused every matching request meanwhile.
+    import threading
+    import time
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.configurator import WebhookConfigurator
+    from vpol.controller.admission.policies import Snapshot
+
+    class Policies:
+        synced = True
+        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])}, version=3)
+
+        def listen(self, _callback):
+            pass
+
+    answering = {"version": -1}
+    leading = threading.Event()
+    leading.set()
+    configurator = WebhookConfigurator(None, Policies(), name="vpol-validating",  # type: ignore[arg-type]
+                                       client_config=lambda: None, leading=leading, period=0.05,
+                                       serving=lambda: answering["version"])
+    reconciled = []
+    configurator.reconcile = lambda: reconciled.append(Policies.snapshot.version) or "applied"  # type: ignore
+    configurator.start()
+    try:
+        time.sleep(0.6)
+        assert reconciled == []  # nothing listens yet: nothing written
+        answering["version"] = 3
+        deadline = time.monotonic() + 5
+        while not reconciled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reconciled
+        # With no policy left, the configuration is removed even while nothing listens.
+        answering["version"] = -1
+        Policies.snapshot = Snapshot(version=4)
+        count = len(reconciled)
+        deadline = time.monotonic() + 5
+        while len(reconciled) == count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(reconciled) > count
+    finally:
+        configurator.stop()
+        configurator.join(5)

@@ -77,8 +77,9 @@ class WebhookConfigurator(threading.Thread):
         self.timeout_seconds = timeout_seconds
         self.excluded_namespaces = tuple(excluded_namespaces)
         self.period = period
-        #: The policy snapshot version this replica's own server evaluates with: rules are written
-        #: only for policies the local server already serves.
+        #: The policy snapshot version this replica's own server answers with (-1 while it does not listen):
+        #: rules are written only for policies the local server already serves; removing the configuration
+        #: when no policy needs it waits for nothing.
         self.serving = serving or (lambda: self.policies.snapshot.version)
         self._wake = threading.Event()
         self._stop_event = threading.Event()
@@ -100,7 +101,9 @@ class WebhookConfigurator(threading.Thread):
                 return
             if not self.leading.is_set() or not self.policies.synced:
                 continue
-            pending = self.serving() < self.policies.snapshot.version
+            snapshot = self.policies.snapshot
+            needed = snapshot.mutating if self.mutating else snapshot.policies
+            pending = bool(needed) and self.serving() < snapshot.version
             if pending:
                 continue
             try:

@@ -154,6 +154,8 @@ class WebhookServer:
         self._tasks: list[asyncio.Task[Any]] = []
         #: Snapshot version the serving pool was built from (for tests and /healthz).
         self.serving_version = -1
+        #: Whether the TLS site accepts connections (it waits for the serving certificate first).
+        self.listening = False
 
     # -- lifecycle
 
@@ -185,10 +187,17 @@ class WebhookServer:
             await asyncio.sleep(2)
         site = web.TCPSite(self._runner, self.options.host, self.options.port, ssl_context=self.certificates.context)
         await site.start()
+        self.listening = True
         logger.info("admission webhook serving on %s:%d", self.options.host, self.options.port)
         await self._certificate_loop()
 
+    def answering_version(self) -> int:
+        """The snapshot version requests are answered with; -1 while nothing listens (no certificate yet):
+        a webhook configuration must not send the API server here before that."""
+        return self.serving_version if self.listening else -1
+
     async def stop(self) -> None:
+        self.listening = False
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

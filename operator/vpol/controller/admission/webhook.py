@@ -74,12 +74,12 @@ class Admission:
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=lambda: self.server.serving_version)
+            serving=self.server.answering_version)
         self.mutating_configurator = WebhookConfigurator(
             api, self.policies, name=MUTATING_WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=lambda: self.server.serving_version, mutating=True)
+            serving=self.server.answering_version, mutating=True)
         self._stop = threading.Event()
         self._cert_thread = threading.Thread(target=self._certificates, daemon=True, name="vpol-webhook-certificate")
 
