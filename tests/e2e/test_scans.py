@@ -201,6 +201,14 @@ def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: A
 
     wait_for("a fail after the looked-up object changed", failed_after_touch, 60, 1)
 
+    # An object that does not exist is null (Kyverno's answer to NotFound), not an error.
+    absent = policies.create("absent", owner_policy(
+        validations=[{"expression": "resource.Get('v1', 'configmaps', object.metadata.namespace, 'absent') == null"}],
+        matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
+    res = wait_for("a result for a lookup of a missing object",
+                   lambda: result_of(cluster, namespace, target, absent), 60)
+    assert res["result"] == "pass", res
+
     http_policy = policies.create("http", owner_policy(
         validations=[{"expression": "http.Get('http://127.0.0.1:9/x').body.ok == true"}],
         matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
