@@ -22,7 +22,7 @@ from cel_expr_python import cel
 
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
-from vpol.cel.optional_selection import guard
+from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import NamedExpression, ValidatingPolicy
@@ -229,8 +229,9 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if not spec.kubernetes_only:
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.
+        # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
         written = rewritten.text if rewritten else src
-        guarded = guard(written)
+        guarded = guard(or_value_compat(written))
         if guarded != written:
             try:
                 expr = environment(spec).compile(guarded)

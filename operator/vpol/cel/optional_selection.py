@@ -13,10 +13,27 @@ each selection in CEL itself::
     R[?k]   ->  the same around vpol_opt_2[?k]
     has(R.f) -> (cel.bind(vpol_opt_1001, R, <R is a scalar> ? false : has(vpol_opt_1001.f)))
 
-(on a map, a list or an optional the selection is evaluated as written). Only the evaluated program is
-rewritten: errors, positions and type checks come from the expression as
-written. Hand-written over the tokens of ``vpol.cel.object_literals``:
-cel-expr-python exposes no syntax tree.
+(on a map, a list or an optional the selection is evaluated as written).
+
+``R.orValue(D)`` as Kyverno evaluates it (:func:`or_value_compat`): Kyverno's
+CEL environments (pkg/cel/compiler, ``OrValueCompatEnvOptions``) turn every
+one-argument ``orValue`` call into a function of both values, so ``R`` that is
+not an optional at run time (``container.resources.requests.orValue({})``) is
+the result itself where cel-cpp and cel-go 0.28 have no overload, the result
+is typed ``dyn``, and ``D`` is always evaluated (an error in it is the
+result's error even when ``R`` has a value; an error in ``R`` stays the
+error)::
+
+    R.orValue(D)  ->  (cel.bind(vpol_orv_1, R, cel.bind(vpol_ord_1, D,
+                          type(vpol_ord_1) == type(vpol_ord_1)
+                          ? (type(vpol_orv_1) == optional_type ? dyn(vpol_orv_1).orValue(vpol_ord_1) : dyn(vpol_orv_1))
+                          : dyn(vpol_orv_1))))
+
+(``cel.bind`` is lazy in cel-cpp: the condition reads ``D`` to evaluate it.)
+
+Only the evaluated program is rewritten: errors, positions and type checks come
+from the expression as written. Hand-written over the tokens of
+``vpol.cel.object_literals``: cel-expr-python exposes no syntax tree.
 """
 
 from __future__ import annotations
@@ -191,4 +208,92 @@ def guard(src: str) -> str:
             condition = _scalar(var, kinds)
         replacement = f"(cel.bind({var}, {receiver}, {condition} ? optional.none() : {selection}))"
         text = text[:toks[first].start] + replacement + text[end:]
+    return src
+
+
+OR_VALUE_PREFIX = "vpol_orv_"
+
+
+def _top_level_commas(toks: list[Token], opening: int, closing: int) -> int:
+    depth, commas = 0, 0
+    for k in range(opening + 1, closing):
+        if toks[k].text in ("(", "[", "{"):
+            depth += 1
+        elif toks[k].text in (")", "]", "}"):
+            depth -= 1
+        elif toks[k].text == "," and depth == 0:
+            commas += 1
+    return commas
+
+
+def _optional_chain(toks: list[Token], dot: int) -> bool:
+    """The member chain ending before ``toks[dot]`` ends with an optional selection (``.?f`` or ``[?k]``),
+    whose value is an optional whatever it selects from (vpol.cel.optional_selection.guard)."""
+    if dot >= 3 and _name(toks[dot - 1]) and toks[dot - 2].text == "?" and toks[dot - 3].text == ".":
+        return True
+    if dot >= 1 and toks[dot - 1].text == "]":
+        opening = _opener(toks, dot - 1)
+        return opening is not None and opening + 1 < dot and toks[opening + 1].text == "?"
+    return False
+
+
+#: Punctuation of literal lists, maps and negative numbers (no operator that can fail, such as ``/``).
+_LITERAL_PUNCT = frozenset("[]{},:-")
+
+
+def _cannot_fail(toks: list[Token]) -> bool:
+    """The tokens are a literal (strings, numbers, true/false/null in lists and maps) whose evaluation
+    cannot fail."""
+    for tok in toks:
+        if tok.kind in ("string", "number") or tok.text in ("true", "false", "null"):
+            continue
+        if tok.kind == "punct" and tok.text in _LITERAL_PUNCT:
+            continue
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def or_value_compat(src: str) -> str:
+    """``src`` with every one-argument ``R.orValue(D)`` call evaluated as Kyverno does (module docstring);
+    ``src`` when it has none or cannot be rewritten (unbalanced: the compiler reports it as written)."""
+    if "orValue" not in src:
+        return src
+    text = src
+    for n in range(1, MAX_GUARDS + 1):
+        toks = list(tokens(text))
+        site = None
+        for i, tok in enumerate(toks):
+            if not (tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "orValue"
+                    and toks[i + 2].text == "("):
+                continue
+            first = _receiver_start(toks, i)
+            if first is None:
+                continue
+            receiver = text[toks[first].start:tok.start]
+            if receiver.startswith("dyn(" + OR_VALUE_PREFIX):
+                continue  # a call this rewrite made
+            close = _closer(toks, i + 2)
+            if close >= len(toks):
+                return src
+            if close == i + 3 or _top_level_commas(toks, i + 2, close):
+                continue  # not one argument: cel reports it as written
+            if _optional_chain(toks, i) and _cannot_fail(toks[i + 3:close]):
+                continue  # `x.?f.orValue([])`: an optional, and a default that cannot fail: as written
+            site = (i, first, close)
+            break
+        if site is None:
+            return text
+        i, first, close = site
+        value, default = f"{OR_VALUE_PREFIX}{n}", f"vpol_ord_{n}"
+        receiver = text[toks[first].start:toks[i].start]
+        argument = text[toks[i + 2].end:toks[close].start]
+        if _cannot_fail(toks[i + 3:close]):
+            replacement = (f"(cel.bind({value}, {receiver}, type({value}) == optional_type ? "
+                           f"dyn({value}).orValue({argument}) : dyn({value})))")
+        else:
+            replacement = (f"(cel.bind({value}, {receiver}, cel.bind({default}, {argument}, "
+                           f"type({default}) == type({default}) ? (type({value}) == optional_type ? "
+                           f"dyn({value}).orValue({default}) : dyn({value})) : dyn({value}))))")
+        text = text[:toks[first].start] + replacement + text[toks[close].end:]
     return src

@@ -13,7 +13,7 @@ import pytest
 
 from vpol.cel.compiler import compile_expression
 from vpol.cel.environment import EnvSpec, environment
-from vpol.cel.optional_selection import guard
+from vpol.cel.optional_selection import guard, or_value_compat
 
 
 def _eval(src: str, obj: Any) -> Any:
@@ -54,3 +54,55 @@ def test_errors_and_positions_come_from_the_expression_as_written() -> None:
 def test_nothing_to_guard_is_left_alone() -> None:
     assert guard("object.spec.containers.size() > 0") == "object.spec.containers.size() > 0"
     assert guard("'has(' + object.kind") == "'has(' + object.kind"
+
+
+# `R.orValue(D)` as Kyverno's environments evaluate it (pkg/cel/compiler OrValueCompatEnvOptions, found by the
+# differential on Kyverno's public catalogue): R that is not an optional is the result; D is always evaluated.
+@pytest.mark.parametrize(("src", "obj", "expected"), [
+    # A plain field selection: the value itself (cel-cpp alone: no matching overload).
+    ("object.metadata.labels.orValue({}).app == 'x'", {"metadata": {"labels": {"app": "x"}}}, True),
+    ("object.r.requests.orValue({}).cpu == object.r.limits.orValue({}).cpu",
+     {"r": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}, True),
+    ("object.name.orValue('') == 'n'", {"name": "n"}, True),
+    ("object.n.orValue(0) + 1 == 8", {"n": 7}, True),
+    ("object.list.orValue([]).size() == 2", {"list": [1, 2]}, True),
+    # Optionals keep their meaning, wherever they come from.
+    ("object.?labels.orValue({'a': 'b'}).a == 'b'", {}, True),
+    ("optional.none().orValue(3) == 3", {}, True),
+    ("optional.of(object.x).orValue(3) == 1", {"x": 1}, True),
+    ("[object.?a, object.?b].map(o, o.orValue(0)) == [1, 0]", {"a": 1}, True),
+    # Nested calls, in the receiver and in the default.
+    ("object.a.orValue(object.?b.orValue(2)) == 1", {"a": 1}, True),
+    ("object.?a.orValue(object.?b.orValue(2)) == 2", {}, True),
+])
+def test_or_value_on_what_is_not_an_optional(src: str, obj: Any, expected: Any) -> None:
+    assert _eval(src, obj) == expected
+
+
+@pytest.mark.parametrize(("src", "obj"), [
+    # The default is evaluated even when the optional has a value: its error is the result.
+    ("object.?a.orValue(object.missing) == 1", {"a": 1}),
+    ("object.a.orValue(object.missing) == 1", {"a": 1}),
+    # An error in the receiver stays the error.
+    ("object.missing.orValue(5) == 5", {}),
+])
+def test_or_value_errors_as_kyverno(src: str, obj: Any) -> None:
+    outcome = _eval(src, obj)
+    assert isinstance(outcome, tuple) and outcome[0] == "error", outcome
+
+
+def test_or_value_rewrite_leaves_optionals_with_literal_defaults_and_other_arities_as_written() -> None:
+    for src in ("object.spec.?x.orValue([])", "object.m[?'k'].orValue({'a': -1})", "x.orValue(a, b)", "x.orValue()"):
+        assert or_value_compat(src) == src
+    assert or_value_compat("object.spec.x.orValue([])") != "object.spec.x.orValue([])"
+    assert or_value_compat("object.spec.?x.orValue(1/0)") != "object.spec.?x.orValue(1/0)"
+
+
+def test_or_value_is_not_rewritten_for_the_api_server() -> None:
+    # Kubernetes' own environment (generated VAPs/MAPs) has cel-go's orValue, without Kyverno's compatibility.
+    prog, problems = compile_expression("object.metadata.labels.orValue({}).app == 'x'", "p", "validation",
+                                        EnvSpec(kubernetes_only=True))
+    assert prog is not None, problems
+    value = prog.expression.eval(environment(EnvSpec(kubernetes_only=True)).Activation(
+        data={"object": {"metadata": {"labels": {"app": "x"}}}}))
+    assert value.type() == value.type().ERROR
