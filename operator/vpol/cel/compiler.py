@@ -13,6 +13,7 @@ Rules enforced (besides syntax and types):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel.environment import EnvSpec, environment
+from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
@@ -69,6 +70,9 @@ class Program:
     #: Names of policy variables this expression refers to.
     uses: frozenset[str] = frozenset()
     result_type: str = "dyn"
+    #: Top-level names (object, request, variables, library variables...) the expression may read; an
+    #: Activation for it needs no others. None: unknown, all of them.
+    reads: frozenset[str] | None = None
 
 
 class CompiledOutcome:
@@ -80,6 +84,9 @@ class CompiledOutcome:
     #: Per variable, what identifies its value on a given subject across policies (its expression and those
     #: of the variables it reads; None: never shared). Filled by the engine.
     value_keys: dict[str, tuple[Any, ...] | None]
+    #: Per set of variable names an expression reads: those names in order, and the (name, value key) pairs
+    #: identifying an Activation holding them that policy runs share (None: not shareable). Filled by the engine.
+    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]]
 
     @property
     def ok(self) -> bool:
@@ -100,6 +107,8 @@ class CompiledPolicy(CompiledOutcome):
     problems: list[Problem] = field(default_factory=list)
     needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
     value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
+    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]] = \
+        field(default_factory=dict, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -187,6 +196,20 @@ def variable_references(src: str) -> frozenset[str]:
     return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
 
 
+def top_level_references(src: str) -> frozenset[str]:
+    """The environment's top-level names (POLICY_VARIABLES and the library variables) that ``src`` mentions.
+
+    CEL has no way to read a variable it does not name, so this is a safe over-approximation (a name in a
+    string literal or a comprehension variable counts too)."""
+    return frozenset(_top_level_rx().findall(src))
+
+
+@functools.cache
+def _top_level_rx() -> re.Pattern[str]:
+    names = sorted({*POLICY_VARIABLES, *library_variables()})
+    return re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+
+
 def excerpt_at(src: str, position: Position) -> str:
     """The caret excerpt cel prints under an error, for ``position`` in ``src``."""
     lines = src.split("\n")
@@ -237,7 +260,7 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
                 expr = environment(spec).compile(guarded)
             except Exception:  # noqa: BLE001 - keep the program as written
                 pass
-    return Program(path, src, role, expr, variable_references(src), result), []
+    return Program(path, src, role, expr, variable_references(src), result, top_level_references(src)), []
 
 
 class _Frame:
@@ -305,6 +328,8 @@ class CompiledMutatingPolicy(CompiledOutcome):
     problems: list[Problem] = field(default_factory=list)
     needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
     value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
+    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]] = \
+        field(default_factory=dict, repr=False)
 
 
 def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:

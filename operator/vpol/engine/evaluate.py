@@ -15,10 +15,13 @@ Per policy and subject (NOTES.md section 3):
    result properties. ``policies.kyverno.io/scored: "false"`` turns
    ``fail`` into ``warn``.
 
-Activations: the CEL data of one subject is converted once into a base
-activation that every policy without variables (and every variable that
-needs no other variable) shares; a policy with variables builds one more
-activation holding their values.
+Activations: cel-expr-python converts a value an Activation holds when an
+expression first reads it, again in every Activation, and an Activation costs
+per name it holds. So the subject's data sits in one base Activation that
+every expression reading no variable shares; an expression that reads
+variables gets an Activation holding only those values and the top-level
+names it mentions, and one whose values are all shared between policies
+(alike variables, computed once per subject) is shared too.
 """
 
 from __future__ import annotations
@@ -138,19 +141,40 @@ class SubjectData:
         #: declare the same variable (say every Pod Security policy's list of all containers) compute it
         #: once per subject.
         self.shared: dict[tuple[Any, ...], Any] = {}
+        #: Activations holding only shared variable values, by the (name, value key) pairs they hold: every
+        #: policy run on this subject that reads the same shared values evaluates in the same Activation.
+        self.activations: dict[tuple[Any, ...], cel.Activation] = {}
         self._env = environment(EnvSpec(mode=self.mode))
+        self._identity: tuple[str, str, str, str, str] | None = None
+
+    def identity(self) -> tuple[str, str, str, str, str]:
+        """(apiVersion, kind, namespace, name, uid) of the subject as its results name it (computed once)."""
+        if self._identity is None:
+            subject = self.subject
+            obj = subject.current
+            api_version = str(obj.get("apiVersion", "")) if isinstance(obj, dict) else ""
+            kind = str(obj.get("kind", "")) if isinstance(obj, dict) else ""
+            uid = str((obj.get("metadata") or {}).get("uid", "")) if isinstance(obj, dict) else ""
+            if subject.json_payload:
+                api_version = kind = ""
+            self._identity = (api_version or subject.type.api_version,
+                              kind or (subject.type.kind if not subject.json_payload else ""),
+                              subject.namespace, subject.name, uid)
+        return self._identity
 
     def activation(self, variables: dict[str, Any] | None = None,
-                   exceptions: dict[str, Any] | None = None) -> cel.Activation:
+                   exceptions: dict[str, Any] | None = None, reads: frozenset[str] | None = None) -> cel.Activation:
+        """An Activation of this subject's data with ``variables`` and ``exceptions`` (the subject's own when
+        None); with ``reads``, holding only those top-level names (an Activation costs per name it holds)."""
         env = self._env
-        if not variables and exceptions is None:
+        if not variables and exceptions is None and reads is None:
             if self._base is None:
                 self._base = env.Activation(data=self.data)
             return self._base
-        data = dict(self.data)
-        if variables:
+        data = dict(self.data) if reads is None else {k: self.data[k] for k in reads if k in self.data}
+        if variables and (reads is None or "variables" in reads):
             data["variables"] = variables
-        if exceptions is not None:
+        if exceptions is not None and (reads is None or "exceptions" in reads):
             data["exceptions"] = exceptions
         return env.Activation(data=data)
 
@@ -174,9 +198,8 @@ class _PolicyRun:
         self.order = [name for name, _ in compiled.variables]
         #: Variable values are passed on as evaluated; converted only when an Activation refuses one.
         self.converted = False
-        #: An Activation holding every value computed so far, reused until another is added (None: none yet).
-        #: Values an expression does not read are harmless in it, and the failed ones are never there.
-        self._activation: cel.Activation | None = None
+        #: Activations of this run by the variable names they hold (see _activation_for).
+        self._activations: dict[tuple[Any, ...], cel.Activation] = {}
 
     def _needed(self, uses: frozenset[str]) -> list[str]:
         """The variables ``uses`` needs, transitively, in declaration order (cached per compiled policy)."""
@@ -199,7 +222,7 @@ class _PolicyRun:
         """Evaluate later expressions on other subject data (a mutation changed the object); the variables
         already read keep their values."""
         self.data = data
-        self._activation = None
+        self._activations = {}
 
     def _value_key(self, name: str) -> tuple[Any, ...] | None:
         """What identifies variable ``name``'s value on any subject: its expression and, recursively, those
@@ -220,20 +243,49 @@ class _PolicyRun:
         keys[name] = (prog.source, tuple(deps))
         return keys[name]
 
+    def _activation_for(self, prog: Program) -> cel.Activation:
+        """The Activation for ``prog``: it holds only the variables it reads (``uses``) and the top-level
+        names it mentions (``reads``).
+
+        An Activation converts each value it holds (the object, the variables map) to CEL when an expression
+        first reads it, and again in every other Activation, so holding only what the expression reads keeps
+        the conversions small, and an Activation whose values are all shared (SubjectData.shared) is shared by
+        every policy run on the subject that reads the same values. Failed variables are never in it."""
+        uses, reads = prog.uses, prog.reads
+        plans = self.compiled.activation_plans
+        plan = plans.get(uses)
+        if plan is None:
+            names = tuple(sorted(uses))
+            keys = [self._value_key(name) for name in names]
+            shared = None if any(k is None for k in keys) else tuple(zip(names, keys))
+            plan = plans[uses] = (names, shared)
+        names, shared = plan
+        values = self.values
+        held = {name: values[name] for name in names if name in values}
+        if shared is not None and len(held) == len(names) and self.exceptions is None and not self.converted:
+            shared_key = (shared, reads)
+            act = self.data.activations.get(shared_key)
+            if act is None:
+                act = self.data.activations[shared_key] = self.data.activation(held or None, None, reads)
+            return act
+        key = (frozenset(held), reads)
+        act = self._activations.get(key)
+        if act is None:
+            act = self._activations[key] = self.data.activation(held or None, self.exceptions, reads)
+        return act
+
     def _run(self, prog: Program, reads_variables: bool) -> Any:
         if not reads_variables:
             act = self.data.activation(None, self.exceptions)
         else:
-            if self._activation is None:
-                self._activation = self.data.activation(dict(self.values) or None, self.exceptions)
-            act = self._activation
+            act = self._activation_for(prog)
         try:
             return _value(prog.expression.eval(act))
         except EvaluationError as exc:
             if self.converted or _NON_CEL not in str(exc):
                 raise
         self.values = {k: to_activation(v) for k, v in self.values.items()}
-        self._activation = None
+        self._activations = {}
         self.converted = True
         return self._run(prog, reads_variables)
 
@@ -253,7 +305,6 @@ class _PolicyRun:
                     if key is not None:
                         self.data.shared[key] = value
                 self.values[name] = to_activation(value) if self.converted else value
-                self._activation = None
             except EvaluationError as exc:
                 # A variable that failed is an error only where it is read (variables are lazy in cel-go):
                 # when this one failed with such a variable left out, that variable's error is the cause.
@@ -407,32 +458,25 @@ class PolicyEngine:
                 return result
         return None
 
-    def _result(self, subject: Subject, result: str, message: str, **kw: Any) -> Result:
-        obj = subject.current
-        api_version = str(obj.get("apiVersion", "")) if isinstance(obj, dict) else ""
-        kind = str(obj.get("kind", "")) if isinstance(obj, dict) else ""
-        uid = str((obj.get("metadata") or {}).get("uid", "")) if isinstance(obj, dict) else ""
-        if subject.json_payload:
-            api_version = kind = ""
+    def _result(self, data: SubjectData, result: str, message: str, **kw: Any) -> Result:
         if result == FAIL and not self.policy.scored:
             result = WARN
-        return Result(policy=self.policy.key, result=result, message=message,
-                      api_version=api_version or subject.type.api_version,
-                      kind=kind or (subject.type.kind if not subject.json_payload else ""),
-                      namespace=subject.namespace, name=subject.name, uid=uid, **kw)
+        api_version, kind, namespace, name, uid = data.identity()
+        return Result(policy=self.policy.key, result=result, message=message, api_version=api_version, kind=kind,
+                      namespace=namespace, name=name, uid=uid, **kw)
 
     def _evaluate(self, compiled: CompiledPolicy, subject: Subject, data: SubjectData) -> Result:
         if not compiled.ok:
-            return self._result(subject, ERROR, "policy does not compile: " +
+            return self._result(data, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
         exempt, exception_data = match_exceptions(self.exceptions, data)
         if exempt is not None:
             outcome, message, name = _exempted(exempt)
-            return self._result(subject, outcome, message, exception=name)
+            return self._result(data, outcome, message, exception=name)
         run = _PolicyRun(compiled, data, exception_data)
         stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
         if stop is not None:
-            return self._result(subject, *stop)
+            return self._result(data, *stop)
 
         properties: dict[str, str] = {}
         for key, prog in compiled.audit_annotations:
@@ -447,14 +491,14 @@ class PolicyEngine:
             try:
                 value = run.eval(prog)
             except EvaluationError as exc:
-                return self._result(subject, ERROR, f"{prog.path}: {exc}", validation=index,
+                return self._result(data, ERROR, f"{prog.path}: {exc}", validation=index,
                                     properties=properties)
             if value is True:
                 continue
             if value is not False:
-                return self._result(subject, ERROR, f"{prog.path}: expected a bool, got {type(value).__name__}",
+                return self._result(data, ERROR, f"{prog.path}: expected a bool, got {type(value).__name__}",
                                     validation=index, properties=properties)
             message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
-            return self._result(subject, FAIL, message, validation=index, properties=properties)
-        return self._result(subject, PASS, "success", properties=properties)
+            return self._result(data, FAIL, message, validation=index, properties=properties)
+        return self._result(data, PASS, "success", properties=properties)
 

@@ -168,6 +168,43 @@ def test_variables_shared_between_policies_only_when_they_are_the_same():
     assert len(data.shared) == 4  # (a, b) of "one" and "three" once, those of "two" apart
 
 
+def test_activations_shared_between_policies_only_when_their_values_are_the_same():
+    # An Activation holds only the values an expression reads; one holding only shared values serves every
+    # policy run on the subject that reads the same values (each Activation converts its values again).
+    from vpol.engine.evaluate import SubjectData
+
+    def policy(name, a):
+        return make_policy(name=name, variables=[{"name": "a", "expression": a},
+                                                 {"name": "b", "expression": "variables.a + '-' + request.operation"},
+                                                 {"name": "unread", "expression": "object.metadata.name"}],
+                           validations=[{"expression": "variables.b.startsWith(object.metadata.name)",
+                                         "messageExpression": "variables.b"}])
+
+    subject = subject_for(pod("web"), resolve=resolve)
+    data = SubjectData(subject)
+    engines = [PolicyEngine(policy("one", "object.metadata.name")), PolicyEngine(policy("two", "'other'")),
+               PolicyEngine(policy("three", "object.metadata.name"))]
+    results = [e.evaluate(subject, data) for e in engines]
+    assert [(r.result, r.message) for r in results] == [("pass", "success"), ("fail", "other-CREATE"),
+                                                        ("pass", "success")]
+    # b's Activation (holding a) and the validation's (holding b, with object): once for "one" and "three",
+    # once for "two"; "two" alone evaluates its messageExpression (holding b, without object).
+    assert len(data.activations) == 5
+
+
+def test_top_level_references_never_miss_a_name_the_expression_reads():
+    from vpol.cel.compiler import top_level_references
+
+    assert top_level_references("object.spec.containers.all(c, c.name != request.userInfo.username)") == \
+        {"object", "request"}
+    assert top_level_references("variables.x.exists(v, v in exceptions.allowedValues) || "
+                                "image(oldObject.spec.image).registry() != ''") == \
+        {"variables", "exceptions", "oldObject", "image"}  # image(): also the name of a library variable
+    assert top_level_references("resource.Get('v1', 'configmaps', namespaceObject.metadata.name, 'c')") == \
+        {"resource", "namespaceObject"}
+    assert top_level_references("objects.size() + myobject + object_") == frozenset()
+
+
 def test_results_survive_pickling_with_every_field():
     # (they cross from the evaluation workers to the CLI, webhook and scanner by pickling)
     import pickle
