@@ -50,6 +50,7 @@ from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, 
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.object_literals import line_column, literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container
+from vpol.cel.optional_selection import or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
 from vpol.model.mutating import MutatingPolicy
@@ -141,14 +142,19 @@ _CEL_GO_NAMES = (("google.protobuf.Timestamp", "timestamp"), ("google.protobuf.D
 _SCHEMA_PACKAGE = re.compile(r"\bvpol\.schema\.h[0-9a-f]+\.")
 
 
-def issues_text(error: str) -> str:
+#: The issue cel reports for ``orValue`` on what is not an optional, which Kyverno's environments accept.
+_OR_VALUE_OVERLOAD = "found no matching overload for 'orValue'"
+
+
+def issues_text(error: str, *, or_value_compat: bool = False) -> str:
     """cel-expr-python's compile error as cel-go's ``Issues.String()``.
 
     cel-cpp and cel-go word a few messages differently; the message lines
     (not the quoted source) are rewritten to cel-go's wording. cel-cpp also
     reports follow-on errors about the ``*error*`` type produced by an
     earlier error (selecting from it, iterating it); cel-go does not, so
-    they are dropped.
+    they are dropped. With ``or_value_compat``, so are the issues of ``orValue`` on values that are not
+    optionals (Kyverno's reading, see :func:`_compile`), unless nothing else is left.
     """
     text = _SUFFIX.sub("", _PREFIX.sub("", error.strip(), count=1))
     blocks: list[list[str]] = []
@@ -161,6 +167,9 @@ def issues_text(error: str) -> str:
         head = block[0]
         if head.startswith("ERROR: "):
             if "'*error*'" in head and len(blocks) > 1:
+                continue
+            if or_value_compat and _OR_VALUE_OVERLOAD in head and \
+                    any(_OR_VALUE_OVERLOAD not in b[0] and "'*error*'" not in b[0] for b in blocks):
                 continue
             head = _UNDEFINED_FIELD.sub(r"undefined field '\1'", head)
             for cpp, go in _CEL_GO_NAMES:
@@ -179,12 +188,23 @@ def _untyped_variables(declared: Sequence[tuple[str, str]]) -> str:
         return ""
 
 
-def _compile(env: cel.Env, src: str, role: str = "") -> tuple[str | None, str | None]:
-    """(result type name, None) or (None, issues); a result type the role does not allow is an issue."""
+def _compile(env: cel.Env, src: str, role: str = "", *,
+             kubernetes_only: bool = False) -> tuple[str | None, str | None]:
+    """(result type name, None) or (None, issues); a result type the role does not allow is an issue.
+
+    Outside Kubernetes' own environment, an expression that checks once its ``orValue`` calls are read as
+    Kyverno reads them (vpol.cel.optional_selection.or_value_compat: any receiver, a ``dyn`` result) is no
+    issue; the issues reported are those of the expression as written (their positions are the user's)."""
     try:
         expr = env.compile(src)
     except RuntimeError as exc:
-        return None, issues_text(str(exc))
+        compat = src if kubernetes_only else or_value_compat(src)
+        try:
+            if compat == src:
+                raise
+            expr = env.compile(compat)
+        except RuntimeError:
+            return None, issues_text(str(exc), or_value_compat=compat != src)
     except Exception as exc:  # noqa: BLE001 - a checker must never take its caller down
         log.debug("type check of %r failed internally: %s", src, exc)
         return None, None
@@ -295,7 +315,7 @@ def check(
                 continue
             env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
                                       variables_type=typed_variables_message(typed)))
-            result, issues = _compile(env, src)
+            result, issues = _compile(env, src, kubernetes_only=kubernetes_only)
             if issues is not None:
                 failures.setdefault(path, []).append(f"{info.gvk_string}: {issues}\n")
             typed.append((name, result or "DYN"))
@@ -310,7 +330,7 @@ def check(
                 expression_env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
                                                      variables_type=typed_variables_message(typed),
                                                      container=container))
-            _result, issues = _compile(expression_env, src, _role)
+            _result, issues = _compile(expression_env, src, _role, kubernetes_only=kubernetes_only)
             if issues is None and _role == "applyConfiguration":
                 issues = _atomic_issues(schema, src)
             if issues is not None:

@@ -323,3 +323,22 @@ def test_a_result_of_the_wrong_type_under_the_schema_is_flagged():
     assert found["spec.validations[1].expression"].wrong_result  # a string where a bool is needed
     assert "must evaluate to bool, not string" in found["spec.validations[1].expression"].warning
     assert "spec.validations[0].expression" not in found
+
+
+def test_or_value_on_what_is_not_an_optional_is_no_issue_as_in_kyverno() -> None:
+    # Kyverno reads x.orValue(d) as a function of any x (vpol.cel.optional_selection.or_value_compat).
+    assert check([v(0, "object.metadata.labels.orValue({}).app == 'x'")], [], [POD]) == []
+    assert check([v(0, "object.spec.containers.all(c, c.resources.requests.orValue({}).cpu == '1')")],
+                 [], [POD]) == []
+    # Other issues in the same expression are still reported, at their place in the expression as written.
+    src = "object.metadata.labels.orValue({}).app == 'x' && object.spec.nosuch.orValue(1) == 1"
+    column = src.index("nosuch")  # cel reports the selection's dot, 1-based
+    warnings = check([v(0, src)], [], [POD])
+    assert warnings == [TypeWarning("spec.validations[0].expression",
+                                    f"/v1, Kind=Pod: ERROR: <input>:1:{column}: undefined field 'nosuch'\n"
+                                    f"{caret(src, column)}\n")]
+
+
+def test_or_value_on_what_is_not_an_optional_is_an_issue_for_the_api_server() -> None:
+    warnings = check([v(0, "object.metadata.labels.orValue({}).app == 'x'")], [], [POD], kubernetes_only=True)
+    assert len(warnings) == 1 and "found no matching overload for 'orValue'" in warnings[0].warning
