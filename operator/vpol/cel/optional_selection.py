@@ -227,13 +227,28 @@ def _top_level_commas(toks: list[Token], opening: int, closing: int) -> int:
 
 
 def _optional_chain(toks: list[Token], dot: int) -> bool:
-    """The member chain ending before ``toks[dot]`` ends with an optional selection (``.?f`` or ``[?k]``),
-    whose value is an optional whatever it selects from (vpol.cel.optional_selection.guard)."""
-    if dot >= 3 and _name(toks[dot - 1]) and toks[dot - 2].text == "?" and toks[dot - 3].text == ".":
-        return True
-    if dot >= 1 and toks[dot - 1].text == "]":
-        opening = _opener(toks, dot - 1)
-        return opening is not None and opening + 1 < dot and toks[opening + 1].text == "?"
+    """The member chain ending before ``toks[dot]`` holds an optional selection (``.?f`` or ``[?k]``) after
+    which it only selects (``.f``, ``[k]``): its value is an optional whatever it selects from (selections
+    on an optional are optional; vpol.cel.optional_selection.guard makes ``.?`` on a scalar none)."""
+    j = dot - 1
+    while j >= 0:
+        tok = toks[j]
+        if tok.text == "]":
+            opening = _opener(toks, j)
+            if opening is None:
+                return False
+            if toks[opening + 1].text == "?":
+                return True
+            j = opening - 1  # an index: its receiver comes before it
+            continue
+        if not _name(tok):
+            return False  # a call, a parenthesised group, a literal: not known to be an optional
+        if j >= 2 and toks[j - 1].text == "?" and toks[j - 2].text == ".":
+            return True
+        if j >= 1 and toks[j - 1].text == ".":
+            j -= 2
+            continue
+        return False  # the chain's root
     return False
 
 

@@ -33,6 +33,7 @@ from vpol.desired.vap import (
     exception_parts,
     generated_metadata,
     kubernetes_only_failure,
+    kyverno_only_reading,
     qualified_conditions,
     spec_fields,
 )
@@ -66,7 +67,7 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
     compiled = compile_mutating_policy(policy, kubernetes_only=True)
     if not compiled.ok:
         return kubernetes_only_failure(compiled.errors()[0], {p: src for p, src, _r in policy.expressions()})
-    return ""
+    return kyverno_only_reading(policy.expressions())
 
 
 def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: Sequence[PolicyException],

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.compiler import compile_policy
+from vpol.cel.optional_selection import or_value_compat
 from vpol.engine.autogen import autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
@@ -67,6 +68,18 @@ def ineligibility(policy: ValidatingPolicy) -> str:
     compiled = compile_policy(policy, kubernetes_only=True)
     if not compiled.ok:
         return kubernetes_only_failure(compiled.errors()[0], dict((p, src) for p, src, _r in policy.expressions()))
+    return kyverno_only_reading(policy.expressions())
+
+
+def kyverno_only_reading(expressions: Sequence[tuple[str, str, str]]) -> str:
+    """Why an expression that compiles for the API server would not decide there as vpol (and Kyverno) decide
+    ("" when none): an ``orValue`` call on what may not be an optional, which Kyverno's environments read
+    as the value itself (vpol.cel.optional_selection.or_value_compat) and the API server's cel-go (0.28 and
+    later) rejects at run time, so a Fail policy would deny every request it matches."""
+    for path, src, _role in expressions:
+        if or_value_compat(src) != src:
+            return (f"{path} calls orValue on a value that may not be an optional, or with a default that may "
+                    "fail; Kyverno's CEL accepts that, the API server's does not")
     return ""
 
 

@@ -92,10 +92,12 @@ def test_or_value_errors_as_kyverno(src: str, obj: Any) -> None:
 
 
 def test_or_value_rewrite_leaves_optionals_with_literal_defaults_and_other_arities_as_written() -> None:
-    for src in ("object.spec.?x.orValue([])", "object.m[?'k'].orValue({'a': -1})", "x.orValue(a, b)", "x.orValue()"):
+    for src in ("object.spec.?x.orValue([])", "object.m[?'k'].orValue({'a': -1})", "x.orValue(a, b)", "x.orValue()",
+                "object.metadata.?annotations['a/b'].orValue('')", "object.?a.b[0].c.orValue(1)"):
         assert or_value_compat(src) == src
-    assert or_value_compat("object.spec.x.orValue([])") != "object.spec.x.orValue([])"
-    assert or_value_compat("object.spec.?x.orValue(1/0)") != "object.spec.?x.orValue(1/0)"
+    for src in ("object.spec.x.orValue([])", "object.spec.?x.orValue(1/0)", "f(object.?a).orValue(1)",
+                "m[object.?a].orValue(1)", "object.?a.orValue(1).b.orValue(2)"):
+        assert or_value_compat(src) != src
 
 
 def test_or_value_is_not_rewritten_for_the_api_server() -> None:

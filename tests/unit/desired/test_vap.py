@@ -61,3 +61,17 @@ def test_kyverno_only_library_makes_policy_ineligible_with_a_reason():
     why = ineligibility(policy)
     assert "spec.validations[0].expression" in why and "parseImageReference" in why
     assert ineligibility(make_policy(validations=[{"expression": "quantity('1Gi').isInteger()"}])) == ""
+
+
+def test_or_value_read_as_kyverno_reads_it_keeps_the_policy_off_the_api_server():
+    # Kyverno's orValue on a non-optional gives the value; the API server's cel-go rejects it at run time, so a
+    # native VAP would deny (failurePolicy Fail) what vpol's scan and webhook allow: the webhook enforces it.
+    policy = make_policy(validations=[{"expression": "object.metadata.labels.orValue({}).app == 'x'"}])
+    why = ineligibility(policy)
+    assert "spec.validations[0].expression" in why and "orValue" in why
+    policy = make_policy(variables=[{"name": "d", "expression": "object.spec.?x.orValue(object.spec.y)"}],
+                         validations=[{"expression": "variables.d == 1"}])
+    assert "spec.variables[0].expression" in ineligibility(policy)
+    # An optional with a literal default decides alike in both.
+    assert ineligibility(make_policy(validations=[{"expression": "object.metadata.?labels.orValue({}).size() > 0"}
+                                                  ])) == ""

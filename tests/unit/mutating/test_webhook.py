@@ -39,6 +39,9 @@ def test_routes() -> None:
     assert mutating_route(_policy(PLAIN), generation="eligible", compiles=True, map_refused=True) == WEBHOOK
     assert mutating_route(_policy(PLAIN, evaluation={"admission": {"enabled": False}}), generation="eligible",
                           compiles=True) == NOT_APPLICABLE
+    # orValue on what may not be an optional: Kyverno's reading, not the API server's.
+    compat = 'Object{metadata: Object.metadata{labels: {"a": object.metadata.labels.orValue({}).b}}}'
+    assert mutating_route(_policy(compat), generation="eligible", compiles=True) == WEBHOOK
 
 
 def test_configuration_covers_the_policies_and_their_controllers() -> None:
