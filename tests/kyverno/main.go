@@ -254,12 +254,53 @@ func run(in input) (map[string]any, error) {
 	return map[string]any{"results": results}, nil
 }
 
+// numbers turns the json.Numbers of a decoded value into what Kubernetes' JSON decoding of an object gives
+// (unstructured.UnstructuredJSONScheme): int64 when the number is integral, else float64 (asFloats: always
+// float64, as encoding/json gives for data Kyverno's CLI reads as plain JSON, such as image data and mocks).
+func numbers(v any, asFloats bool) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbers(e, asFloats)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbers(e, asFloats)
+		}
+	case json.Number:
+		if !asFloats {
+			if i, err := x.Int64(); err == nil {
+				return i
+			}
+		}
+		f, _ := x.Float64()
+		return f
+	}
+	return v
+}
+
 func main() {
 	var in input
-	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
+	dec := json.NewDecoder(os.Stdin)
+	// Objects keep integers as int64, as Kyverno's CLI and API server hand them to the engine (YAML or JSON
+	// decoded by Kubernetes' scheme), not float64 as encoding/json alone would make them.
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil {
 		fmt.Fprintln(os.Stderr, "reading the case:", err)
 		os.Exit(2)
 	}
+	for i := range in.Resources {
+		numbers(in.Resources[i].Object, false)
+	}
+	for i := range in.Context.Resources {
+		numbers(in.Context.Resources[i], false)
+	}
+	for i := range in.Context.Images {
+		img := &in.Context.Images[i]
+		img.ImageIndex, img.Manifest, img.ConfigData = numbers(img.ImageIndex, true), numbers(img.Manifest, true),
+			numbers(img.ConfigData, true)
+	}
+	numbers(in.Context.HTTPMocks, true)
 	out, err := run(in)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

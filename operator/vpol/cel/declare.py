@@ -178,7 +178,9 @@ def guard_result(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [guard_result(item) for item in value]
     if isinstance(value, bytes | bytearray):
-        return bytes(value)
+        # cel-expr-python 0.1.3 reads Python bytes as a C string (cut at the first NUL byte); a bytearray
+        # reaches CEL whole.
+        return bytearray(value)
     if isinstance(value, datetime.datetime):
         return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
     if isinstance(value, datetime.timedelta | Message):

@@ -25,6 +25,7 @@ from cel_expr_python import cel
 
 from vpol.cel import types
 from vpol.cel.libraries import all_libraries, kubernetes, kubernetes_libraries
+from vpol.cel.libraries.kyverno import extensions as kyverno_extensions
 from vpol.cel.library import Library
 
 T = cel.Type
@@ -40,8 +41,16 @@ extensions:
   - name: strings
     version: 2
 """
-#: Kyverno's environment adds cel.bind (the API server's does not have it).
-_EXTENSIONS_YAML = _K8S_EXTENSIONS_YAML + "  - name: bindings\n"
+#: Kyverno's environment adds cel-go's bindings (cel.bind), encoders (base64.encode/decode), math
+#: (math.greatest/least, ceil, floor, round, trunc, abs, sign, isInf/isNaN/isFinite, bit operations, sqrt) and
+#: regex (regex.replace/extract/extractAll) extensions (pkg/cel/compiler DefaultEnvOptions); the API server's
+#: environment has none of them.
+_EXTENSIONS_YAML = _K8S_EXTENSIONS_YAML + """\
+  - name: bindings
+  - name: encoders
+  - name: math
+  - name: regex
+"""
 
 #: The variables every ValidatingPolicy expression may use (Kubernetes mode).
 POLICY_VARIABLES: tuple[str, ...] = ("object", "oldObject", "request", "namespaceObject", "variables", "exceptions")
@@ -128,6 +137,6 @@ def environment(spec: EnvSpec = EnvSpec()) -> cel.Env:
             # Overloads added to functions the environment already has (string(), indexOf
             # on lists...) can only come through an extension; new functions come through
             # `functions=`.
-            extensions=kubernetes.extensions(),
+            extensions=kubernetes.extensions() + ([] if spec.kubernetes_only else kyverno_extensions()),
             functions=list(_function_decls(spec.kubernetes_only)),
         )

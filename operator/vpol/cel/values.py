@@ -1,11 +1,13 @@
 """Values leaving one CEL evaluation and entering another (variables), in the shapes an Activation accepts.
 
-``cel.Value.plain_value()`` turns durations into ``datetime.timedelta``,
-timestamps into ``datetime.datetime`` and bytes into ``bytearray``, none of
-which an Activation takes back ("Non-CEL value type"); protobuf's
-``Duration``/``Timestamp`` messages and ``bytes`` it does take. A variable
-holding any of them, at any depth of lists and maps, must reach the next
-expression unchanged, as it does in cel-go.
+``cel.Value.plain_value()`` turns durations into ``datetime.timedelta`` and
+timestamps into ``datetime.datetime``, which an Activation does not take back
+("Non-CEL value type"); protobuf's ``Duration``/``Timestamp`` messages it does
+take. Bytes come out as ``bytearray``, which an Activation takes whole, while
+Python ``bytes`` it reads as a C string, cut at the first NUL byte (cel-expr-python
+0.1.3), so bytes always travel as ``bytearray``. A variable holding any of them,
+at any depth of lists and maps, must reach the next expression unchanged, as it
+does in cel-go.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-_PLAIN = (str, int, float, bool, bytes, type(None))
+_PLAIN = (str, int, float, bool, bytearray, type(None))
 
 
 def to_activation(value: Any) -> Any:
-    """``value`` with every duration, timestamp and bytearray replaced by what an Activation accepts.
+    """``value`` with every duration, timestamp and bytes value replaced by what an Activation accepts.
 
     Returns the same object when nothing needed replacing (no copy for the common case).
     """
@@ -36,7 +38,7 @@ def to_activation(value: Any) -> Any:
 
 
 def scalar(value: Any) -> Any:
-    """One duration, timestamp or bytearray in the shape cel-expr-python accepts back (others unchanged)."""
+    """One duration, timestamp or bytes value in the shape cel-expr-python accepts back (others unchanged)."""
     if isinstance(value, datetime.timedelta):
         d = duration_pb2.Duration()
         d.FromTimedelta(value)
@@ -45,8 +47,8 @@ def scalar(value: Any) -> Any:
         t = timestamp_pb2.Timestamp()
         t.FromDatetime(value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc))
         return t
-    if isinstance(value, bytearray):
-        return bytes(value)
+    if isinstance(value, bytes):
+        return bytearray(value)
     return value
 
 

@@ -17,7 +17,7 @@ B_TYPE, B = types.opaque_type("vpol.kyverno.test.ReceiverB", {"n": "string"})
 
 
 def _env(fns: list[Fn]) -> cel.Env:
-    decls = [d for lib in build(fns).values() for d in lib]
+    decls = [d for lib in build(fns).by_library.values() for d in lib]
     return cel.NewEnv(descriptor_pool=types.POOL, variables={"a": A_TYPE, "b": B_TYPE}, functions=decls)
 
 
@@ -38,7 +38,7 @@ def test_shared_name_is_declared_once_in_first_library() -> None:
     decls = build([
         Fn("first", "Same", "t_same_1", T.STRING, (STRING,), lambda s: s),
         Fn("second", "Same", "t_same_2", T.STRING, (INT,), lambda i: str(i)),
-    ])
+    ]).by_library
     assert list(decls) == ["first"]
     assert len(decls["first"]) == 1
 

@@ -22,6 +22,7 @@ from cel_expr_python import cel
 
 from vpol.cel.libraries.kyverno import (
     globalcontext_lib,
+    gzip_lib,
     hash_lib,
     http_lib,
     image_lib,
@@ -36,6 +37,7 @@ from vpol.cel.libraries.kyverno import (
     x509_lib,
     yaml_lib,
 )
+from vpol.cel.declare import Declarations
 from vpol.cel.libraries.kyverno.declarations import build
 from vpol.cel.library import Library
 
@@ -50,6 +52,7 @@ _MODULES: tuple[ModuleType, ...] = (
     time_lib,
     transform_lib,
     random_lib,
+    gzip_lib,
     resource_lib,
     http_lib,
     globalcontext_lib,
@@ -57,9 +60,24 @@ _MODULES: tuple[ModuleType, ...] = (
 )
 
 
+#: Kyverno functions whose name cel-go's extensions in Kyverno's environment already declare (``math.round``
+#: of the math extension takes one double; Kyverno's math library adds ``math.round(double, int)``): they
+#: extend the existing function through a CelExtension (vpol.cel.libraries.kubernetes.overloads explains why).
+EXTENDED_NAMES = frozenset({"math.round"})
+
+
 @functools.cache
+def _built() -> Declarations:
+    return build((fn for module in _MODULES for fn in module.functions()), EXTENDED_NAMES)
+
+
 def _declarations() -> dict[str, list[cel.FunctionDecl]]:
-    return build(fn for module in _MODULES for fn in module.functions())
+    return _built().by_library
+
+
+def extensions() -> list[cel.CelExtension]:
+    """Overloads extending functions of the environment's own extensions, for Kyverno's environments."""
+    return [cel.CelExtension("kyverno.extended", list(_built().extended))]
 
 
 def _functions_of(name: str) -> Callable[[], Sequence[cel.FunctionDecl]]:

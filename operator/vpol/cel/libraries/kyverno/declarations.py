@@ -61,10 +61,11 @@ class Fn(declare.Fn):
         super().__init__(library, name, overload_id, params, result, impl, member)
 
 
-def build(fns: Iterable[declare.Fn]) -> dict[str, list[cel.FunctionDecl]]:
-    """Declarations per library, one ``FunctionDecl`` per function name.
+def build(fns: Iterable[declare.Fn], extended: frozenset[str] = frozenset()) -> declare.Declarations:
+    """Declarations per library, one ``FunctionDecl`` per function name; those named in ``extended``
+    (functions the environment already has) apart, for a ``CelExtension``.
 
     A name used by several libraries (``Get``) is declared once, in the first
     library that uses it.
     """
-    return declare.run_declarations(fns, KYVERNO).by_library
+    return declare.run_declarations(fns, KYVERNO, extend=lambda name, _fns: name in extended)
