@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-#: The request's userInfo when nobody is known (background scans, offline runs without a
-#: user): every field present with its zero value, as the typed request Kyverno's CEL
-#: environment declares reads, so ``request.userInfo.username`` is "" rather than an error.
-EMPTY_USER_INFO: dict[str, Any] = {"username": "", "uid": "", "groups": [], "extra": {}}
+#: AdmissionRequest fields (and userInfo fields) that are left out when empty: Kyverno hands its CEL
+#: engine the request converted to an unstructured map, which drops the ``omitempty`` fields that are
+#: empty, so ``request.subResource`` of a request without one, ``request.namespace`` of a cluster-scoped
+#: object or ``request.userInfo.username`` when nobody is known are "no such key" errors there, not "".
+_OMITTED_WHEN_EMPTY = ("subResource", "requestSubResource", "name", "namespace")
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,14 @@ class Subject:
         return labels if isinstance(labels, dict) else {}
 
     def admission_request(self) -> dict[str, Any]:
-        """The CEL ``request`` variable (admission.k8s.io/v1 AdmissionRequest shape).
-
-        As in the API server, the objects themselves are not repeated here:
-        they are the ``object`` and ``oldObject`` variables.
-        """
+        """The CEL ``request`` variable as Kyverno's engine sees it: the admission.k8s.io/v1 AdmissionRequest
+        with its empty ``omitempty`` fields left out (see _OMITTED_WHEN_EMPTY), plus the objects themselves
+        (``request.object``, ``request.oldObject``, as Kyverno's request type declares them). The API server's
+        own ``request`` (generated VAPs) is its business."""
         t = self.type
         kind = {"group": t.group, "version": t.version, "kind": t.kind}
         resource = {"group": t.group, "version": t.version, "resource": t.resource}
-        return {
+        request: dict[str, Any] = {
             "uid": "",
             "kind": kind,
             "resource": resource,
@@ -88,7 +88,13 @@ class Subject:
             "name": self.name,
             "namespace": self.namespace,
             "operation": self.operation,
-            "userInfo": {**EMPTY_USER_INFO, **self.user_info},
+            "userInfo": {k: v for k, v in self.user_info.items() if v not in ("", None) and v != [] and v != {}},
+            "object": self.object,
+            "oldObject": self.old_object,
             "dryRun": self.dry_run,
             "options": None,
         }
+        for key in _OMITTED_WHEN_EMPTY:
+            if not request[key]:
+                del request[key]
+        return request

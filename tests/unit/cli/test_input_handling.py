@@ -168,7 +168,7 @@ def test_user_info_files_set_the_requesting_user(tmp_path: Path, capsys: pytest.
     policy, user = write(tmp_path / "policy.yaml", USERINFO_POLICY), write(tmp_path / "user.yaml", USER)
     cm = write(tmp_path / "cm.yaml", CONFIGMAP)
     main(["apply", "-p", str(policy), "-r", str(cm), "-o", "json"])
-    assert [r["result"] for r in results(capsys)] == ["fail"]  # nobody: no groups
+    assert [r["result"] for r in results(capsys)] == ["error"]  # nobody: no username (Kyverno: no such key)
     main(["apply", "-p", str(policy), "-r", str(cm), "-u", str(user), "-o", "json"])
     assert [r["result"] for r in results(capsys)] == ["pass"]
     write(tmp_path / "kyverno-test.yaml", """\
