@@ -75,12 +75,20 @@ def kyverno_only_reading(expressions: Sequence[tuple[str, str, str]]) -> str:
     """Why an expression that compiles for the API server would not decide there as vpol (and Kyverno) decide
     ("" when none): an ``orValue`` call on what may not be an optional, which Kyverno's environments read
     as the value itself (vpol.cel.optional_selection.or_value_compat) and the API server's cel-go (0.28 and
-    later) rejects at run time, so a Fail policy would deny every request it matches."""
+    later) rejects at run time, or ``request.object``, which only Kyverno's request holds: as a native VAP, a
+    Fail policy would deny every request it matches."""
     for path, src, _role in expressions:
         if or_value_compat(src) != src:
             return (f"{path} calls orValue on a value that may not be an optional, or with a default that may "
                     "fail; Kyverno's CEL accepts that, the API server's does not")
+        if _REQUEST_OBJECT_RX.search(src):
+            return (f"{path} reads request.object or request.oldObject, which Kyverno's request has and the API "
+                    "server's does not")
     return ""
+
+
+#: ``request.object`` / ``request.oldObject`` (or ``request[?'object']``...): Kyverno's request type has them.
+_REQUEST_OBJECT_RX = re.compile(r"\brequest\s*(\.\s*\??\s*|\[\s*\??\s*['\"])(object|oldObject)\b")
 
 
 def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:

@@ -72,6 +72,9 @@ def test_or_value_read_as_kyverno_reads_it_keeps_the_policy_off_the_api_server()
     policy = make_policy(variables=[{"name": "d", "expression": "object.spec.?x.orValue(object.spec.y)"}],
                          validations=[{"expression": "variables.d == 1"}])
     assert "spec.variables[0].expression" in ineligibility(policy)
+    # request.object exists in Kyverno's request, not in the API server's.
+    policy = make_policy(validations=[{"expression": "request.object.metadata.name == object.metadata.name"}])
+    assert "request.object" in ineligibility(policy)
     # An optional with a literal default decides alike in both.
     assert ineligibility(make_policy(validations=[{"expression": "object.metadata.?labels.orValue({}).size() > 0"}
                                                   ])) == ""
