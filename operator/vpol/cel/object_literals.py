@@ -180,11 +180,13 @@ class Rewritten:
         return old + (offset - new)
 
 
-def as_map_literals(src: str, roots: tuple[str, ...] = (OBJECT_ROOT, JSON_PATCH)) -> Rewritten:
-    """``src`` with every literal whose type name starts with one of ``roots`` turned into a map literal."""
+def as_map_literals(src: str, roots: tuple[str, ...] = (OBJECT_ROOT, JSON_PATCH),
+                    only: frozenset[tuple[str, ...]] | None = None) -> Rewritten:
+    """``src`` with every literal whose type name starts with one of ``roots`` (with ``only``: every literal
+    whose type name, split at dots, is one of ``only``) turned into a map literal."""
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in the original
     for lit in literals(src):
-        if lit.name[0] not in roots:
+        if lit.name[0] not in roots if only is None else lit.name not in only:
             continue
         # `dyn(...)`: every literal of one type name has one type, as in the API server (two Object
         # literals of different shapes in `c ? a : b`, or one against null, must type-check).

@@ -163,6 +163,23 @@ def _digest(document: Mapping[str, Any], paths: frozenset[tuple[str, ...]]) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def untyped_literal_paths(document: Mapping[str, Any], paths: Iterable[tuple[str, ...]]) -> frozenset[tuple[str, ...]]:
+    """The ``Object...`` literal paths (split at dots) that name a field of ``document`` whose value is not an
+    object of the schema: a map such as ``Object.metadata.labels``, or an int-or-string or preserve-unknown-fields
+    value. Kyverno's MutatingPolicy compiler resolves every ``Object.*`` name dynamically, so literals of these
+    build maps there (``Object.metadata.labels{app: 'x'}``); the API server's typed environment has no such type.
+    A path the schema does not have at all is not one of them."""
+    schema = _Schema(document)
+    out: set[tuple[str, ...]] = set()
+    for path in paths:
+        if len(path) < 2 or path[0] != "Object" or len(path) > MAX_DEPTH or schema.at(path) is not None:
+            continue
+        parent = schema.at(path[:-1])
+        if parent is not None and path[-1] in schema.properties(parent):
+            out.add(path)
+    return frozenset(out)
+
+
 def construction_container(document: Mapping[str, Any], paths: Iterable[tuple[str, ...]]) -> str:
     """The CEL container under which ``Object...`` literals of ``paths`` type-check against ``document``.
 

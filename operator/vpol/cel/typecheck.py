@@ -48,8 +48,8 @@ from google.protobuf import descriptor_pb2
 from vpol.cel import schemas
 from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, excerpt_at, spelled, type_name
 from vpol.cel.environment import EnvSpec, environment
-from vpol.cel.object_literals import line_column, literals
-from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container
+from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals, offset_of
+from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
 from vpol.cel.optional_selection import or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
@@ -222,6 +222,25 @@ def _compile(env: cel.Env, src: str, role: str = "", *,
     return expr.return_type().name(), None
 
 
+_ISSUE_AT = re.compile(r"^ERROR: <input>:(\d+):(\d+): ")
+
+
+def _placed_in(issues: str, rewritten: Rewritten, src: str) -> str:
+    """``issues`` about ``rewritten.text`` with their positions and excerpts moved to ``src``, as written."""
+    blocks: list[str] = []
+    for line in issues.split("\n"):
+        m = _ISSUE_AT.match(line)
+        if m:
+            offset = rewritten.original_offset(offset_of(rewritten.text, int(m.group(1)), int(m.group(2))))
+            at = Position(*line_column(src, offset))
+            blocks.append(f"ERROR: <input>:{at.line}:{at.column}: {line[m.end():]}\n{excerpt_at(src, at)}")
+        elif not line.startswith(" | ") and blocks:
+            blocks[-1] += "\n" + line
+        elif not blocks:
+            blocks.append(line)
+    return "\n".join(blocks)
+
+
 def _atomic_issues(schema: Mapping[str, Any], src: str) -> str | None:
     """The API server's refusal of apply configurations that set atomic values, as checker issues."""
     found = atomic_assignments(schema, src)
@@ -325,12 +344,21 @@ def check(
             if path in variable_paths or path not in untyped_ok:
                 continue
             expression_env = env
+            checked: Rewritten | None = None
             if _role in MUTATION_ROLES:
-                container = construction_container(schema, [lit.name for lit in literals(src)])
+                literal_names = [lit.name for lit in literals(src)]
+                # Kyverno builds literals of map-valued fields (Object.metadata.labels{...}) as maps; the API
+                # server has no such types.
+                dynamic = frozenset() if kubernetes_only else untyped_literal_paths(schema, literal_names)
+                checked = as_map_literals(src, only=dynamic) if dynamic else None
+                container = construction_container(schema, [n for n in literal_names if n not in dynamic])
                 expression_env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
                                                      variables_type=typed_variables_message(typed),
                                                      container=container))
-            _result, issues = _compile(expression_env, src, _role, kubernetes_only=kubernetes_only)
+            _result, issues = _compile(expression_env, checked.text if checked else src, _role,
+                                       kubernetes_only=kubernetes_only)
+            if issues is not None and checked is not None:
+                issues = _placed_in(issues, checked, src)
             if issues is None and _role == "applyConfiguration":
                 issues = _atomic_issues(schema, src)
             if issues is not None:

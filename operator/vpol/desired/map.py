@@ -27,7 +27,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vpol.cel.compiler import compile_mutating_policy, variable_references
+from vpol.cel.compiler import MUTATION_ROLES, compile_mutating_policy, variable_references
+from vpol.cel.typecheck import check_policy
 from vpol.desired.vap import (
     VapPlan,
     exception_parts,
@@ -67,6 +68,12 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
     compiled = compile_mutating_policy(policy, kubernetes_only=True)
     if not compiled.ok:
         return kubernetes_only_failure(compiled.errors()[0], {p: src for p, src, _r in policy.expressions()})
+    # Mutations the API server cannot type-check against the matched kinds' schemas (Kyverno's dynamic
+    # `Object.metadata.labels{...}` literals, say) would fail every request there.
+    for warning in check_policy(policy, roles=MUTATION_ROLES, kubernetes_only=True):
+        if warning.wrong_result:
+            first = warning.warning.strip().splitlines()[0]
+            return f"{warning.field_path} does not type-check in the API server's environment: {first}"
     return kyverno_only_reading(policy.expressions())
 
 

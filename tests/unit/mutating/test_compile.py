@@ -75,6 +75,28 @@ def test_valid_configurations_type_check_cleanly() -> None:
     assert check_policy(policy) == []
 
 
+def test_literals_of_map_valued_fields_are_maps_as_in_kyverno() -> None:
+    # Kyverno resolves every Object.* name dynamically: Object.metadata.labels{app: 'x'} builds the labels map.
+    src = "Object{metadata: Object.metadata{labels: Object.metadata.labels{app: 'x'}, annotations: " \
+          "Object.metadata.annotations{?note: optional.of('y')}}}"
+    policy = _policy(("ApplyConfiguration", src))
+    assert compile_mutating_policy(policy).ok
+    assert check_policy(policy) == []
+    # The API server's typed environment has no such type (so no native MAP, see test_webhook).
+    (warning,) = check_policy(policy, kubernetes_only=True)
+    assert "undeclared reference to 'Object.metadata.labels'" in warning.warning and warning.wrong_result
+    # Other issues of the same expression are reported where they are written.
+    bad = "Object{metadata: Object.metadata{labels: Object.metadata.labels{app: 'x'}, nosuch: 1}}"
+    (warning,) = check_policy(_policy(("ApplyConfiguration", bad)))
+    column = bad.index("nosuch: ") + len("nosuch")  # cel points at the field's colon
+    assert f"<input>:1:{column + 1}: undefined field 'nosuch'" in warning.warning
+    assert f" | {bad}\n | {'.' * column}^" in warning.warning
+    # A path the schema does not have stays an error.
+    (warning,) = check_policy(_policy(("ApplyConfiguration", "Object{metadata: Object.metadata{labels: "
+                                                             "Object.metadata.nosuch{a: 'b'}}}")))
+    assert "undeclared reference to 'Object.metadata.nosuch'" in warning.warning
+
+
 def test_json_patch_fields_and_result_type() -> None:
     policy = _policy(("JSONPatch", '[JSONPatch{op: "add", pat: "/x"}]'),
                      ("JSONPatch", 'JSONPatch{op: "add", path: "/x", value: 1}'))

@@ -42,6 +42,9 @@ def test_routes() -> None:
     # orValue on what may not be an optional: Kyverno's reading, not the API server's.
     compat = 'Object{metadata: Object.metadata{labels: {"a": object.metadata.labels.orValue({}).b}}}'
     assert mutating_route(_policy(compat), generation="eligible", compiles=True) == WEBHOOK
+    # Kyverno's literal of a map-valued field: no type for it in the API server.
+    labels = "Object{metadata: Object.metadata{labels: Object.metadata.labels{a: 'b'}}}"
+    assert mutating_route(_policy(labels), generation="eligible", compiles=True) == WEBHOOK
 
 
 def test_configuration_covers_the_policies_and_their_controllers() -> None:
