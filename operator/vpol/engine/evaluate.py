@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
@@ -361,48 +361,68 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData
-                     ) -> tuple[CompiledException | None, dict[str, Any] | None]:
-    """The exception that exempts the subject, or the ``exceptions`` variable the partial ones make."""
+class ExceptionMatch(NamedTuple):
+    """What the PolicyExceptions of a policy say of a subject."""
+
+    #: The exception that exempts the subject (the first whose conditions all hold and that has no images or
+    #: values), if any.
+    exempt: CompiledException | None = None
+    #: The ``exceptions`` variable the matching partial exceptions (images, values) make, if any matched.
+    partial: dict[str, Any] | None = None
+    #: Why the subject's result is an error: an exception's condition failed to evaluate (under failurePolicy
+    #: Fail) before any exception exempted the subject.
+    error: str = ""
+
+
+def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
+                     failure_policy: str = "Fail") -> ExceptionMatch:
+    """The PolicyExceptions of a policy on one subject, as Kyverno's engines evaluate them (in order): an
+    exception's conditions are a policy's matchConditions (one false: no match; errors: an error, or no match
+    under failurePolicy Ignore); an error before an exemption is the policy's error, after one it is ignored."""
     partial_images: list[str] = []
     partial_values: list[str] = []
     for exc in exceptions:
         if exc.problems and any(p.severity == "error" for p in exc.problems):
             continue
-        matched = True
+        matched, errors = True, []
         for prog in exc.conditions:
             try:
-                if _value(prog.expression.eval(data.activation())) is not True:
+                value = _value(prog.expression.eval(data.activation()))
+            except EvaluationError as err:
+                errors.append(str(err))
+                continue
+            except Exception as err:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
+                errors.append(_describe(err))
+                continue
+            if value is not True:
+                if isinstance(value, bool):
                     matched = False
                     break
-            except Exception:  # noqa: BLE001 - an exception that errors does not apply
-                matched = False
-                break
+                errors.append(f"expected a bool, got {type(value).__name__}")
         if not matched:
             continue
         e = exc.exception
+        if errors:
+            if failure_policy == "Ignore":
+                continue
+            where = f"{e.namespace}/{e.name}" if e.namespace else e.name
+            return ExceptionMatch(error=f"PolicyException {where}: {'; '.join(errors)}")
         if e.allowed_images or e.allowed_values:
             partial_images.extend(e.allowed_images)
             partial_values.extend(e.allowed_values)
             continue
-        return exc, None
+        return ExceptionMatch(exempt=exc)
     if partial_images or partial_values:
-        return None, {"allowedImages": partial_images, "allowedValues": partial_values}
-    return None, None
+        return ExceptionMatch(partial={"allowedImages": partial_images, "allowedValues": partial_values})
+    return ExceptionMatch()
 
 
-def _exempted(exempt: CompiledException) -> tuple[str, str, str]:
+def exempted(exempt: CompiledException) -> tuple[str, str, str]:
     """(result, message, exception name) of a subject a PolicyException exempts."""
     e = exempt.exception
     outcome = PASS if e.report_result == "pass" else SKIP
     how = "passed" if outcome == PASS else "skipped"
     return outcome, f"rule is {how} due to policy exception: {e.namespace + '/' if e.namespace else ''}{e.name}", e.name
-
-
-def exception_outcome(exceptions: Sequence[CompiledException], data: SubjectData) -> tuple[str, str, str] | None:
-    """(result, message, exception name) when a PolicyException exempts the subject, else None."""
-    exempt, _partial = match_exceptions(exceptions, data)
-    return _exempted(exempt) if exempt is not None else None
 
 
 def failure_message(validation: Validation, index: int, run: _PolicyRun, message_program: Program | None) -> str:
@@ -469,11 +489,13 @@ class PolicyEngine:
         if not compiled.ok:
             return self._result(data, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
-        exempt, exception_data = match_exceptions(self.exceptions, data)
-        if exempt is not None:
-            outcome, message, name = _exempted(exempt)
+        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
+        if exceptions.error:
+            return self._result(data, ERROR, exceptions.error)
+        if exceptions.exempt is not None:
+            outcome, message, name = exempted(exceptions.exempt)
             return self._result(data, outcome, message, exception=name)
-        run = _PolicyRun(compiled, data, exception_data)
+        run = _PolicyRun(compiled, data, exceptions.partial)
         stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
         if stop is not None:
             return self._result(data, *stop)

@@ -40,7 +40,8 @@ from vpol.engine.evaluate import (
     SubjectData,
     _PolicyRun,
     conditions_outcome,
-    exception_outcome,
+    exempted,
+    match_exceptions,
 )
 from vpol.engine.json_patch import PatchError, PatchTestFailed, apply_patch
 from vpol.engine.match import constraints_match
@@ -110,11 +111,14 @@ class MutatingPolicyEngine:
             return self._result(subject, original, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
         data = SubjectData(subject)
-        exempt = exception_outcome(self.exceptions, data)
-        if exempt is not None:
-            outcome, message, _name = exempt
+        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
+        if exceptions.error:
+            return self._result(subject, original, ERROR, exceptions.error)
+        if exceptions.exempt is not None:
+            outcome, message, _name = exempted(exceptions.exempt)
             return self._result(subject, original, outcome, message)
-        run = _PolicyRun(compiled, data, None)
+        # Partial exceptions (images, values) feed the `exceptions` variable, as for validations.
+        run = _PolicyRun(compiled, data, exceptions.partial)
         stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
         if stop is not None:
             return self._result(subject, original, *stop)
