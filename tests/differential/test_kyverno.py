@@ -263,13 +263,19 @@ def _values(suite: Suite) -> Any:
     return values
 
 
-def _validating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outcome]:
+def _backend(suite: Suite) -> tuple[Any, Any]:
+    """The suite's offline backend (context, cluster resources, API call mocks) and its resolver, as vpol's CLI
+    builds them for `vpol test`."""
     rel = lambda key: [str(p) for p in suite.files(key)]  # noqa: E731
-    values = _values(suite)
     backend, extra = build_backend(context_files=rel("context"), cluster_resource_files=rel("clusterResources"),
                                    api_call_responses=[r for r in suite.spec.get("apiCallResponses") or []
                                                        if isinstance(r, dict)])
-    resolve = resolver(extra)
+    return backend, resolver(extra)
+
+
+def _validating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outcome]:
+    values = _values(suite)
+    backend, resolve = _backend(suite)
     originals = [d.data for d in suite.loaded.resources if isinstance(d.data, dict)]
     objects = originals + [v for obj in originals for v in _variations(obj, rng)]
     exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
@@ -301,40 +307,43 @@ def _validating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Out
 
 
 def _mutating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outcome]:
-    """A suite with one MutatingPolicy: results and mutated objects."""
+    """Each MutatingPolicy of a suite on its own (one mutated object per resource): results and mutated objects."""
     from vpol.cli.kyverno_test import _Chains
 
     loaded = suite.loaded
-    if loaded.policies or len(loaded.mutating) != 1:
-        return []  # one mutating policy per suite: one mutated object per resource
     originals = [d.data for d in loaded.resources if isinstance(d.data, dict)]
     objects = originals + [v for obj in originals for v in _variations(obj, rng) + _pod_variations(obj)]
-    engine = MutatingPolicyEngine(loaded.mutating[0], [compile_exception(e) for e in loaded.exceptions])
-    resolve = resolver([])
-    chains = _Chains([engine], _values(suite), resolve)
+    backend, resolve = _backend(suite)
+    values = _values(suite)
     namespaced = [subject_for(o, resolve=resolve).type.namespaced for o in objects]
-    answers = _ask_oracle(binary, {**suite.oracle_input, "validating": [],
-                                   "resources": [{"object": o, "namespaced": n} for o, n in zip(objects, namespaced)]})
     outcomes = []
-    for obj, is_namespaced, answer in zip(objects, namespaced, answers):
-        _final, per_policy = chains.run(Document(data=obj, file=""), "CREATE")
-        got = per_policy.get(engine.policy.name)
-        name = str((obj.get("metadata") or {}).get("name"))
-        kyverno = _kyverno_outcome(answer, engine.policy.name)
-        outcome = Outcome(suite.test_file.parent.name, engine.policy.name, name,
-                          f"{got[0].result}: {got[0].message}" if got else "", kyverno)
-        if got and got[0].result == "pass" and kyverno.startswith("pass"):
-            mutated = copy.deepcopy(got[1])
-            meta = mutated.setdefault("metadata", {})
-            if is_namespaced and not meta.get("namespace"):
-                meta["namespace"] = "default"  # as the oracle (Kyverno's CLI) places it
-            theirs = answer.get("patched")
-            if theirs is None:  # nothing changed
-                theirs = copy.deepcopy(obj)
-                if is_namespaced and not (theirs.get("metadata") or {}).get("namespace"):
-                    theirs.setdefault("metadata", {})["namespace"] = "default"
-            outcome.patched = (json.loads(json.dumps(mutated, default=str)), theirs)
-        outcomes.append(outcome)
+    for policy in loaded.mutating:
+        engine = MutatingPolicyEngine(policy, [compile_exception(e) for e in loaded.exceptions])
+        chains = _Chains([engine], values, resolve)
+        answers = _ask_oracle(binary, {
+            **suite.oracle_input, "validating": [], "namespacedValidating": [],
+            "mutating": [d for d in suite.oracle_input["mutating"] if (d.get("metadata") or {}).get("name") == policy.name],
+            "resources": [{"object": o, "namespaced": n} for o, n in zip(objects, namespaced)]})
+        for obj, is_namespaced, answer in zip(objects, namespaced, answers):
+            with using(backend):
+                _final, per_policy = chains.run(Document(data=obj, file=""), "CREATE")
+            got = per_policy.get(engine.policy.name)
+            name = str((obj.get("metadata") or {}).get("name"))
+            kyverno = _kyverno_outcome(answer, engine.policy.name)
+            outcome = Outcome(suite.test_file.parent.name, engine.policy.name, name,
+                              f"{got[0].result}: {got[0].message}" if got else "", kyverno)
+            if got and got[0].result == "pass" and kyverno.startswith("pass"):
+                mutated = copy.deepcopy(got[1])
+                meta = mutated.setdefault("metadata", {})
+                if is_namespaced and not meta.get("namespace"):
+                    meta["namespace"] = "default"  # as the oracle (Kyverno's CLI) places it
+                theirs = answer.get("patched")
+                if theirs is None:  # nothing changed
+                    theirs = copy.deepcopy(obj)
+                    if is_namespaced and not (theirs.get("metadata") or {}).get("namespace"):
+                        theirs.setdefault("metadata", {})["namespace"] = "default"
+                outcome.patched = (json.loads(json.dumps(mutated, default=str)), theirs)
+            outcomes.append(outcome)
     return outcomes
 
 
