@@ -74,7 +74,10 @@ def _namespace_labels(subject: Subject) -> dict[str, Any] | None:
         return subject.labels
     if not subject.type.namespaced:
         return None
-    ns = subject.namespace_object or {}
+    ns = subject.namespace_object
+    if ns is None:
+        # A namespace nobody described: the label the API server puts on every namespace.
+        return {"kubernetes.io/metadata.name": subject.namespace} if subject.namespace else {}
     labels = (ns.get("metadata") or {}).get("labels") if isinstance(ns, dict) else None
     return labels if isinstance(labels, dict) else {}
 

@@ -62,7 +62,9 @@ def subject_for(obj: dict[str, Any], *, operation: str = "CREATE", resolve: Reso
     if rtype.namespaced and not (obj.get("metadata") or {}).get("namespace"):
         obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": default_namespace}}
     ns_name = (obj.get("metadata") or {}).get("namespace", "") if rtype.namespaced else ""
-    ns_obj = namespace_object(ns_name, namespaces or {}) if ns_name else None
+    # A namespace nobody described (offline, without a values file naming it) is null to CEL, as in Kyverno's
+    # CLI; matching still sees the label the API server puts on every namespace (vpol.engine.match).
+    ns_obj = namespace_object(ns_name, namespaces) if ns_name and namespaces and ns_name in namespaces else None
     if operation == "DELETE":
         return Subject(type=rtype, object=None, old_object=obj, operation=operation, namespace_object=ns_obj,
                        user_info=user_info or {})

@@ -148,7 +148,13 @@ def test_request_and_namespace_object_are_available():
     policy = make_policy(validations=[{"expression": "request.operation == 'CREATE' && "
                                                      "request.kind.kind == 'Pod' && "
                                                      "namespaceObject.metadata.name == object.metadata.namespace"}])
-    assert run(policy, pod(namespace="team-a")).result == "pass"
+    team_a = {"team-a": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}}
+    engine = PolicyEngine(policy)
+    assert engine.evaluate(subject_for(pod(namespace="team-a"), resolve=resolve, namespaces=team_a)).result == "pass"
+    # A namespace nobody described is null, as in Kyverno's CLI (checked by the Kyverno differential).
+    null = make_policy(validations=[{"expression": "namespaceObject == null"}])
+    assert run(null, pod(namespace="team-a")).result == "pass"
+
 
 
 def test_variables_shared_between_policies_only_when_they_are_the_same():

@@ -69,6 +69,15 @@ def test_namespace_selector_uses_namespace_labels_or_the_namespace_itself():
     assert constraints_match(m, subj(NODES))
 
 
+
+def test_a_namespace_nobody_described_has_only_the_api_servers_name_label():
+    unknown = Subject(type=PODS, object={"metadata": {"name": "x", "namespace": "team-a"}}, namespace_object=None)
+    by_name = LabelSelector(match_labels=(("kubernetes.io/metadata.name", "team-a"),))
+    assert constraints_match(MatchResources(resource_rules=(rule(),), namespace_selector=by_name), unknown)
+    by_env = LabelSelector(match_labels=(("env", "prod"),))
+    assert not constraints_match(MatchResources(resource_rules=(rule(),), namespace_selector=by_env), unknown)
+
+
 def test_object_selector_matches_object_or_old_object():
     sel = LabelSelector(match_expressions=(Requirement("app", "In", ("web",)),))
     m = MatchResources(resource_rules=(rule(operations=("*",)),), object_selector=sel)
