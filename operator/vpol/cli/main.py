@@ -131,6 +131,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     results = []
     rows: list[dict[str, Any]] = []
     patched: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (original, mutated) per mutated resource
+    patched_rows: list[tuple[int, dict[str, Any]]] = []  # (row index, mutated resource) per mutating policy row
     progress = Progress(0, "evaluating", enabled=not args.no_progress)
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
     count = 0
@@ -162,6 +163,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 for r in mutation_results:
                     results.append(r)
                     rows.append({**r.as_dict(), "mutated": r.properties.get("changed") == "true"})
+                    # Each mutating policy's row carries the resource as all mutating policies left it.
+                    patched_rows.append((len(rows) - 1, mutated or original))
                 if mutation_results:
                     patched.append((original, mutated or original))
                 results.extend(validated)
@@ -199,11 +202,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         return EXIT_INPUT if loaded.unreadable else EXIT_FAIL
     if patched and args.output == "table":
         _print_mutated(patched, diff=args.diff)
-    if args.output in ("json", "yaml") and patched:
-        # Each mutating policy's row carries the resource as all mutating policies left it.
-        for row, result in zip(rows, results):
-            if "mutated" in row:
-                row["patchedResource"] = next((m for o, m in patched if _same_object(o, result)), None)
+    if args.output in ("json", "yaml"):
+        for index, mutated_resource in patched_rows:
+            rows[index]["patchedResource"] = mutated_resource
     if args.output == "json":
         # One row per line: json's C encoder (an indented dump runs the pure-Python one, seconds for 100k rows).
         sys.stdout.write("[\n" + ",\n".join("  " + json.dumps(row) for row in rows) + ("\n]\n" if rows else "]\n"))
@@ -218,12 +219,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.has_errors or any(not c.ok for c in compiled):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
-
-
-def _same_object(obj: dict[str, Any], result: Any) -> bool:
-    meta = obj.get("metadata") or {}
-    return (str(obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("namespace", "") or "")) == \
-        (result.kind, result.name, result.namespace)
 
 
 def _print_mutated(patched: list[tuple[dict[str, Any], dict[str, Any]]], *, diff: bool) -> None:

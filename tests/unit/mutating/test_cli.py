@@ -69,6 +69,30 @@ spec:
     assert "+    securityContext:" in capsys.readouterr().out
 
 
+def test_json_rows_carry_the_mutated_resource_even_without_a_namespace(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    policy = EXAMPLES / "set-run-as-non-root" / "policy.yaml"
+    resource = tmp_path / "pods.yaml"
+    resource.write_text("""
+apiVersion: v1
+kind: Pod
+metadata: {name: no-namespace}
+spec:
+  containers: [{name: app, image: nginx:1.27}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: no-namespace, namespace: other}
+spec:
+  containers: [{name: app, image: nginx:1.27, securityContext: {runAsNonRoot: false}}]
+""")
+    assert main(["apply", "-p", str(policy), "-r", str(resource), "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["namespace"], r["patchedResource"]["metadata"].get("namespace")) for r in rows] == \
+        [("default", "default"), ("other", "other")]
+    assert all(r["patchedResource"]["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] is True for r in rows)
+
+
 def test_generate_map(capsys: pytest.CaptureFixture[str]) -> None:
     policy = EXAMPLES / "set-run-as-non-root" / "policy.yaml"
     assert main(["generate", "map", str(policy)]) == 0
