@@ -282,7 +282,7 @@ class _Frame:
         return prog
 
     def variables_and_conditions(self, variables: Sequence[NamedExpression],
-                                 conditions: Sequence[NamedExpression]) -> None:
+                                 conditions: Sequence[NamedExpression], *, conditions_see_variables: bool) -> None:
         for i, var in enumerate(variables):
             prog = self.add(var.expression, f"spec.variables[{i}].expression", "variable")
             # A variable that does not compile is still declared (as dyn), so its
@@ -290,9 +290,19 @@ class _Frame:
             self.declared.append((var.name, prog.result_type if prog else "dyn"))
             if prog:
                 self.out.variables.append((var.name, prog))
-        # matchConditions may use variables too (they are lazy, as in the API server).
         for i, mc in enumerate(conditions):
-            prog = self.add(mc.expression, f"spec.matchConditions[{i}].expression", "matchCondition")
+            path = f"spec.matchConditions[{i}].expression"
+            prog = self.add(mc.expression, path, "matchCondition")
+            if prog and not conditions_see_variables and prog.uses:
+                # Kyverno compiles a ValidatingPolicy's matchConditions before its variables (the API server's
+                # VAPs and Kyverno's MutatingPolicies let them read variables).
+                name = sorted(prog.uses)[0]
+                at = re.search(r"\bvariables\s*(\.\s*|\[\s*\??\s*['\"])" + re.escape(name), mc.expression)
+                self.out.problems.append(Problem(
+                    f"undefined field '{name}': a ValidatingPolicy's matchConditions cannot read variables (Kyverno "
+                    "compiles them before the variables)", path=path,
+                    expression_position=Position(*line_column(mc.expression, at.start())) if at else None))
+                continue
             if prog:
                 self.out.match_conditions.append((mc.name, prog))
 
@@ -302,7 +312,7 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
     out = CompiledPolicy(policy)
     s = policy.spec
     frame = _Frame(out, s.evaluation.mode, kubernetes_only)
-    frame.variables_and_conditions(s.variables, s.match_conditions)
+    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
     for i, val in enumerate(s.validations):
         prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
         msg = None
@@ -337,7 +347,7 @@ def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = F
     out = CompiledMutatingPolicy(policy)
     s = policy.spec
     frame = _Frame(out, "Kubernetes", kubernetes_only)
-    frame.variables_and_conditions(s.variables, s.match_conditions)
+    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=True)
     for i, mutation in enumerate(s.mutations):
         prog = frame.add(mutation.expression, f"spec.mutations[{i}].{mutation.field}.expression", mutation.field)
         if prog:

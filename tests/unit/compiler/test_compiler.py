@@ -91,3 +91,27 @@ def test_nesting_limit_errors_once_with_a_position():
     [e] = errors(make_policy(validations=[{"expression": parens}]))
     assert "nests deeper than 32 levels" in e.message and e.expression_position is not None
     assert errors(make_policy(validations=[{"expression": " + ".join(["1"] * 20) + " > 0"}])) == []
+
+
+def test_match_conditions_of_a_validating_policy_cannot_read_variables() -> None:
+    # Kyverno compiles a ValidatingPolicy's matchConditions before its variables (undefined field there).
+    policy = make_policy(variables=[{"name": "isProd", "expression": "object.metadata.name == 'prod'"}],
+                         matchConditions=[{"name": "prod-only", "expression": "true && variables.isProd"}],
+                         validations=[{"expression": "true"}])
+    (problem,) = compile_policy(policy).errors()
+    assert problem.path == "spec.matchConditions[0].expression"
+    assert "undefined field 'isProd'" in problem.message
+    assert problem.expression_position is not None and problem.expression_position.column == 9
+    # A MutatingPolicy's may (Kyverno compiles its variables first).
+    from vpol.cel.compiler import compile_mutating_policy
+    from vpol.model.parse import parse_mutating_policy
+
+    mpol, _ = parse_mutating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["pods"]}]},
+                 "variables": [{"name": "isProd", "expression": "object.metadata.name == 'prod'"}],
+                 "matchConditions": [{"name": "prod-only", "expression": "variables.isProd"}],
+                 "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                     "expression": "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}}]}})
+    assert mpol is not None and compile_mutating_policy(mpol).ok
