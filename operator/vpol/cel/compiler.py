@@ -21,6 +21,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from vpol.cel.aggregate_literals import mismatches
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
@@ -249,6 +250,13 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if mutation and not result.startswith(mutation[0]) and result != "dyn":
         return None, [Problem(f"expression must evaluate to {mutation[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
+    if not mutation:
+        # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
+        # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
+        mixed = mismatches(expr)
+        if mixed:
+            return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
+                                  excerpt=excerpt_at(src, at)) for m in mixed]
     if not spec.kubernetes_only:
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.
