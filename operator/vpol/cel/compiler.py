@@ -253,7 +253,10 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if not mutation:
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
         # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
-        mixed = mismatches(expr)
+        try:
+            mixed = mismatches(expr)
+        except Exception:  # noqa: BLE001 - an unreadable checked expression: nothing known, nothing refused
+            mixed = []
         if mixed:
             return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
                                   excerpt=excerpt_at(src, at)) for m in mixed]
