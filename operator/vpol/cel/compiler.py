@@ -225,13 +225,18 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if _nesting(src) > MAX_NESTING:
         return None, [_too_deep(src, path)]
     rewritten = as_map_literals(src) if role in MUTATION_ROLES else None
+    written = rewritten.text if rewritten else src
+    #: Built without type checking (see _compile_written): the evaluated program is too.
+    unchecked = False
     try:
-        expr = environment(spec).compile(rewritten.text if rewritten else src)
+        expr, unchecked = _compile_written(environment(spec), written)
     except RuntimeError as exc:
         if _RECURSION_RX.search(str(exc)):
             return None, [_too_deep(src, path)]
         problems = []
         for pos, msg, excerpt in parse_cel_errors(str(exc)):
+            if CROSS_NUMERIC_RX.search(msg):
+                continue  # not an error in cel-go (see _compile_written)
             if rewritten is not None and pos is not None:
                 # A position in the rewritten text, moved back to what the user wrote.
                 offset = rewritten.original_offset(offset_of(rewritten.text, pos.line, pos.column))
@@ -264,14 +269,34 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.
         # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
-        written = rewritten.text if rewritten else src
         guarded = guard(or_value_compat(written))
         if guarded != written:
             try:
-                expr = environment(spec).compile(guarded)
+                expr = environment(spec).compile(guarded, disable_check=unchecked)
             except Exception:  # noqa: BLE001 - keep the program as written
                 pass
     return Program(path, src, role, expr, variable_references(src), result, top_level_references(src)), []
+
+
+#: The checker's complaint about ordering between an int, a uint and a double.
+CROSS_NUMERIC_RX = re.compile(r"found no matching overload for '_(?:<|<=|>|>=)_' applied to "
+                              r"'\((?:int|uint|double), (?:int|uint|double)\)'")
+
+
+def _compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
+    """``text`` compiled in ``env``, and whether it had to be built without type checking.
+
+    cel-go's CrossTypeNumericComparisons, which the API server and Kyverno enable, type-checks ordering between
+    int, uint and double (``quantity(q).asApproximateFloat() > 1``); cel-cpp compares such values at run time,
+    but its checker has no declarations for them and takes none (the runtime already has the overloads). When
+    those are the only errors, the program is built unchecked; any other error is raised as it is."""
+    try:
+        return env.compile(text), False
+    except RuntimeError as exc:
+        errors = parse_cel_errors(str(exc))
+        if not errors or not all(CROSS_NUMERIC_RX.search(message) for _pos, message, _excerpt in errors):
+            raise
+        return env.compile(text, disable_check=True), True
 
 
 class _Frame:

@@ -46,7 +46,15 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas
-from vpol.cel.compiler import MUTATION_ROLES, RESULT_TYPES, compile_expression, excerpt_at, spelled, type_name
+from vpol.cel.compiler import (
+    CROSS_NUMERIC_RX,
+    MUTATION_ROLES,
+    RESULT_TYPES,
+    compile_expression,
+    excerpt_at,
+    spelled,
+    type_name,
+)
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals, offset_of
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
@@ -171,6 +179,8 @@ def issues_text(error: str, *, or_value_compat: bool = False) -> str:
             if or_value_compat and _OR_VALUE_OVERLOAD in head and \
                     any(_OR_VALUE_OVERLOAD not in b[0] and "'*error*'" not in b[0] for b in blocks):
                 continue
+            if CROSS_NUMERIC_RX.search(head):
+                continue  # ordering between int, uint and double is allowed (vpol.cel.compiler._compile_written)
             head = _UNDEFINED_FIELD.sub(r"undefined field '\1'", head)
             for cpp, go in _CEL_GO_NAMES:
                 head = head.replace(cpp, go)
@@ -204,7 +214,10 @@ def _compile(env: cel.Env, src: str, role: str = "", *,
                 raise
             expr = env.compile(compat)
         except RuntimeError:
-            return None, issues_text(str(exc), or_value_compat=compat != src)
+            text = issues_text(str(exc), or_value_compat=compat != src)
+            if not text.strip():
+                return "dyn", None  # only orderings between numbers of different types: fine in cel-go
+            return None, text
     except Exception as exc:  # noqa: BLE001 - a checker must never take its caller down
         log.debug("type check of %r failed internally: %s", src, exc)
         return None, None

@@ -115,3 +115,29 @@ def test_match_conditions_of_a_validating_policy_cannot_read_variables() -> None
                  "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
                      "expression": "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}}]}})
     assert mpol is not None and compile_mutating_policy(mpol).ok
+
+
+def test_ordering_between_numbers_of_different_types_compiles_and_evaluates() -> None:
+    # cel-go's CrossTypeNumericComparisons (the API server and Kyverno enable it); cel-cpp's checker lacks it.
+    from vpol.cel.compiler import compile_expression
+    from vpol.cel.environment import EnvSpec, environment
+
+    env = environment(EnvSpec())
+    for src, expected in [("1 < 1.5", True), ("2u >= 1 && 1.5 <= 2", True), ("2.5 > 3", False),
+                          ("quantity('1Gi').asApproximateFloat() > 1", True)]:
+        prog, problems = compile_expression(src, "p", "validation", EnvSpec())
+        assert prog is not None, problems
+        assert prog.expression.eval(env.Activation(data={})).value() is expected
+    # Other type errors are still errors, at their place.
+    _prog, problems = compile_expression("1 < 1.5 && 1 < 'a'", "p", "validation", EnvSpec())
+    assert [p.message for p in problems] == ["found no matching overload for '_<_' applied to '(int, string)'"]
+
+
+def test_the_type_check_lets_numbers_of_different_types_be_ordered() -> None:
+    from vpol.cel.typecheck import check
+    from vpol.model.discovery import builtin
+
+    deployments = builtin().resource("apps", "v1", "deployments")
+    assert deployments is not None
+    expressions = [("spec.validations[0].expression", "object.spec.replicas > 2.5", "validation")]
+    assert check(expressions, [], [deployments]) == []
