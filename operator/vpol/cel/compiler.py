@@ -22,6 +22,7 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel.aggregate_literals import mismatches
+from vpol.cel.bindings import eager_bindings
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
@@ -269,7 +270,8 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.
         # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
-        guarded = guard(or_value_compat(written))
+        # And cel.bind without cel-cpp's lazy bindings, which read stale values (vpol.cel.bindings).
+        guarded = eager_bindings(guard(or_value_compat(written)))
         if guarded != written:
             try:
                 expr = environment(spec).compile(guarded, disable_check=unchecked)
