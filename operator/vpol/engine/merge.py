@@ -222,8 +222,11 @@ class _Merger:
 
     def _scalar(self, node: _Node, value: Any, where: str) -> None:
         typ = node.schema.get("type")
-        if node.schema.get("x-kubernetes-int-or-string"):
-            ok = isinstance(value, (str, int)) and not isinstance(value, bool)
+        if node.schema.get("x-kubernetes-int-or-string") or node.schema.get("format") == "int-or-string":
+            # structured-merge-diff types IntOrString as an untyped atomic value: any value, replaced whole (an
+            # object carrying a list there still converts, as Kyverno's engine shows); other untyped unions
+            # (Quantity) only take scalars.
+            ok = True
         elif typ == "string":
             ok = isinstance(value, str)
         elif typ in ("integer", "number"):

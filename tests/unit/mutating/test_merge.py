@@ -103,3 +103,16 @@ def test_the_live_object_must_fit_its_schema_but_may_hold_nulls() -> None:
     pod["spec"]["initContainers"] = None
     out = apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
     assert out["metadata"]["labels"]["a"] == "b"
+
+
+def test_int_or_string_fields_take_any_value_as_structured_merge_diff_types_them() -> None:
+    # IntOrString is an untyped atomic value there (Kyverno's engine mutates such a Service); Quantity is not.
+    service = builtin().schema("", "v1", "Service")
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+           "spec": {"ports": [{"port": 80, "targetPort": ["odd"]}]}}
+    out = apply_configuration(svc, {"metadata": {"labels": {"a": "b"}}}, service)
+    assert out["metadata"]["labels"] == {"a": "b"} and out["spec"]["ports"][0]["targetPort"] == ["odd"]
+    pod = _pod("a")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": ["1"]}}
+    with pytest.raises(MergeError, match=r"\.resources\.limits\.cpu"):
+        apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
