@@ -11,6 +11,7 @@ each selection in CEL itself::
     R.?f    ->  (cel.bind(vpol_opt_1, R, type(vpol_opt_1) == string || ... (a scalar type)
                  ? optional.none() : vpol_opt_1.?f))
     R[?k]   ->  the same around vpol_opt_2[?k]
+    R.?f.g  ->  the same around a plain selection on the optional the first guard made
     has(R.f) -> (cel.bind(vpol_opt_1001, R, <R is a scalar> ? false : has(vpol_opt_1001.f)))
 
 (on a map, a list or an optional the selection is evaluated as written).
@@ -176,21 +177,30 @@ def guard(src: str) -> str:
         for i, tok in enumerate(toks):
             field = tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "?" and toks[i + 2].kind == "ident"
             index = tok.text == "[" and i + 1 < len(toks) and toks[i + 1].text == "?"
-            if not (field or index):
+            # `x.?a.b`: a plain selection on the optional an earlier guard made (selections on an optional are
+            # optional in cel-go, and none when the value inside is a scalar or null).
+            plain = tok.text == "." and i + 1 < len(toks) and _name(toks[i + 1]) and \
+                not (i + 2 < len(toks) and toks[i + 2].text == "(")
+            if not (field or index or plain):
                 continue
             first = _receiver_start(toks, i)
             if first is None:
                 continue
+            if plain and not _is_guard(toks, first, i):
+                continue
             receiver = text[toks[first].start:tok.start]
             if receiver.startswith(PREFIX):
                 continue  # already guarded
-            site = (i, first, field)
+            site = (i, first, field or plain)
             break
         if site is None:
             return text
         i, first, field = site
         var = f"{PREFIX}{n}"
-        if field:
+        if field and toks[i + 1].text != "?":  # plain selection on an optional
+            end = toks[i + 1].end
+            selection = f"{var}.{toks[i + 1].text}"
+        elif field:
             end = toks[i + 2].end
             selection = f"{var}.?{toks[i + 2].text}"
         else:

@@ -140,19 +140,37 @@ def _describe_key(pe: tuple[Any, ...]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
+def _null_paths(value: Any, where: str = "", out: set[str] | None = None) -> set[str]:
+    """The places (as _Merger.validate names them) where ``value`` holds a null."""
+    out = set() if out is None else out
+    if value is None:
+        out.add(where)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _null_paths(v, f"{where}.{k}", out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _null_paths(v, f"{where}[{i}]", out)
+    return out
+
+
 class _Merger:
-    def __init__(self, schema: _Schema, *, live: bool = False) -> None:
+    def __init__(self, schema: _Schema, *, live: bool = False, object_nulls: frozenset[str] = frozenset()) -> None:
         self.schema = schema
         #: Validating the live object: duplicates are tolerated and atomic values are no concern.
         self.live = live
+        #: Places where the object itself holds a null: a configuration that copies such a value (say the
+        #: object's volumes, one with an empty field) is accepted, as Kyverno's engine accepts it; a null the
+        #: expression writes elsewhere is refused, as the API server and Kyverno refuse it.
+        self.object_nulls = object_nulls
         self.errors: list[str] = []
         self.atomics: list[str] = []
 
     # -- the configuration's own checks (ObjectToTyped + validatePatch)
 
     def validate(self, node: _Node, value: Any, where: str, inside_deduced: bool = False) -> None:
-        if value is None and self.live:
-            return  # a null in the live object is an absent field
+        if value is None and (self.live or where in self.object_nulls):
+            return  # a null in the live object (or copied from it) is an absent field
         if value is None:
             self.errors.append(f"{where or '.'}: expected {self._expected(node)}, got null")
             return
@@ -340,7 +358,8 @@ def apply_configuration(original: dict[str, Any], configuration: Any,
         raise MergeError(f"apply configuration must be an object, not {_kind_of(configuration)}")
     types = _Schema(schema)
     root = types.node(schema) if schema is not None else _Node("deduced", _DEDUCED)
-    merger = _Merger(types)
+    merger = _Merger(types, object_nulls=frozenset(_null_paths(
+        {k: v for k, v in original.items() if k not in ("apiVersion", "kind")})))
     # apiVersion and kind are the object's own (the API server sets the request's kind on the patch).
     body = {k: v for k, v in configuration.items() if k not in ("apiVersion", "kind")}
     merger.validate(root, body, "")

@@ -41,6 +41,16 @@ def _eval(src: str, obj: Any) -> Any:
      {"spec": {"volumes": [{"hostPath": {}}]}}, False),
     ("has(object.spec.hostNetwork)", {"spec": "x"}, False),
     ("optional.of(object.a).?b.orValue(3) == 1", {"a": {"b": 1}}, True),
+    # A plain selection after `.?` selects inside the optional: none on a null or a scalar, as in cel-go.
+    ("object.c.?securityContext.allowPrivilegeEscalation.orValue(true) == false", {"c": {"securityContext": None}},
+     False),
+    ("object.c.?securityContext.allowPrivilegeEscalation.orValue(true) == false", {"c": {"securityContext": "x"}},
+     False),
+    ("object.c.?securityContext.allowPrivilegeEscalation.orValue(true) == false",
+     {"c": {"securityContext": {"allowPrivilegeEscalation": False}}}, True),
+    ("object.c.?securityContext.allowPrivilegeEscalation.orValue(true) == false", {"c": {}}, False),
+    ("object.?a.b.c.orValue(0) == 2", {"a": {"b": {"c": 2}}}, True),
+    ("object.?a.b.c.orValue(0) == 0", {"a": {"b": 7}}, True),
 ])
 def test_wrong_typed_receivers(src: str, obj: Any, expected: Any) -> None:
     assert _eval(src, obj) == expected

@@ -116,3 +116,14 @@ def test_int_or_string_fields_take_any_value_as_structured_merge_diff_types_them
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": ["1"]}}
     with pytest.raises(MergeError, match=r"\.resources\.limits\.cpu"):
         apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
+
+
+def test_a_configuration_may_copy_the_objects_own_nulls_but_not_write_new_ones() -> None:
+    # Kyverno's engine accepts a configuration carrying the object's volumes with an empty field (null) and
+    # refuses a null the expression writes where the object has none (checked with tests/kyverno).
+    pod = _pod("a")
+    pod["spec"]["volumes"] = [{"name": "n", "nfs": {"server": None, "path": "/x"}}]
+    out = apply_configuration(pod, {"spec": {"volumes": [{"name": "n", "nfs": {"server": None, "path": "/y"}}]}}, POD)
+    assert out["spec"]["volumes"][0]["nfs"]["path"] == "/y"
+    with pytest.raises(MergeError, match=r"failed to convert patch object to typed object: \.spec\.nodeName"):
+        apply_configuration(pod, {"spec": {"nodeName": None}}, POD)
