@@ -140,9 +140,8 @@ def _describe_key(pe: tuple[Any, ...]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _null_paths(value: Any, where: str = "", out: set[str] | None = None) -> set[str]:
-    """The places (as _Merger.validate names them) where ``value`` holds a null."""
-    out = set() if out is None else out
+def _null_paths(value: Any, where: str, out: set[str]) -> None:
+    """Add the places (as _Merger.validate names them) where ``value`` holds a null."""
     if value is None:
         out.add(where)
     elif isinstance(value, dict):
@@ -151,6 +150,24 @@ def _null_paths(value: Any, where: str = "", out: set[str] | None = None) -> set
     elif isinstance(value, list):
         for i, v in enumerate(value):
             _null_paths(v, f"{where}[{i}]", out)
+
+
+def _copied_nulls(patch: Any, obj: Any, where: str = "", out: set[str] | None = None) -> set[str]:
+    """The nulls of ``patch`` inside a map or list it carries over from ``obj`` unchanged, at the same place.
+
+    Kyverno's engine hands such a value to the patcher as the object's own data, where a null is an absent
+    field; a null the expression produced (a literal, or a field read on its own) is a value of no type there,
+    which the patcher refuses, as the API server does."""
+    out = set() if out is None else out
+    if isinstance(patch, (dict, list)) and patch == obj:
+        _null_paths(patch, where, out)
+    elif isinstance(patch, dict) and isinstance(obj, dict):
+        for k, v in patch.items():
+            if k in obj:
+                _copied_nulls(v, obj[k], f"{where}.{k}", out)
+    elif isinstance(patch, list) and isinstance(obj, list):
+        for i, (v, o) in enumerate(zip(patch, obj)):
+            _copied_nulls(v, o, f"{where}[{i}]", out)
     return out
 
 
@@ -159,9 +176,8 @@ class _Merger:
         self.schema = schema
         #: Validating the live object: duplicates are tolerated and atomic values are no concern.
         self.live = live
-        #: Places where the object itself holds a null: a configuration that copies such a value (say the
-        #: object's volumes, one with an empty field) is accepted, as Kyverno's engine accepts it; a null the
-        #: expression writes elsewhere is refused, as the API server and Kyverno refuse it.
+        #: Nulls the configuration carries inside a value copied whole from the object (_copied_nulls):
+        #: absent fields, as in Kyverno's engine; any other null is refused.
         self.object_nulls = object_nulls
         self.errors: list[str] = []
         self.atomics: list[str] = []
@@ -358,10 +374,9 @@ def apply_configuration(original: dict[str, Any], configuration: Any,
         raise MergeError(f"apply configuration must be an object, not {_kind_of(configuration)}")
     types = _Schema(schema)
     root = types.node(schema) if schema is not None else _Node("deduced", _DEDUCED)
-    merger = _Merger(types, object_nulls=frozenset(_null_paths(
-        {k: v for k, v in original.items() if k not in ("apiVersion", "kind")})))
     # apiVersion and kind are the object's own (the API server sets the request's kind on the patch).
     body = {k: v for k, v in configuration.items() if k not in ("apiVersion", "kind")}
+    merger = _Merger(types, object_nulls=frozenset(_copied_nulls(body, original)))
     merger.validate(root, body, "")
     if merger.errors:
         raise MergeError("failed to convert patch object to typed object: " + "; ".join(merger.errors))

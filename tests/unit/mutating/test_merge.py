@@ -118,12 +118,15 @@ def test_int_or_string_fields_take_any_value_as_structured_merge_diff_types_them
         apply_configuration(pod, {"metadata": {"labels": {"a": "b"}}}, POD)
 
 
-def test_a_configuration_may_copy_the_objects_own_nulls_but_not_write_new_ones() -> None:
-    # Kyverno's engine accepts a configuration carrying the object's volumes with an empty field (null) and
-    # refuses a null the expression writes where the object has none (checked with tests/kyverno).
+def test_a_configuration_may_carry_the_objects_own_values_with_their_nulls_but_not_write_nulls() -> None:
+    # Kyverno's engine accepts a configuration carrying the object's volumes whole, one with an empty field (null),
+    # and refuses a null the expression produces: a literal, or a field read on its own (checked with tests/kyverno).
     pod = _pod("a")
     pod["spec"]["volumes"] = [{"name": "n", "nfs": {"server": None, "path": "/x"}}]
-    out = apply_configuration(pod, {"spec": {"volumes": [{"name": "n", "nfs": {"server": None, "path": "/y"}}]}}, POD)
-    assert out["spec"]["volumes"][0]["nfs"]["path"] == "/y"
-    with pytest.raises(MergeError, match=r"failed to convert patch object to typed object: \.spec\.nodeName"):
-        apply_configuration(pod, {"spec": {"nodeName": None}}, POD)
+    extra = {"name": "e", "emptyDir": {}}
+    out = apply_configuration(pod, {"spec": {"volumes": [pod["spec"]["volumes"][0], extra]}}, POD)
+    assert [v["name"] for v in out["spec"]["volumes"]] == ["n", "e"]
+    for written in ({"spec": {"nodeName": None}},
+                    {"spec": {"volumes": [{"name": "n", "nfs": {"server": None, "path": "/y"}}]}}):
+        with pytest.raises(MergeError, match="failed to convert patch object to typed object: .spec"):
+            apply_configuration(pod, written, POD)
