@@ -217,15 +217,15 @@ class OfflineBackend(Backend):
         return copy.deepcopy(found)
 
     def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:
+        """The objects of ``resource`` given for ``namespace``, as Kyverno's CLI lists them offline: exactly that
+        namespace (``""``: the objects given without one, not every namespace as a cluster would), and an error
+        for a resource nothing was given for."""
         group, version = split_api_version(api_version)
         key = (group, version, resource)
-        by_namespace = self._objects.get(key, {})
-        namespaces = sorted(by_namespace) if namespace == "" else [namespace]
-        items = [
-            copy.deepcopy(by_namespace[ns][name])
-            for ns in namespaces
-            for name in sorted(by_namespace.get(ns, {}))
-        ]
+        if key not in self._objects:
+            raise MissingObject(f"{_group_resource(group, resource)} resource not found")
+        by_namespace = self._objects[key]
+        items = [copy.deepcopy(obj) for _name, obj in sorted(by_namespace.get(namespace, {}).items())]
         kind = self._kinds.get(key)
         out: dict[str, Any] = {"apiVersion": api_version, "metadata": {}, "items": items}
         if kind:

@@ -73,10 +73,13 @@ def test_resource_get_status_subresource(offline: OfflineBackend) -> None:
 
 @pytest.mark.parametrize("list_", ["List", "list"])
 def test_resource_list(offline: OfflineBackend, list_: str) -> None:
-    assert value(f'resource.{list_}("v1", "configmaps", "").items.map(i, i.metadata.name)', backend=offline) == ["cm", "other"]
+    # Offline, as Kyverno's CLI: exactly the namespace asked for ("" holds the objects given without one).
+    assert value(f'resource.{list_}("v1", "configmaps", "").items', backend=offline) == []
+    assert value(f'resource.{list_}("v1", "configmaps", "default").items.map(i, i.metadata.name)', backend=offline) == ["cm"]
     assert value(f'resource.{list_}("v1", "configmaps", "team").items.map(i, i.metadata.name)', backend=offline) == ["other"]
     assert value(f'resource.{list_}("v1", "configmaps", "empty").items', backend=offline) == []
-    assert value(f'resource.{list_}("v1", "configmaps", "", {{"env": "prod"}}).items.map(i, i.metadata.name)', backend=offline) == ["cm"]
+    assert value(f'resource.{list_}("v1", "configmaps", "default", {{"env": "prod"}}).items.map(i, i.metadata.name)', backend=offline) == ["cm"]
+    assert "resource not found" in error(f'resource.{list_}("v1", "secrets", "default")', backend=offline)
     assert value(f'resource.{list_}("apps/v1", "deployments", "team").items.exists(d, d.spec.replicas > 3)', backend=offline) is True
 
 
@@ -84,8 +87,8 @@ def test_to_gvr_and_gvr_overloads(offline: OfflineBackend) -> None:
     assert value('resource.ToGVR("apps/v1", "Deployment") == resource.toGVR("apps/v1", "Deployment")', backend=offline) is True
     assert value('resource.Get(resource.ToGVR("apps/v1", "Deployment"), "team", "web").spec.replicas', backend=offline) == 4
     assert value('resource.get(resource.toGVR("v1", "ConfigMap"), "default", "cm").metadata.name', backend=offline) == "cm"
-    assert value('resource.List(resource.ToGVR("v1", "ConfigMap"), "").items.size()', backend=offline) == 2
-    assert value('resource.List(resource.ToGVR("v1", "ConfigMap"), "", {"env": "dev"}).items.size()', backend=offline) == 1
+    assert value('resource.List(resource.ToGVR("v1", "ConfigMap"), "default").items.size()', backend=offline) == 1
+    assert value('resource.List(resource.ToGVR("v1", "ConfigMap"), "team", {"env": "dev"}).items.size()', backend=offline) == 1
     assert value('resource.Get(resource.ToGVR("apps/v1", "Deployment"), "team", "web", ["status"]).kind', backend=offline) == "Deployment"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from vpol.cel.backend import BackendUnavailable
-from vpol.cel.offline_backend import NotFound, OfflineBackend, guess_plural, split_api_version
+from vpol.cel.offline_backend import MissingObject, NotFound, OfflineBackend, guess_plural, split_api_version
 
 GATEWAY_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -104,18 +104,21 @@ def test_returned_objects_are_copies() -> None:
     assert backend.get_resource("v1", "configmaps", "a", "cm")["data"]["k"] == "v"
 
 
-def test_list_across_and_within_namespaces() -> None:
+def test_list_within_one_namespace_as_kyvernos_cli() -> None:
+    # Kyverno's CLI lists exactly the namespace asked for: "" gives the objects given without a namespace (not
+    # every namespace, as a cluster would), and a resource nothing was given for is an error (tests/kyverno).
     objs = [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": ns}}
         for n, ns in [("b", "x"), ("a", "x"), ("c", "y")]
-    ]
+    ] + [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unplaced"}}]
     backend = OfflineBackend(resources=objs)
-    all_items = backend.list_resources("v1", "configmaps", "")
-    assert [i["metadata"]["name"] for i in all_items["items"]] == ["a", "b", "c"]
-    assert all_items["kind"] == "ConfigMapList"
+    unplaced = backend.list_resources("v1", "configmaps", "")
+    assert [i["metadata"]["name"] for i in unplaced["items"]] == ["unplaced"]
+    assert unplaced["kind"] == "ConfigMapList"
     assert [i["metadata"]["name"] for i in backend.list_resources("v1", "configmaps", "x")["items"]] == ["a", "b"]
     assert backend.list_resources("v1", "configmaps", "z")["items"] == []
-    assert backend.list_resources("v1", "secrets", "")["items"] == []
+    with pytest.raises(MissingObject, match="secrets resource not found"):
+        backend.list_resources("v1", "secrets", "")
 
 
 def test_list_documents_are_expanded() -> None:
