@@ -26,7 +26,7 @@ names it mentions, and one whose values are all shared between policies
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -331,24 +331,36 @@ class _PolicyRun:
             raise EvaluationError(_describe(exc)) from None
 
 
+def _first_false(conditions: Iterable[tuple[str, Program]], evaluate: Callable[[Program], Any]
+                 ) -> tuple[str | None, list[tuple[str, str]]]:
+    """Conditions evaluated as the API server and Kyverno evaluate matchConditions: (the name of the first that
+    is false, which ends the evaluation, or None; the (name, reason) of those that failed to evaluate or are
+    not bools)."""
+    errors: list[tuple[str, str]] = []
+    for name, prog in conditions:
+        try:
+            value = evaluate(prog)
+        except EvaluationError as exc:
+            errors.append((name, str(exc)))
+            continue
+        if value is not True:
+            if not isinstance(value, bool):
+                errors.append((name, f"expected a bool, got {type(value).__name__}"))
+                continue
+            return name, errors
+    return None, errors
+
+
 def conditions_outcome(run: _PolicyRun, conditions: Sequence[tuple[str, Program]],
                        failure_policy: str) -> tuple[str, str] | None:
     """matchConditions as the API server evaluates them: None when all hold, else (result, message). A false
     condition is ``skip`` (it wins over errors); errors are ``error``, or ``skip`` under failurePolicy Ignore."""
-    errors = []
-    for name, prog in conditions:
-        try:
-            value = run.eval(prog)
-        except EvaluationError as exc:
-            errors.append(f"matchCondition {name}: {exc}")
-            continue
-        if value is not True:
-            if not isinstance(value, bool):
-                errors.append(f"matchCondition {name}: expected a bool, got {type(value).__name__}")
-                continue
-            return SKIP, f"matchCondition {name} is false"
+    false, errors = _first_false(conditions, run.eval)
+    if false is not None:
+        return SKIP, f"matchCondition {false} is false"
     if errors:
-        return (SKIP if failure_policy == "Ignore" else ERROR), "; ".join(errors)
+        return (SKIP if failure_policy == "Ignore" else ERROR), "; ".join(
+            f"matchCondition {name}: {reason}" for name, reason in errors)
     return None
 
 
@@ -379,34 +391,27 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
     """The PolicyExceptions of a policy on one subject, as Kyverno's engines evaluate them (in order): an
     exception's conditions are a policy's matchConditions (one false: no match; errors: an error, or no match
     under failurePolicy Ignore); an error before an exemption is the policy's error, after one it is ignored."""
+    def evaluate(prog: Program) -> Any:
+        try:
+            return _value(prog.expression.eval(data.activation()))
+        except EvaluationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
+            raise EvaluationError(_describe(exc)) from None
+
     partial_images: list[str] = []
     partial_values: list[str] = []
     for exc in exceptions:
         if exc.problems and any(p.severity == "error" for p in exc.problems):
             continue
-        matched, errors = True, []
-        for prog in exc.conditions:
-            try:
-                value = _value(prog.expression.eval(data.activation()))
-            except EvaluationError as err:
-                errors.append(str(err))
-                continue
-            except Exception as err:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
-                errors.append(_describe(err))
-                continue
-            if value is not True:
-                if isinstance(value, bool):
-                    matched = False
-                    break
-                errors.append(f"expected a bool, got {type(value).__name__}")
-        if not matched:
+        false, errors = _first_false((("", prog) for prog in exc.conditions), evaluate)
+        if false is not None:
             continue
         e = exc.exception
         if errors:
             if failure_policy == "Ignore":
                 continue
-            where = f"{e.namespace}/{e.name}" if e.namespace else e.name
-            return ExceptionMatch(error=f"PolicyException {where}: {'; '.join(errors)}")
+            return ExceptionMatch(error=f"PolicyException {e.key}: {'; '.join(reason for _n, reason in errors)}")
         if e.allowed_images or e.allowed_values:
             partial_images.extend(e.allowed_images)
             partial_values.extend(e.allowed_values)
@@ -422,7 +427,7 @@ def exempted(exempt: CompiledException) -> tuple[str, str, str]:
     e = exempt.exception
     outcome = PASS if e.report_result == "pass" else SKIP
     how = "passed" if outcome == PASS else "skipped"
-    return outcome, f"rule is {how} due to policy exception: {e.namespace + '/' if e.namespace else ''}{e.name}", e.name
+    return outcome, f"rule is {how} due to policy exception: {e.key}", e.name
 
 
 def failure_message(validation: Validation, index: int, run: _PolicyRun, message_program: Program | None) -> str:

@@ -226,6 +226,11 @@ class PolicyException:
     report_result: str = "skip"
     source: str = field(default="", compare=False)
 
+    @property
+    def key(self) -> str:
+        """``namespace/name``, or ``name`` when it has no namespace."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
     def applies_to(self, policy: ValidatingPolicy | MutatingPolicy) -> bool:
         return any(
             ref.name == policy.name and (not ref.kind or ref.kind == policy.kind) for ref in self.policy_refs
