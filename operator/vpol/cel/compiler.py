@@ -77,18 +77,24 @@ class Program:
     reads: frozenset[str] | None = None
 
 
-class CompiledOutcome:
-    """What every compiled policy kind says of itself: its problems, and the variables each set of
-    variable names needs at run time (filled by the engine, one entry per set, shared by every subject)."""
+#: Which variables an expression's Activation holds, in order, and the (name, value key) pairs that identify it
+#: among policy runs on one subject (None: not shared). See vpol.engine.evaluate._PolicyRun._activation_for.
+ActivationPlan = tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]
 
-    problems: list[Problem]
-    needed: dict[frozenset[str], list[str]]
+
+@dataclass
+class CompiledOutcome:
+    """What every compiled policy kind says of itself: its problems, and what the engine learns about its
+    variables at run time (filled by the engine, once per compiled policy, shared by every subject)."""
+
+    problems: list[Problem] = field(default_factory=list, kw_only=True)
+    #: Per set of variable names: the variables it needs, transitively, in declaration order.
+    needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False, kw_only=True)
     #: Per variable, what identifies its value on a given subject across policies (its expression and those
-    #: of the variables it reads; None: never shared). Filled by the engine.
-    value_keys: dict[str, tuple[Any, ...] | None]
-    #: Per set of variable names an expression reads: those names in order, and the (name, value key) pairs
-    #: identifying an Activation holding them that policy runs share (None: not shareable). Filled by the engine.
-    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]]
+    #: of the variables it reads; None: never shared).
+    value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False, kw_only=True)
+    #: Per set of variable names an expression reads: its ActivationPlan.
+    activation_plans: dict[frozenset[str], ActivationPlan] = field(default_factory=dict, repr=False, kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -106,11 +112,6 @@ class CompiledPolicy(CompiledOutcome):
     #: (validation index, expression, messageExpression or None)
     validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
     audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
-    value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
-    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]] = \
-        field(default_factory=dict, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -335,7 +336,7 @@ class _Frame:
                 # Kyverno compiles a ValidatingPolicy's matchConditions before its variables (the API server's
                 # VAPs and Kyverno's MutatingPolicies let them read variables).
                 name = sorted(prog.uses)[0]
-                at = re.search(r"\bvariables\s*(\.\s*|\[\s*\??\s*['\"])" + re.escape(name), mc.expression)
+                at = next((m for m in _VAR_REF_RX.finditer(mc.expression) if name in m.groups()), None)
                 self.out.problems.append(Problem(
                     f"undefined field '{name}': a ValidatingPolicy's matchConditions cannot read variables (Kyverno "
                     "compiles them before the variables)", path=path,
@@ -373,11 +374,6 @@ class CompiledMutatingPolicy(CompiledOutcome):
     variables: list[tuple[str, Program]] = field(default_factory=list)
     #: (mutation index, patch type, expression)
     mutations: list[tuple[int, str, Program]] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    needed: dict[frozenset[str], list[str]] = field(default_factory=dict, repr=False)
-    value_keys: dict[str, tuple[Any, ...] | None] = field(default_factory=dict, repr=False)
-    activation_plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]] = \
-        field(default_factory=dict, repr=False)
 
 
 def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:
