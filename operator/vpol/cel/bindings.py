@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import functools
 
-from vpol.cel.object_literals import Token, tokens
+from vpol.cel.object_literals import tokens
+from vpol.cel.optional_selection import call_arguments
 
 #: Bound on the rewrites of one expression (pathological inputs stay as written).
 MAX_BINDINGS = 400
@@ -33,25 +34,6 @@ MAX_BINDINGS = 400
 #: only with one of them in the expression do the lazy bindings go wrong (measured: map, filter, exists_one and
 #: a completed all/exists leave nothing behind).
 _STOPPING = frozenset({"exists", "all"})
-
-
-def _arguments(toks: list[Token], opening: int) -> tuple[list[tuple[int, int]], int] | None:
-    """The (first, last) token indexes of each top-level argument of the call whose ``(`` is ``toks[opening]``,
-    and the index of its ``)``; None when it is never closed."""
-    depth, start, args = 0, opening + 1, []
-    for k in range(opening, len(toks)):
-        text = toks[k].text
-        if text in ("(", "[", "{"):
-            depth += 1
-        elif text in (")", "]", "}"):
-            depth -= 1
-            if depth == 0:
-                args.append((start, k - 1))
-                return args, k
-        elif text == "," and depth == 1:
-            args.append((start, k - 1))
-            start = k + 1
-    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -75,7 +57,7 @@ def eager_bindings(src: str) -> str:
                 break
         if site is None:
             return text
-        found = _arguments(toks, site + 3)
+        found = call_arguments(toks, site + 3)
         if found is None:
             return src
         args, close = found

@@ -224,16 +224,25 @@ def guard(src: str) -> str:
 OR_VALUE_PREFIX = "vpol_orv_"
 
 
-def _top_level_commas(toks: list[Token], opening: int, closing: int) -> int:
-    depth, commas = 0, 0
-    for k in range(opening + 1, closing):
-        if toks[k].text in ("(", "[", "{"):
+def call_arguments(toks: list[Token], opening: int) -> tuple[list[tuple[int, int]], int] | None:
+    """The (first, last) token indexes of each top-level argument of the call whose ``(`` is ``toks[opening]``
+    (``[]`` for no argument), and the index of its ``)``; None when it is never closed."""
+    depth, start = 0, opening + 1
+    args: list[tuple[int, int]] = []
+    for k in range(opening, len(toks)):
+        text = toks[k].text
+        if text in ("(", "[", "{"):
             depth += 1
-        elif toks[k].text in (")", "]", "}"):
+        elif text in (")", "]", "}"):
             depth -= 1
-        elif toks[k].text == "," and depth == 0:
-            commas += 1
-    return commas
+            if depth == 0:
+                if k > start or args:
+                    args.append((start, k - 1))
+                return args, k
+        elif text == "," and depth == 1:
+            args.append((start, k - 1))
+            start = k + 1
+    return None
 
 
 def _optional_chain(toks: list[Token], dot: int) -> bool:
@@ -298,10 +307,11 @@ def or_value_compat(src: str) -> str:
             receiver = text[toks[first].start:tok.start]
             if receiver.startswith("dyn(" + OR_VALUE_PREFIX):
                 continue  # a call this rewrite made
-            close = _closer(toks, i + 2)
-            if close >= len(toks):
+            found = call_arguments(toks, i + 2)
+            if found is None:
                 return src
-            if close == i + 3 or _top_level_commas(toks, i + 2, close):
+            args, close = found
+            if len(args) != 1:
                 continue  # not one argument: cel reports it as written
             if _optional_chain(toks, i) and _cannot_fail(toks[i + 3:close]):
                 continue  # `x.?f.orValue([])`: an optional, and a default that cannot fail: as written
