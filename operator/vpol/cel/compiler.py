@@ -24,7 +24,7 @@ from cel_expr_python import cel
 from vpol.cel.aggregate_literals import mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
-from vpol.cel.object_literals import as_map_literals, line_column, offset_of, tokens
+from vpol.cel.object_literals import as_map_literals, line_column, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.mutating import MutatingPolicy
@@ -241,8 +241,7 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
                 continue  # not an error in cel-go (see _compile_written)
             if rewritten is not None and pos is not None:
                 # A position in the rewritten text, moved back to what the user wrote.
-                offset = rewritten.original_offset(offset_of(rewritten.text, pos.line, pos.column))
-                pos = Position(*line_column(src, offset))
+                pos = Position(*rewritten.original_line_column(pos.line, pos.column, src))
                 excerpt = excerpt_at(src, pos)
             problems.append(Problem(msg, path=path, expression_position=pos, excerpt=excerpt))
         return None, problems

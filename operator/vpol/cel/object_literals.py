@@ -179,6 +179,10 @@ class Rewritten:
         new, old = self._anchors[i]
         return old + (offset - new)
 
+    def original_line_column(self, line: int, column: int, original: str) -> tuple[int, int]:
+        """The 1-based line and column in ``original`` (the source as written) of ``line:column`` here."""
+        return line_column(original, self.original_offset(offset_of(self.text, line, column)))
+
 
 def as_map_literals(src: str, roots: tuple[str, ...] = (OBJECT_ROOT, JSON_PATCH),
                     only: frozenset[tuple[str, ...]] | None = None) -> Rewritten:

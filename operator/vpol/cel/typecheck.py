@@ -56,7 +56,7 @@ from vpol.cel.compiler import (
     type_name,
 )
 from vpol.cel.environment import EnvSpec, environment
-from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals, offset_of
+from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
 from vpol.cel.optional_selection import or_value_compat
 from vpol.cel.variables import typed_variables_message
@@ -244,8 +244,7 @@ def _placed_in(issues: str, rewritten: Rewritten, src: str) -> str:
     for line in issues.split("\n"):
         m = _ISSUE_AT.match(line)
         if m:
-            offset = rewritten.original_offset(offset_of(rewritten.text, int(m.group(1)), int(m.group(2))))
-            at = Position(*line_column(src, offset))
+            at = Position(*rewritten.original_line_column(int(m.group(1)), int(m.group(2)), src))
             blocks.append(f"ERROR: <input>:{at.line}:{at.column}: {line[m.end():]}\n{excerpt_at(src, at)}")
         elif not line.startswith(" | ") and blocks:
             blocks[-1] += "\n" + line
