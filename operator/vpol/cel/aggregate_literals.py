@@ -82,14 +82,14 @@ def _ints(fields: _Fields, number: int) -> list[int]:
     return [n - (1 << 64) if n >= 1 << 63 else n for n in out]
 
 
-def _map(fields: _Fields, number: int) -> dict[int, bytes]:
-    """A map<int64, message> field: key -> the value's bytes."""
-    out: dict[int, bytes] = {}
+def _map(fields: _Fields, number: int) -> dict[int, bytes | int]:
+    """A map<int64, message or integer> field: key -> the value (its bytes, or the integer)."""
+    out: dict[int, bytes | int] = {}
     for entry in fields.get(number) or []:
         if isinstance(entry, bytes):
             f = _fields(entry)
             key = (f.get(1) or [0])[0]
-            out[key if isinstance(key, int) else 0] = _one(f, 2)
+            out[key if isinstance(key, int) else 0] = (f.get(2) or [b""])[0]
     return out
 
 
@@ -187,16 +187,9 @@ def mismatches(expression: cel.Expression) -> list[Mismatch]:
     """The literal entries of a checked expression whose types differ from their literal's first entry."""
     wrapped = _fields(expression.serialize())  # google.protobuf.Any: 1 type URL, 2 value
     checked = _fields(_one(wrapped, 2))
-    types = _map(checked, 3)
-    source = _fields(_one(checked, 5))
-    positions: dict[int, int] = {}
-    for entry in source.get(4) or []:
-        if isinstance(entry, bytes):
-            f = _fields(entry)
-            key = (f.get(1) or [0])[0]
-            value = (f.get(2) or [0])[0]
-            if isinstance(key, int) and isinstance(value, int):
-                positions[key] = value
+    types = {k: v for k, v in _map(checked, 3).items() if isinstance(v, bytes)}  # type_map: node id -> Type
+    positions = {k: v for k, v in _map(_fields(_one(checked, 5)), 4).items()  # source_info.positions
+                 if isinstance(v, int)}
     found: list[Mismatch] = []
 
     def type_of(node: _Fields) -> bytes:
