@@ -22,7 +22,7 @@ UNSUPPORTED_PREFIXES = ("envoy-", "http-")
 
 def _suites() -> list[Path]:
     if not CORPUS.is_dir():
-        return []
+        return [CORPUS]  # one case, which fails under CI and skips elsewhere (never an empty parameter set)
     return sorted(p.parent for p in find_test_files([str(CORPUS)]))
 
 
@@ -35,6 +35,7 @@ def _require_corpus() -> None:
 
 @pytest.mark.parametrize("suite", _suites(), ids=lambda p: p.name)
 def test_suite(suite: Path) -> None:
+    _require_corpus()
     outcomes = run_tests([str(suite)])
     assert outcomes, f"no test file in {suite}"
     checks = [c for o in outcomes for c in o.checks]
