@@ -75,6 +75,10 @@ class Program:
     #: Top-level names (object, request, variables, library variables...) the expression may read; an
     #: Activation for it needs no others. None: unknown, all of them.
     reads: frozenset[str] | None = None
+    #: The text ``expression`` was built from (the source after the compiler's rewrites), and whether it was
+    #: built without type checking: what vpol.cel.fused composes a policy's one program from.
+    evaluated: str = ""
+    unchecked: bool = False
 
 
 #: Which variables an expression's Activation holds, in order, and the (name, value key) pairs that identify it
@@ -112,6 +116,8 @@ class CompiledPolicy(CompiledOutcome):
     #: (validation index, expression, messageExpression or None)
     validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
     audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
+    #: The policy as one program (vpol.cel.fused), once built: (the program, or None when it has none).
+    fused: tuple[cel.Expression | None] | None = field(default=None, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -275,9 +281,11 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         if guarded != written:
             try:
                 expr = environment(spec).compile(guarded, disable_check=unchecked)
+                written = guarded
             except Exception:  # noqa: BLE001 - keep the program as written
                 pass
-    return Program(path, src, role, expr, variable_references(src), result, top_level_references(src)), []
+    return Program(path, src, role, expr, variable_references(src), result, top_level_references(src),
+                   written, unchecked), []
 
 
 #: The checker's complaint about ordering between an int, a uint and a double.

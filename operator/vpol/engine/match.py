@@ -82,10 +82,8 @@ def _namespace_labels(subject: Subject) -> dict[str, Any] | None:
     return labels if isinstance(labels, dict) else {}
 
 
-def constraints_match(match: MatchResources | None, subject: Subject) -> bool:
-    """True when ``subject`` is selected by ``match`` (None matches nothing)."""
-    if match is None:
-        return False
+def selectors_match(match: MatchResources, subject: Subject) -> bool:
+    """The namespace and object selectors of ``match`` hold for ``subject``."""
     if match.namespace_selector is not None and not match.namespace_selector.empty:
         labels = _namespace_labels(subject)
         # Cluster-scoped objects (other than Namespaces) always pass the namespace selector.
@@ -98,8 +96,24 @@ def constraints_match(match: MatchResources | None, subject: Subject) -> bool:
             for o in candidates
         ):
             return False
+    return True
+
+
+def rules_match(match: MatchResources, subject: Subject) -> bool:
+    """A resource rule of ``match`` selects ``subject`` and no excluded one does. Without ``resourceNames`` in
+    its rules, the answer depends only on the subject's type and operation."""
     if not any(rule_matches(rule, subject) for rule in match.resource_rules):
         return False
-    if any(rule_matches(rule, subject) for rule in match.exclude_resource_rules):
+    return not any(rule_matches(rule, subject) for rule in match.exclude_resource_rules)
+
+
+def names_resources(match: MatchResources) -> bool:
+    """Whether a rule of ``match`` names objects (``resourceNames``): then more than the type decides."""
+    return any(rule.resource_names for rule in (*match.resource_rules, *match.exclude_resource_rules))
+
+
+def constraints_match(match: MatchResources | None, subject: Subject) -> bool:
+    """True when ``subject`` is selected by ``match`` (None matches nothing)."""
+    if match is None:
         return False
-    return True
+    return selectors_match(match, subject) and rules_match(match, subject)
