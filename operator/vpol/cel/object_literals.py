@@ -19,6 +19,7 @@ import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from vpol.cel.schemas import CEL_RESERVED
 
@@ -33,8 +34,7 @@ _UNESCAPES = {"__underscores__": "__", "__dot__": ".", "__dash__": "-", "__slash
 _UNESCAPE_RX = re.compile("|".join(re.escape(k) for k in _UNESCAPES))
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str  # "ident" | "string" | "number" | "punct"
     text: str
     start: int  # offset in the source (code points)
@@ -44,23 +44,34 @@ class Token:
         return self.start + len(self.text)
 
 
+#: One token (or a run of whitespace, or the start of a comment or string) at a position: the kinds in the
+#: order ``tokens`` tries them. (The rewrites of the evaluated program tokenize each expression many times.)
+_TOKEN_RX = re.compile(
+    r"(?P<space>\s+)|(?P<comment>//)|(?P<string>" + _STRING_PREFIX.pattern + r")|(?P<ident>" + _IDENT.pattern +
+    r")|(?P<number>" + _NUMBER.pattern + r")|(?P<op>&&|\|\||==|!=|<=|>=)|(?P<punct>.)", re.S)
+
+
 def tokens(src: str) -> Iterator[Token]:
     """CEL tokens of ``src`` (comments and whitespace left out). Unterminated strings end the input."""
     i, n = 0, len(src)
+    match = _TOKEN_RX.match
     while i < n:
-        ch = src[i]
-        if ch.isspace():
-            i += 1
+        m = match(src, i)
+        assert m is not None  # `.` matches any character
+        kind = m.lastgroup
+        if kind == "space":
+            i = m.end()
             continue
-        if src.startswith("//", i):
+        if kind == "comment":
             nl = src.find("\n", i)
             i = n if nl < 0 else nl + 1
             continue
-        m = _STRING_PREFIX.match(src, i)
-        if m:
-            raw = bool(m.group(1)) and "r" in m.group(1).lower()
-            quote = m.group(2)
-            j = m.end()
+        if kind == "string":
+            s = _STRING_PREFIX.match(src, i)
+            assert s is not None
+            raw = bool(s.group(1)) and "r" in s.group(1).lower()
+            quote = s.group(2)
+            j = s.end()
             while j < n and not src.startswith(quote, j):
                 if src[j] == "\\" and not raw:
                     j += 1
@@ -71,23 +82,9 @@ def tokens(src: str) -> Iterator[Token]:
             yield Token("string", src[i:j], i)
             i = j
             continue
-        m = _IDENT.match(src, i)
-        if m:
-            yield Token("ident", m.group(0), i)
-            i = m.end()
-            continue
-        m = _NUMBER.match(src, i)
-        if m and m.end() > i:
-            yield Token("number", m.group(0), i)
-            i = m.end()
-            continue
-        two = src[i:i + 2]
-        if two in ("&&", "||", "==", "!=", "<=", ">="):
-            yield Token("punct", two, i)
-            i += 2
-            continue
-        yield Token("punct", ch, i)
-        i += 1
+        text = m.group()
+        yield Token("punct" if kind == "op" else str(kind), text, i)
+        i += len(text)
 
 
 @dataclass(frozen=True)
