@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -88,7 +88,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import queue
 
     from vpol.cel.compiler import compile_policy
-    from vpol.engine.evaluate import compile_exception
+    from vpol.engine.evaluate import Rendered, compile_exception
     from vpol.engine.request import Subject
     from vpol.engine.mutate import MutatingPolicyEngine
     from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
@@ -116,20 +116,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     except InputError as exc:
         _print_problems([exc.problem])
         return EXIT_INPUT
-    # Compile here too, to report compile errors once and by file (the worker compiles its own copy, with the
-    # autogen variants, whose errors are the policy's).
-    exceptions = [compile_exception(e) for e in loaded.exceptions]
-    compiled = [compile_policy(p) for p in loaded.policies]
-    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
-    for one in compiled:
-        _print_problems(one.errors())
-    for mutating_engine in mutating:
-        _print_problems(mutating_engine.compiled.errors())
-    for compiled_exc in exceptions:
-        _print_problems(compiled_exc.problems)
     resolve = resolver(extra)
-    results = []
-    rows: list[dict[str, Any]] = []
+    counts = dict.fromkeys(("pass", "fail", "warn", "error", "skip"), 0)
+    # A row is a dict, or for a ValidatingPolicy's result the JSON text of its dict, made in the worker
+    # (Result.rendered): pickling 100,000s of results back and rendering them here made this process the
+    # bottleneck of a large input.
+    rows: list[dict[str, Any] | str] = []
     patched: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (original, mutated) per mutated resource
     patched_rows: list[tuple[int, dict[str, Any]]] = []  # (row index, mutated resource) per mutating policy row
     progress = Progress(0, "evaluating", enabled=not args.no_progress)
@@ -148,11 +140,33 @@ def cmd_apply(args: argparse.Namespace) -> int:
     for sandbox in sandboxes:
         idle.put(sandbox)
 
+    def warm() -> None:
+        sandbox = idle.get()
+        try:
+            sandbox.start()
+        finally:
+            idle.put(sandbox)
+
+    # The workers start (a process each, compiling the policies) while this one compiles them for diagnostics.
+    for _ in sandboxes:
+        pool.submit(warm)
+    # Compile here too, to report compile errors once and by file (each worker compiles its own copy, and the
+    # autogen variants the resources need, whose errors are the policy's).
+    exceptions = [compile_exception(e) for e in loaded.exceptions]
+    compiled = [compile_policy(p) for p in loaded.policies]
+    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
+    for one in compiled:
+        _print_problems(one.errors())
+    for mutating_engine in mutating:
+        _print_problems(mutating_engine.compiled.errors())
+    for compiled_exc in exceptions:
+        _print_problems(compiled_exc.problems)
+
     def run(batch: list[Subject]) -> list[Applied]:
         sandbox = idle.get()  # each worker serves one batch at a time
         try:
             # Mutations first, as in admission: validating policies see the mutated object.
-            return sandbox.apply_many(batch)
+            return sandbox.apply_many(batch, rendered=True)
         finally:
             idle.put(sandbox)
 
@@ -161,14 +175,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
             originals, future = pending.popleft()
             for original, (mutated, mutation_results, validated) in zip(originals, future.result()):
                 for r in mutation_results:
-                    results.append(r)
+                    counts[r.result] += 1
                     rows.append({**r.as_dict(), "mutated": r.properties.get("changed") == "true"})
                     # Each mutating policy's row carries the resource as all mutating policies left it.
                     patched_rows.append((len(rows) - 1, mutated or original))
                 if mutation_results:
                     patched.append((original, mutated or original))
-                results.extend(validated)
-                rows.extend(r.as_dict() for r in validated)
+                for result, row in cast("list[Rendered]", validated):  # apply_many(rendered=True)
+                    counts[result] += 1
+                    rows.append(row)
                 progress.step()
 
     def flush(batch: list[Subject], originals: list[dict[str, Any]]) -> None:
@@ -204,15 +219,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _print_mutated(patched, diff=args.diff)
     if args.output in ("json", "yaml"):
         for index, mutated_resource in patched_rows:
-            rows[index]["patchedResource"] = mutated_resource
+            mutating_row = rows[index]
+            assert isinstance(mutating_row, dict)  # a MutatingPolicy's row
+            mutating_row["patchedResource"] = mutated_resource
     if args.output == "json":
         # One row per line: json's C encoder (an indented dump runs the pure-Python one, seconds for 100k rows).
-        sys.stdout.write("[\n" + ",\n".join("  " + json.dumps(row) for row in rows) + ("\n]\n" if rows else "]\n"))
-    elif args.output == "yaml":
-        yaml.safe_dump(rows, sys.stdout, sort_keys=False)
+        sys.stdout.write("[\n" + ",\n".join("  " + (row if isinstance(row, str) else json.dumps(row))
+                                              for row in rows) + ("\n]\n" if rows else "]\n"))
     else:
-        _table(rows)
-    counts = {k: sum(1 for r in results if r.result == k) for k in ("pass", "fail", "warn", "error", "skip")}
+        dicts = [json.loads(row) if isinstance(row, str) else row for row in rows]
+        if args.output == "yaml":
+            yaml.safe_dump(dicts, sys.stdout, sort_keys=False)
+        else:
+            _table(dicts)
     print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT

@@ -28,7 +28,7 @@ from typing import Any
 
 from vpol.cel.backend import Backend, using
 from vpol.engine.autogen import mutating_autogen_configs
-from vpol.engine.evaluate import ERROR, PolicyEngine, Result, SubjectData, compile_exception
+from vpol.engine.evaluate import ERROR, PolicyEngine, Rendered, Result, SubjectData, compile_exception
 from vpol.engine.match import constraints_match
 from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.request import Subject
@@ -44,9 +44,10 @@ class Limits:
     memory_bytes: int = 2 * 1024**3
 
 
-#: One subject's answer to an ``apply`` request: (the object as the MutatingPolicies left it, their results,
-#: the ValidatingPolicies' results on that object).
-Applied = tuple[dict[str, Any] | None, list[Result], list[Result]]
+#: One subject's answer to an ``apply`` request: (the object as the MutatingPolicies left it, None when none
+#: applied; their results; the ValidatingPolicies' results on that object, or with ``rendered``, those results
+#: as `vpol apply` prints them).
+Applied = tuple[dict[str, Any] | None, list[Result], list[Result] | list[Rendered]]
 
 
 def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None) -> list[Result]:
@@ -93,8 +94,13 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                     if op == "mutate":
                         batch.append((mutated, mutation_results, []))
                         continue
-                    subject = dataclasses.replace(subject, object=mutated)
-                    batch.append((mutated, mutation_results, _validate(engines, subject, only)))
+                    if mutation_results:
+                        subject = dataclasses.replace(subject, object=mutated)
+                    validated: list[Any] = _validate(engines, subject, only)
+                    if op == "apply-rendered":
+                        validated = [r.rendered() for r in validated]
+                    # The object goes back only when a MutatingPolicy applied (the caller has it otherwise).
+                    batch.append((mutated if mutation_results else None, mutation_results, validated))
                 conn.send(("ok", batch))
             except MemoryError:
                 conn.send(("error", "evaluation ran out of memory"))
@@ -214,19 +220,21 @@ class SandboxedEvaluator:
             return (mutated, list(results)), ""
         return None, str(payload)
 
-    def apply_many(self, subjects: Sequence[Subject]) -> list[Applied]:
+    def apply_many(self, subjects: Sequence[Subject], *, rendered: bool = False) -> list[Applied]:
         """Every subject mutated by the MutatingPolicies, then validated as mutated, in one round trip when
         nothing goes wrong. When a batch fails, each subject is redone alone; a subject whose mutations run
         out of time or memory gets an ``error`` from every MutatingPolicy that matches it and is validated
-        as it came (one policy at a time, as :meth:`evaluate` isolates culprits)."""
+        as it came (one policy at a time, as :meth:`evaluate` isolates culprits). With ``rendered``, the
+        validation results come as `vpol apply` prints them (Result.rendered), made in the worker."""
         if not subjects:
             return []
-        status, payload = self._ask(subjects, None, "apply")
+        op = "apply-rendered" if rendered else "apply"
+        status, payload = self._ask(subjects, None, op)
         if status == "ok":
             return [(m, list(mr), list(vr)) for m, mr, vr in payload]
         out: list[Applied] = []
         for subject in subjects:
-            status, payload = self._ask([subject], None, "apply")
+            status, payload = self._ask([subject], None, op)
             if status == "ok":
                 m, mr, vr = payload[0]
                 out.append((m, list(mr), list(vr)))
@@ -235,7 +243,9 @@ class SandboxedEvaluator:
             errors = [Result(policy=p.key, result=ERROR, message=reason, api_version=subject.type.api_version,
                              kind=subject.type.kind, namespace=subject.namespace, name=subject.name)
                       for p in self.mutating if _may_match(p, subject)]
-            out.append((subject.object, errors, self.evaluate(subject)))
+            validated = self.evaluate(subject)
+            out.append((subject.object if errors else None, errors,
+                        [r.rendered() for r in validated] if rendered else validated))
         return out
 
     def evaluate_many(self, subjects: Sequence[Subject], policies: Sequence[str] | None = None

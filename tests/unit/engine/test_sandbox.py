@@ -66,3 +66,28 @@ def test_batches_isolate_a_runaway_subject():
     with SandboxedEvaluator([policy], limits=limits) as ev:
         results = ev.evaluate_many([subject(p) for p in pods])
     assert [r[0].result for r in results] == ["pass", "pass", "error", "pass", "pass"]
+
+
+def test_apply_many_renders_rows_in_the_worker_and_sends_no_unchanged_object_back():
+    # `vpol apply` takes each validation result as (result, its JSON row) made in the worker, also for a
+    # subject redone alone after its batch failed; the object comes back only when a MutatingPolicy applied.
+    import json
+
+    from vpol.engine.evaluate import PolicyEngine
+
+    size = make_policy(name="size", validations=[
+        {"expression": "lists.range(int(object.metadata.labels.n)).map(x, "
+                       "lists.range(int(object.metadata.labels.n)).filter(y, y > x)).size() >= 0"}])
+    named = make_policy(name="named", validations=[{"expression": "object.metadata.name != 'p1'", "message": "no p1"}])
+    limits = Limits(seconds_per_subject=1.0, memory_bytes=8 * 1024**3)
+    pods = [pod(f"p{i}", labels={"n": "9000" if i == 2 else "3"}) for i in range(4)]
+    with SandboxedEvaluator([size, named], limits=limits) as ev:
+        applied = ev.apply_many([subject(p) for p in pods], rendered=True)
+    for obj, (mutated, mutation_results, rows) in zip(pods, applied):
+        assert mutated is None and mutation_results == []
+        want = [PolicyEngine(p).evaluate(subject(obj)) for p in (size, named)]
+        if obj["metadata"]["name"] == "p2":  # the runaway: an error (the deadline or the iteration budget)
+            assert [r for r, _row in rows] == ["error", "pass"]
+            assert "exceeded" in json.loads(rows[0][1])["message"]
+            continue
+        assert rows == [(w.result, json.dumps(w.as_dict())) for w in want]
