@@ -87,8 +87,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import concurrent.futures
     import queue
 
-    from vpol.cel.compiler import compile_policy
-    from vpol.engine.evaluate import Rendered, compile_exception
+    from vpol.engine.evaluate import PolicyEngine, Rendered, compile_exception
     from vpol.engine.request import Subject
     from vpol.engine.mutate import MutatingPolicyEngine
     from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
@@ -131,36 +130,30 @@ def cmd_apply(args: argparse.Namespace) -> int:
     # input). Each batch goes to a bounded worker in one round trip; with several workers (one per core by
     # default) batches are evaluated side by side and their results kept in input order.
     workers = max(1, args.workers)
-    sandboxes = [SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits, mutating=loaded.mutating)
-                 for _ in range(workers)]
+    # Compiled once, here: compile errors are reported once and by file (an autogen variant's, when a
+    # resource needs it, are the policy's results), and the workers, forked before this process starts any
+    # thread, inherit the engines instead of importing and compiling their own.
+    exceptions = [compile_exception(e) for e in loaded.exceptions]
+    engines = [PolicyEngine(p, exceptions) for p in loaded.policies]
+    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
+    for engine in engines:
+        _print_problems(engine.compiled.errors())
+    for mutating_engine in mutating:
+        _print_problems(mutating_engine.compiled.errors())
+    for compiled_exc in exceptions:
+        _print_problems(compiled_exc.problems)
+    sys.stdout.flush()
+    sys.stderr.flush()  # a forked worker must not write this process's buffered output again
+    sandboxes = [SandboxedEvaluator(loaded.policies, loaded.exceptions, backend, limits, mutating=loaded.mutating,
+                                    engines=(engines, mutating)) for _ in range(workers)]
+    for sandbox in sandboxes:
+        sandbox.start()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
     pending: collections.deque[tuple[list[dict[str, Any]], concurrent.futures.Future[list[Applied]]]] = \
         collections.deque()
     idle: queue.Queue[SandboxedEvaluator] = queue.Queue()
     for sandbox in sandboxes:
         idle.put(sandbox)
-
-    def warm() -> None:
-        sandbox = idle.get()
-        try:
-            sandbox.start()
-        finally:
-            idle.put(sandbox)
-
-    # The workers start (a process each, compiling the policies) while this one compiles them for diagnostics.
-    for _ in sandboxes:
-        pool.submit(warm)
-    # Compile here too, to report compile errors once and by file (each worker compiles its own copy, and the
-    # autogen variants the resources need, whose errors are the policy's).
-    exceptions = [compile_exception(e) for e in loaded.exceptions]
-    compiled = [compile_policy(p) for p in loaded.policies]
-    mutating = [MutatingPolicyEngine(p, exceptions) for p in loaded.mutating]
-    for one in compiled:
-        _print_problems(one.errors())
-    for mutating_engine in mutating:
-        _print_problems(mutating_engine.compiled.errors())
-    for compiled_exc in exceptions:
-        _print_problems(compiled_exc.problems)
 
     def run(batch: list[Subject]) -> list[Applied]:
         sandbox = idle.get()  # each worker serves one batch at a time
@@ -235,7 +228,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT
-    if loaded.has_errors or any(not c.ok for c in compiled):
+    if loaded.has_errors or any(not e.ok for e in engines):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
 

@@ -62,16 +62,23 @@ def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int
     return out
 
 
+#: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).
+Prebuilt = tuple[list[PolicyEngine], list[MutatingPolicyEngine]]
+
+
 def _worker(conn: multiprocessing.connection.Connection, policies: list[ValidatingPolicy],
             exceptions: list[PolicyException], backend: Backend, memory_bytes: int,
-            mutating: list[MutatingPolicy]) -> None:
+            mutating: list[MutatingPolicy], prebuilt: Prebuilt | None = None) -> None:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     except (ValueError, OSError):
         pass
-    compiled_exceptions = [compile_exception(e) for e in exceptions]
-    engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
-    mutating_engines = [MutatingPolicyEngine(p, compiled_exceptions) for p in mutating]
+    if prebuilt is not None:
+        engines, mutating_engines = prebuilt
+    else:
+        compiled_exceptions = [compile_exception(e) for e in exceptions]
+        engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
+        mutating_engines = [MutatingPolicyEngine(p, compiled_exceptions) for p in mutating]
     conn.send(("ready", None))
     with using(backend):
         while True:
@@ -113,7 +120,12 @@ class SandboxedEvaluator:
 
     def __init__(self, policies: Sequence[ValidatingPolicy], exceptions: Sequence[PolicyException] = (),
                  backend: Backend | None = None, limits: Limits = Limits(),
-                 mutating: Sequence[MutatingPolicy] = ()):
+                 mutating: Sequence[MutatingPolicy] = (), *, engines: Prebuilt | None = None):
+        """``engines``: the policies already compiled, by this process, for ``policies`` and ``mutating`` in
+        order. The first worker is then forked (where the platform can) and inherits them, with no imports
+        and no compiling of its own: for a single-threaded caller only (a process forked while other threads
+        hold locks can deadlock), such as `vpol apply` before it starts any thread. A worker restarted after
+        a kill is spawned and compiles, as always."""
         self.policies = list(policies)
         #: MutatingPolicies, in the order they apply (``mutate_once``, ``apply_many``).
         self.mutating = list(mutating)
@@ -121,6 +133,7 @@ class SandboxedEvaluator:
         self.backend = backend or Backend()
         self.limits = limits
         self._ctx = mp.get_context("spawn")
+        self._prebuilt = engines if engines is not None and "fork" in mp.get_all_start_methods() else None
         self._proc: Any = None
         self._conn: multiprocessing.connection.Connection | None = None
         #: How many times a worker had to be killed (for metrics and tests).
@@ -138,10 +151,12 @@ class SandboxedEvaluator:
             self._start()
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(
+        prebuilt, self._prebuilt = self._prebuilt, None  # only the first worker is forked
+        ctx = mp.get_context("fork") if prebuilt is not None else self._ctx
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(
             target=_worker, args=(child, self.policies, self.exceptions, self.backend, self.limits.memory_bytes,
-                                  self.mutating),
+                                  self.mutating, prebuilt),
             daemon=True,
         )
         self._proc.start()

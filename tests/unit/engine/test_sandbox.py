@@ -91,3 +91,28 @@ def test_apply_many_renders_rows_in_the_worker_and_sends_no_unchanged_object_bac
             assert "exceeded" in json.loads(rows[0][1])["message"]
             continue
         assert rows == [(w.result, json.dumps(w.as_dict())) for w in want]
+
+
+def test_a_worker_forked_with_prebuilt_engines_uses_them_and_is_respawned_after_a_kill():
+    # `vpol apply` forks its first workers with the engines it compiled (no imports, no compiling in them);
+    # a worker killed by the deadline comes back spawned, compiling the policies itself.
+    import os
+
+    from vpol.engine.evaluate import PolicyEngine
+
+    slow = make_policy(name="slow", validations=[
+        {"expression": "object.metadata.name != 'runaway' || "
+                       "lists.range(9000).map(x, lists.range(9000).filter(y, y > x)).size() > 0"}])
+    fine = make_policy(name="fine", validations=[{"expression": "object.metadata.name == 'pod'"}])
+    engines = [PolicyEngine(slow), PolicyEngine(fine)]
+    limits = Limits(seconds_per_subject=0.3, memory_bytes=8 * 1024**3)
+    with SandboxedEvaluator([slow, fine], limits=limits, engines=(engines, [])) as ev:
+        ev.start()
+        assert ev._proc._popen.method == "fork"
+        forked = ev._proc.pid
+        assert {r.policy: r.result for r in ev.evaluate(subject(pod()))} == {"slow": "pass", "fine": "pass"}
+        results = {r.policy: r for r in ev.evaluate(subject(pod("runaway")))}
+        assert results["slow"].result == "error" and results["fine"].result == "fail"
+        assert ev.kills >= 1
+        assert {r.policy: r.result for r in ev.evaluate(subject(pod()))} == {"slow": "pass", "fine": "pass"}
+        assert ev._proc.pid != forked and ev._proc._popen.method == "spawn" and ev._proc.pid != os.getpid()
