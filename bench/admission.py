@@ -24,7 +24,7 @@ Targets (issue 11): webhook p50 overhead <= 5 ms, p99 <= 25 ms over no
 policy, 0 errors, operator RSS <= 200 MiB during the load.
 
 Usage: python3 bench/admission.py [--clients 50] [--requests 3000] [--phases none,native,webhook]
-       [--quick] [--kubeconfig FILE --kubectl PATH]
+       [--quick] [--operator-args '--webhook-workers 4'] [--kubeconfig FILE --kubectl PATH]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from common import (  # noqa: E402
     install_vpol,
     ms,
     percentile,
+    scrape,
     start_operator,
     table,
     wait_until,
@@ -184,6 +185,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--phases", default="none,native,webhook")
     ap.add_argument("--quick", action="store_true", help="400 requests per phase")
+    ap.add_argument("--operator-args", default="", help="more `vpol run` flags, e.g. '--webhook-workers 4'")
     ap.add_argument("--workdir")
     ap.add_argument("--kubeconfig")
     ap.add_argument("--kubectl")
@@ -203,7 +205,7 @@ def main() -> int:
             if exc.status != 409:
                 raise
         custom = client.CustomObjectsApi(kube.api_client)
-        op = start_operator(kube, run.work, extra=["--scan-interval", "0"])
+        op = start_operator(kube, run.work, extra=["--scan-interval", "0", *args.operator_args.split()])
         sampler = MemorySampler(op.proc.pid)
         sampler.start()
         rows = []
@@ -217,7 +219,10 @@ def main() -> int:
             else:
                 names = load_policies(custom, native=phase == "native")
                 print(f"phase {phase}: {len(names)} policies enforced ({phase})")
+            before = scrape(op) if phase == "webhook" else {}
             latencies, errors, wall = run_phase(kube.configuration, args.clients, requests)
+            if phase == "webhook":
+                server_side = _server_side(before, scrape(op))
             if phase == "none":
                 base = latencies
             p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
@@ -235,6 +240,9 @@ def main() -> int:
         print(table(rows, ["phase", "requests", "p50", "p90", "p99", "max", "overhead p50 / p99", "errors",
                            "throughput"]))
         print()
+        if "webhook" in args.phases.split(","):
+            print(f"the webhook's own answer time (vpol_admission_duration_seconds, request read to answer): "
+                  f"{server_side}")
         print(table([
             ["operator peak RSS (VmHWM)", f"{peaks.operator_hwm_kib / 1024:.0f} MiB"],
             ["operator RSS at the end", f"{peaks.operator_now_kib / 1024:.0f} MiB"],
@@ -252,6 +260,29 @@ def main() -> int:
                 delete_policies(client.CustomObjectsApi(kube.api_client))
         finally:
             cluster.stop()
+
+
+def _server_side(before: dict[Any, float], after: dict[Any, float]) -> str:
+    """Mean and bucket estimates of p50/p99 of the operator's answer time during a phase (from its histogram):
+    what of the overhead the operator's webhook server itself accounts for."""
+    name = "vpol_admission_duration_seconds"
+    def delta(key: Any) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+    count = sum(delta(k) for k in after if k[0] == name + "_count")
+    total = sum(delta(k) for k in after if k[0] == name + "_sum")
+    buckets: dict[float, float] = {}
+    for key in after:
+        if key[0] == name + "_bucket":
+            le = float(dict(key[1])["le"])
+            buckets[le] = buckets.get(le, 0.0) + delta(key)
+    if not count:
+        return "no request"
+    def upper(q: float) -> str:
+        for le in sorted(buckets):
+            if buckets[le] >= q * count:
+                return "+Inf" if le == float("inf") else f"<= {le * 1000:g} ms"
+        return "?"
+    return f"{count:.0f} requests, mean {total / count * 1000:.1f} ms, p50 {upper(0.5)}, p99 {upper(0.99)}"
 
 
 if __name__ == "__main__":
