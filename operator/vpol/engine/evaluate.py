@@ -26,6 +26,7 @@ names it mentions, and one whose values are all shared between policies
 
 from __future__ import annotations
 
+import functools
 import json
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable, Sequence
@@ -138,13 +139,19 @@ def _value(v: cel.Value) -> Any:
         raise EvaluationError(_OPTIONAL_VALUE) from None
 
 
+@functools.cache
+def _library_values() -> dict[str, Any]:
+    """The values of the libraries' variables (the same for every subject)."""
+    return {name: value for name, (_t, value) in library_variables().items()}
+
+
 class SubjectData:
     """The CEL inputs of one subject, converted once and shared by all policies."""
 
     def __init__(self, subject: Subject, mode: str = "Kubernetes"):
         self.subject = subject
         self.mode = mode
-        lib_vars = {name: value for name, (_t, value) in library_variables().items()}
+        lib_vars = _library_values()
         if mode == "JSON":
             self.data: dict[str, Any] = {"object": subject.object, "variables": {}}
         else:
@@ -444,6 +451,9 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
     return ExceptionMatch()
 
 
+_NO_EXCEPTION = ExceptionMatch()
+
+
 def exempted(exempt: CompiledException) -> tuple[str, str, str]:
     """(result, message, exception name) of a subject a PolicyException exempts."""
     e = exempt.exception
@@ -539,7 +549,8 @@ class PolicyEngine:
         if not compiled.ok:
             return self._result(data, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
-        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
+        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy) \
+            if self.exceptions else _NO_EXCEPTION
         if exceptions.error:
             return self._result(data, ERROR, exceptions.error)
         if exceptions.exempt is not None:
