@@ -15,6 +15,12 @@ Per policy and subject (NOTES.md section 3):
    result properties. ``policies.kyverno.io/scored: "false"`` turns
    ``fail`` into ``warn``.
 
+Steps 3-5 are first tried as one program (vpol.cel.fused: every variable
+computed, every validation evaluated, in one call); its answer is taken only
+when it evaluates without an error to a bool per validation, and then it is
+the answer the steps give one by one. Anything else (a false condition, an error, a
+policy with audit annotations or partial exceptions) goes through the steps.
+
 Activations: cel-expr-python converts a value an Activation holds when an
 expression first reads it, again in every Activation, and an Activation costs
 per name it holds. So the subject's data sits in one base Activation that
