@@ -101,6 +101,26 @@ class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 
 
 _FastLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+#: The implicit resolvers to try for a plain scalar, by its first character (wildcards included).
+_RESOLVERS_BY_FIRST = {
+    first: tuple(resolvers) + tuple(_Loader.yaml_implicit_resolvers.get(None, ()))
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items() if first is not None
+}
+_WILDCARD_RESOLVERS = tuple(_Loader.yaml_implicit_resolvers.get(None, ()))
+
+
+def _resolve(self: _FastLoader, kind: Any, value: str, implicit: tuple[bool, bool]) -> str:
+    """PyYAML's ``resolve`` for the C parser, which calls it for every scalar of the stream (400,000 for 10,000
+    Pods): the same tags, without building a list of resolvers per call (hand-written for that cost alone)."""
+    if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+        for tag, regexp in _RESOLVERS_BY_FIRST.get(value[:1], _WILDCARD_RESOLVERS):
+            if regexp.match(value):
+                return tag
+        return "tag:yaml.org,2002:str"
+    return str(yaml.resolver.BaseResolver.resolve(self, kind, value, implicit))
+
+
+_FastLoader.resolve = _resolve  # type: ignore[method-assign]
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
