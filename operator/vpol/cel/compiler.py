@@ -23,6 +23,7 @@ from cel_expr_python import cel
 
 from vpol.cel.aggregate_literals import mismatches
 from vpol.cel.bindings import eager_bindings
+from vpol.cel.format_calls import go_format
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
@@ -277,7 +278,8 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         # checked and reported above is the expression as written.
         # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
         # And cel.bind without cel-cpp's lazy bindings, which read stale values (vpol.cel.bindings).
-        guarded = eager_bindings(guard(or_value_compat(written)))
+        # And string.format as cel-go writes it (vpol.cel.format_calls).
+        guarded = eager_bindings(guard(or_value_compat(go_format(written))))
         if guarded != written:
             try:
                 expr = environment(spec).compile(guarded, disable_check=unchecked)

@@ -84,7 +84,7 @@ def _opener(toks: list[Token], j: int) -> int | None:
     return None
 
 
-def _receiver_start(toks: list[Token], end: int) -> int | None:
+def receiver_start(toks: list[Token], end: int) -> int | None:
     """Index of the first token of the member chain ending just before ``toks[end]`` (None: no receiver)."""
     j, start = end - 1, None
     while j >= 0:
@@ -145,7 +145,7 @@ def _guard_presence(text: str, n: int) -> str | None:
         # has( R . f ): the argument ends with `.f` right before the closing parenthesis.
         if k >= len(toks) or k - 2 <= i + 2 or toks[k - 2].text != "." or not _name(toks[k - 1]):
             continue
-        first = _receiver_start(toks, k - 2)
+        first = receiver_start(toks, k - 2)
         if first != i + 2:
             continue
         receiver = text[toks[first].start:toks[k - 2].start]
@@ -185,7 +185,7 @@ def guard(src: str) -> str:
                 not (i + 2 < len(toks) and toks[i + 2].text == "(")
             if not (field or index or plain):
                 continue
-            first = _receiver_start(toks, i)
+            first = receiver_start(toks, i)
             if first is None:
                 continue
             if plain and not _is_guard(toks, first, i):
@@ -303,7 +303,7 @@ def or_value_compat(src: str) -> str:
             if not (tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "orValue"
                     and toks[i + 2].text == "("):
                 continue
-            first = _receiver_start(toks, i)
+            first = receiver_start(toks, i)
             if first is None:
                 continue
             receiver = text[toks[first].start:tok.start]

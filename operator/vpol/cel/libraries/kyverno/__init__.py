@@ -21,6 +21,7 @@ from typing import Any
 from cel_expr_python import cel
 
 from vpol.cel.libraries.kyverno import (
+    format_lib,
     globalcontext_lib,
     gzip_lib,
     hash_lib,
@@ -53,6 +54,7 @@ _MODULES: tuple[ModuleType, ...] = (
     transform_lib,
     random_lib,
     gzip_lib,
+    format_lib,
     resource_lib,
     http_lib,
     globalcontext_lib,
