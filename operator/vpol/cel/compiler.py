@@ -21,9 +21,10 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel.aggregate_literals import mismatches
+from vpol.cel.aggregate_literals import Mismatch, mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.format_calls import go_format
+from vpol.cel.format_check import FormatProblem, format_problems
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
@@ -266,13 +267,20 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if not mutation:
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
         # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
+        mixed: list[Mismatch | FormatProblem] = []
         try:
-            mixed = mismatches(expr)
+            mixed += mismatches(expr)
         except Exception:  # noqa: BLE001 - an unreadable checked expression: nothing known, nothing refused
-            mixed = []
+            pass
+        # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
+        if not unchecked:
+            try:
+                mixed += format_problems(expr)
+            except Exception:  # noqa: BLE001 - as above
+                pass
         if mixed:
             return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
-                                  excerpt=excerpt_at(src, at)) for m in mixed]
+                                  excerpt=excerpt_at(src, at)) for m in sorted(mixed, key=lambda m: m.offset)]
     if not spec.kubernetes_only:
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.

@@ -80,3 +80,36 @@ def test_shortest_double_form_is_what_string_gives():
     values = _random_doubles(3000)
     want = program.eval(env.Activation(data={"object": values})).plain_value()
     assert [go_shortest_g(v) for v in values] == want
+
+
+@pytest.mark.parametrize(("src", "column", "message"), [
+    # (what Kyverno's compiler says of each, position included: measured with tests/kyverno's oracle)
+    ("'%d'.format([1.5])", 14, "error during formatting: decimal clause can only be used on integers, was given double"),
+    ("'%s and %s'.format(['a'])", 19, "index 1 out of range"),
+    ("'%'.format([1])", 11, "unexpected end of string"),
+    ("'%q'.format(['x'])", 12, 'could not parse formatting clause: unrecognized formatting clause "q"'),
+    ("'%.3f'.format([2])", 16, "error during formatting: fixed-point clause can only be used on doubles, was given int"),
+    ("'%s'.format([1, 2])", 12, "too many arguments supplied to string.format (expected 1, got 2)"),
+    ("'%s %d'.format(['a', 'b'])", 22, "error during formatting: decimal clause can only be used on integers, was given string"),
+    ("'%s'.format([object.metadata.?labels])", 29, "error during formatting: string clause can only be used on strings, "
+     "bools, bytes, ints, doubles, maps, lists, types, durations, and timestamps, was given optional_type"),
+])
+def test_format_calls_cel_go_refuses_do_not_compile(src, column, message):
+    from vpol.cel.compiler import compile_expression
+
+    program, problems = compile_expression(src, "spec.validations[0].messageExpression", "messageExpression", EnvSpec())
+    assert program is None
+    assert [(p.expression_position.column, p.message) for p in problems] == [(column, message)]
+
+
+@pytest.mark.parametrize("src", [
+    "'%d'.format([object.spec.replicas])",  # dyn suits every clause
+    "'%s: %d, %f, %e, %x, %o, %b'.format(['a', 1, 1.5, 'NaN', b'ab', 8u, true])",
+    "'%s'.format([[1, 'a', {'k': [b'x']}]])",
+    "'100%%'.format([])",
+])
+def test_format_calls_that_fit_compile(src):
+    from vpol.cel.compiler import compile_expression
+
+    program, problems = compile_expression(src, "spec.validations[0].messageExpression", "messageExpression", EnvSpec())
+    assert program is not None, [p.message for p in problems]

@@ -297,8 +297,13 @@ def _octal(value: Any) -> str:
     raise FormatError(f"octal clause can only be used on integers, was given {_type_name(value)}")
 
 
-def _clause(spec: str) -> tuple[int, Callable[[Any], str]]:
-    """The clause at the start of ``spec`` (what follows a ``%``): (characters read, its formatter)."""
+#: The clauses cel-go's format knows, by their letter.
+VERBS = frozenset("sdfebxXo")
+
+
+def parse_clause(spec: str) -> tuple[int, str, int | None]:
+    """The clause at the start of ``spec`` (what follows a ``%``): (characters read, its letter, its precision);
+    FormatError as cel-go words it when it cannot be parsed."""
     i = 0
     precision = None
     if spec[0] == ".":
@@ -314,13 +319,14 @@ def _clause(spec: str) -> tuple[int, Callable[[Any], str]]:
                               'strconv.Atoi: parsing "": invalid syntax')
         precision = int(spec[1:i])
     verb = spec[i]
-    formatters: dict[str, Callable[[Any], str]] = {
-        "s": _as_string, "d": _decimal, "f": _fixed(precision), "e": _scientific(precision), "b": _binary,
-        "x": _hex(False), "X": _hex(True), "o": _octal,
-    }
-    if verb not in formatters:
+    if verb not in VERBS:
         raise FormatError(f'unrecognized formatting clause "{verb}"')
-    return i + 1, formatters[verb]
+    return i + 1, verb, precision
+
+
+def _formatter(verb: str, precision: int | None) -> Callable[[Any], str]:
+    return {"s": _as_string, "d": _decimal, "f": _fixed(precision), "e": _scientific(precision), "b": _binary,
+            "x": _hex(False), "X": _hex(True), "o": _octal}[verb]
 
 
 def format_string(template: str, args: Sequence[Any]) -> str:
@@ -343,11 +349,11 @@ def format_string(template: str, args: Sequence[Any]) -> str:
         if i + 1 >= len(template):
             raise FormatError("unexpected end of string")
         try:
-            read, formatter = _clause(template[i + 1:])
+            read, verb, precision = parse_clause(template[i + 1:])
         except FormatError as exc:
             raise FormatError(f"could not parse formatting clause: {exc}") from None
         try:
-            out.append(formatter(args[index]))
+            out.append(_formatter(verb, precision)(args[index]))
         except FormatError as exc:
             raise FormatError(f"error during formatting: {exc}") from None
         i += 1 + read
