@@ -21,6 +21,7 @@ import dataclasses
 import multiprocessing as mp
 import multiprocessing.connection
 import resource
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class SandboxedEvaluator:
                  backend: Backend | None = None, limits: Limits = Limits(),
                  mutating: Sequence[MutatingPolicy] = (), *, engines: Prebuilt | None = None):
         """``engines``: the policies already compiled, by this process, for ``policies`` and ``mutating`` in
-        order. The first worker is then forked (where the platform can) and inherits them, with no imports
+        order. The first worker is then forked (on Linux) and inherits them, with no imports
         and no compiling of its own: for a single-threaded caller only (a process forked while other threads
         hold locks can deadlock), such as `vpol apply` before it starts any thread. A worker restarted after
         a kill is spawned and compiles, as always."""
@@ -133,7 +134,8 @@ class SandboxedEvaluator:
         self.backend = backend or Backend()
         self.limits = limits
         self._ctx = mp.get_context("spawn")
-        self._prebuilt = engines if engines is not None and "fork" in mp.get_all_start_methods() else None
+        # Forking only on Linux: macOS's system libraries are not fork-safe (Python spawns there by default).
+        self._prebuilt = engines if engines is not None and sys.platform.startswith("linux") else None
         self._proc: Any = None
         self._conn: multiprocessing.connection.Connection | None = None
         #: How many times a worker had to be killed (for metrics and tests).
