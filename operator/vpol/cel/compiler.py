@@ -236,17 +236,17 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         return None, [_too_deep(src, path)]
     rewritten = as_map_literals(src) if role in MUTATION_ROLES else None
     written = rewritten.text if rewritten else src
-    #: Built without type checking (see _compile_written): the evaluated program is too.
+    #: Built without type checking (see compile_written): the evaluated program is too.
     unchecked = False
     try:
-        expr, unchecked = _compile_written(environment(spec), written)
+        expr, unchecked = compile_written(environment(spec), written)
     except RuntimeError as exc:
         if _RECURSION_RX.search(str(exc)):
             return None, [_too_deep(src, path)]
         problems = []
         for pos, msg, excerpt in parse_cel_errors(str(exc)):
             if CROSS_NUMERIC_RX.search(msg):
-                continue  # not an error in cel-go (see _compile_written)
+                continue  # not an error in cel-go (see compile_written)
             if rewritten is not None and pos is not None:
                 # A position in the rewritten text, moved back to what the user wrote.
                 pos = Position(*rewritten.original_line_column(pos.line, pos.column, src))
@@ -303,7 +303,7 @@ CROSS_NUMERIC_RX = re.compile(r"found no matching overload for '_(?:<|<=|>|>=)_'
                               r"'\((?:int|uint|double), (?:int|uint|double)\)'")
 
 
-def _compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
+def compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
     """``text`` compiled in ``env``, and whether it had to be built without type checking.
 
     cel-go's CrossTypeNumericComparisons, which the API server and Kyverno enable, type-checks ordering between

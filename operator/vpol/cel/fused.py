@@ -38,7 +38,7 @@ import re
 from cel_expr_python import cel
 
 from vpol.cel.bindings import eager_bindings
-from vpol.cel.compiler import CROSS_NUMERIC_RX, CompiledPolicy, Program, parse_cel_errors
+from vpol.cel.compiler import CompiledPolicy, Program, compile_written
 from vpol.cel.environment import EnvSpec, environment
 
 _IDENT_RX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -89,17 +89,10 @@ def _build(compiled: CompiledPolicy) -> cel.Expression | None:
     text = fused_text(compiled)
     if text is None:
         return None
-    env = environment(EnvSpec(mode=compiled.policy.spec.evaluation.mode))
     try:
-        return env.compile(text)
-    except RuntimeError as exc:
-        # Ordering between int, uint and double is built unchecked, as each expression is (compiler).
-        errors = parse_cel_errors(str(exc))
-        if errors and all(CROSS_NUMERIC_RX.search(message) for _pos, message, _excerpt in errors):
-            try:
-                return env.compile(text, disable_check=True)
-            except Exception:  # noqa: BLE001 - no fused form: the policy is evaluated expression by expression
-                return None
+        # Ordering between int, uint and double is built unchecked, as each expression is.
+        expression, _unchecked = compile_written(environment(EnvSpec(mode=compiled.policy.spec.evaluation.mode)),
+                                                 text)
+    except Exception:  # noqa: BLE001 - no fused form: the policy is evaluated expression by expression
         return None
-    except Exception:  # noqa: BLE001
-        return None
+    return expression

@@ -180,7 +180,7 @@ def issues_text(error: str, *, or_value_compat: bool = False) -> str:
                     any(_OR_VALUE_OVERLOAD not in b[0] and "'*error*'" not in b[0] for b in blocks):
                 continue
             if CROSS_NUMERIC_RX.search(head):
-                continue  # ordering between int, uint and double is allowed (vpol.cel.compiler._compile_written)
+                continue  # ordering between int, uint and double is allowed (vpol.cel.compiler.compile_written)
             head = _UNDEFINED_FIELD.sub(r"undefined field '\1'", head)
             for cpp, go in _CEL_GO_NAMES:
                 head = head.replace(cpp, go)
