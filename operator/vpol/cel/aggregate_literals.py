@@ -183,27 +183,54 @@ def _children(expr: _Fields) -> Iterator[bytes]:
         yield from (_one(comp, n) for n in (2, 4, 5, 6, 7) if n in comp)
 
 
-def mismatches(expression: cel.Expression) -> list[Mismatch]:
-    """The literal entries of a checked expression whose types differ from their literal's first entry."""
+@dataclass(frozen=True)
+class CheckedTree:
+    """A checked expression as cel-expr-python serializes it (``cel.expr.CheckedExpr``): the root node, the
+    checked type of every node and the source offset (code points) of every node, by node id."""
+
+    root: bytes
+    types: dict[int, bytes]
+    positions: dict[int, int]
+
+    @staticmethod
+    def node_id(node: _Fields) -> int:
+        value = (node.get(2) or [0])[0]
+        return value if isinstance(value, int) else 0
+
+    def type_of(self, node: _Fields) -> bytes:
+        """The node's checked type (cel.expr.Type bytes; empty when unknown)."""
+        return self.types.get(self.node_id(node), b"")
+
+    def offset(self, node: _Fields, default: int = 0) -> int:
+        return self.positions.get(self.node_id(node), default)
+
+    def nodes(self) -> Iterator[_Fields]:
+        """Every node of the tree, each once."""
+        stack = [self.root]
+        while stack:
+            expr = _fields(stack.pop())
+            stack.extend(_children(expr))
+            yield expr
+
+
+def checked_tree(expression: cel.Expression) -> CheckedTree:
     wrapped = _fields(expression.serialize())  # google.protobuf.Any: 1 type URL, 2 value
     checked = _fields(_one(wrapped, 2))
-    types = {k: v for k, v in _map(checked, 3).items() if isinstance(v, bytes)}  # type_map: node id -> Type
-    positions = {k: v for k, v in _map(_fields(_one(checked, 5)), 4).items()  # source_info.positions
-                 if isinstance(v, int)}
+    return CheckedTree(
+        root=_one(checked, 4),
+        types={k: v for k, v in _map(checked, 3).items() if isinstance(v, bytes)},  # type_map: node id -> Type
+        positions={k: v for k, v in _map(_fields(_one(checked, 5)), 4).items()  # source_info.positions
+                   if isinstance(v, int)})
+
+
+def mismatches(tree: CheckedTree) -> list[Mismatch]:
+    """The literal entries of a checked expression whose types differ from their literal's first entry."""
     found: list[Mismatch] = []
-
-    def type_of(node: _Fields) -> bytes:
-        node_id = (node.get(2) or [0])[0]
-        return types.get(node_id if isinstance(node_id, int) else 0, b"")
-
-    def where(node: _Fields) -> int:
-        node_id = (node.get(2) or [0])[0]
-        return positions.get(node_id if isinstance(node_id, int) else 0, 0)
 
     def check(kind: str, entries: list[tuple[_Fields, bool]]) -> None:
         first: bytes | None = None
         for node, optional in entries:
-            raw = type_of(node)
+            raw = tree.type_of(node)
             raw = _optional_value_type(raw) if optional else raw
             if first is None:
                 first = raw
@@ -214,11 +241,11 @@ def mismatches(expression: cel.Expression) -> list[Mismatch]:
                     # variable cel-go types exactly is dyn here) that would refuse what Kyverno accepts: only
                     # two concrete types are a certain mismatch.
                     return
-                found.append(Mismatch(where(node), expected, got))
+                found.append(Mismatch(tree.offset(node), expected, got))
                 if kind == "list":
                     return  # cel-go reports a list's first mismatch only
 
-    stack: list[tuple[bytes, bool]] = [(_one(checked, 4), False)]
+    stack: list[tuple[bytes, bool]] = [(tree.root, False)]
     while stack:
         raw, exempt = stack.pop()
         expr = _fields(raw)

@@ -21,7 +21,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from vpol.cel.aggregate_literals import Mismatch, mismatches
+from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.format_calls import go_format
 from vpol.cel.format_check import FormatProblem, format_problems
@@ -267,17 +267,15 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
     if not mutation:
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
         # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
+        # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
         mixed: list[Mismatch | FormatProblem] = []
         try:
-            mixed += mismatches(expr)
+            tree = checked_tree(expr)
+            mixed += mismatches(tree)
+            if not unchecked:
+                mixed += format_problems(tree)
         except Exception:  # noqa: BLE001 - an unreadable checked expression: nothing known, nothing refused
             pass
-        # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
-        if not unchecked:
-            try:
-                mixed += format_problems(expr)
-            except Exception:  # noqa: BLE001 - as above
-                pass
         if mixed:
             return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
                                   excerpt=excerpt_at(src, at)) for m in sorted(mixed, key=lambda m: m.offset)]

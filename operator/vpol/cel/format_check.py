@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cel_expr_python import cel
-
-from vpol.cel.aggregate_literals import _Fields, _children, _fields, _map, _one, type_name
-from vpol.cel.libraries.kyverno.format_lib import FormatError, parse_clause
+from vpol.cel.aggregate_literals import CheckedTree, _Fields, _fields, _one, type_name
+from vpol.cel.libraries.kyverno.format_lib import FormatError, template_parts
 
 #: Kinds (cel-go's Type.Kind, by vpol's type names) each clause accepts; ``dyn`` is accepted by all.
 _ACCEPTS = {
@@ -55,19 +53,11 @@ def _kind(name: str) -> str:
     return name.split("(", 1)[0]
 
 
-def format_problems(expression: cel.Expression) -> list[FormatProblem]:
+def format_problems(tree: CheckedTree) -> list[FormatProblem]:
     """The ``format`` calls of a checked expression that cel-go's checker refuses, where and why."""
-    wrapped = _fields(expression.serialize())
-    checked = _fields(_one(wrapped, 2))
-    types = {k: v for k, v in _map(checked, 3).items() if isinstance(v, bytes)}
-    positions = {k: v for k, v in _map(_fields(_one(checked, 5)), 4).items() if isinstance(v, int)}
-
-    def node_id(node: _Fields) -> int:
-        value = (node.get(2) or [0])[0]
-        return value if isinstance(value, int) else 0
 
     def kind_of(node: _Fields) -> str:
-        raw = types.get(node_id(node))
+        raw = tree.type_of(node)
         return _kind(type_name(raw)) if raw else "dyn"
 
     def unsuitable_for_string(node: _Fields) -> _Fields | None:
@@ -90,49 +80,33 @@ def format_problems(expression: cel.Expression) -> list[FormatProblem]:
         return None
 
     def check(call_node: _Fields, template: str, elements: list[_Fields]) -> FormatProblem | None:
-        at_call = positions.get(node_id(call_node), 0)
-        i = index = requested = 0
-        while i < len(template):
-            if template[i] != "%":
-                i += 1
-                continue
-            if template[i + 1:i + 2] == "%":
-                i += 2
-                continue
-            requested += 1
-            if i + 1 >= len(template):
-                return FormatProblem(at_call, "unexpected end of string")
-            if index >= len(elements):
-                return FormatProblem(at_call, f"index {index} out of range")
-            try:
-                read, verb, _precision = parse_clause(template[i + 1:])
-            except FormatError as exc:
-                return FormatProblem(at_call, f"could not parse formatting clause: {exc}")
-            element = elements[index]
-            bad: _Fields | None
-            if verb == "s":
-                bad = unsuitable_for_string(element)
-            else:
-                kind = kind_of(element)
-                bad = None if kind == "dyn" or kind in _ACCEPTS[verb] else element
-            if bad is not None:
-                name = type_name(types.get(node_id(bad), b""))
-                go_name = _GO_NAMES.get(_kind(name), _kind(name))
-                return FormatProblem(positions.get(node_id(bad), at_call),
-                                     "error during formatting: " + _MESSAGES[verb].format(go_name))
-            i += 1 + read
-            index += 1
+        at_call = tree.offset(call_node)
+        requested = 0
+        try:
+            for part in template_parts(template, len(elements), checking=True):
+                if isinstance(part, str):
+                    continue
+                requested += 1
+                element = elements[part.argument]
+                bad: _Fields | None
+                if part.verb == "s":
+                    bad = unsuitable_for_string(element)
+                else:
+                    kind = kind_of(element)
+                    bad = None if kind == "dyn" or kind in _ACCEPTS[part.verb] else element
+                if bad is not None:
+                    name = _kind(type_name(tree.type_of(bad)))
+                    return FormatProblem(tree.offset(bad, at_call), "error during formatting: " +
+                                         _MESSAGES[part.verb].format(_GO_NAMES.get(name, name)))
+        except FormatError as exc:
+            return FormatProblem(at_call, str(exc))
         if len(elements) > requested:
             return FormatProblem(at_call, f"too many arguments supplied to string.format (expected {requested}, "
                                           f"got {len(elements)})")
         return None
 
     found: list[FormatProblem] = []
-    stack = [_one(checked, 4)]
-    while stack:
-        raw = stack.pop()
-        expr = _fields(raw)
-        stack.extend(_children(expr))
+    for expr in tree.nodes():
         if 6 not in expr:
             continue
         call = _fields(_one(expr, 6))

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
@@ -301,7 +301,7 @@ def _octal(value: Any) -> str:
 VERBS = frozenset("sdfebxXo")
 
 
-def parse_clause(spec: str) -> tuple[int, str, int | None]:
+def _parse_clause(spec: str) -> tuple[int, str, int | None]:
     """The clause at the start of ``spec`` (what follows a ``%``): (characters read, its letter, its precision);
     FormatError as cel-go words it when it cannot be parsed."""
     i = 0
@@ -329,35 +329,54 @@ def _formatter(verb: str, precision: int | None) -> Callable[[Any], str]:
             "x": _hex(False), "X": _hex(True), "o": _octal}[verb]
 
 
-def format_string(template: str, args: Sequence[Any]) -> str:
-    """``template.format(args)`` as cel-go (strings extension version 2) writes it; FormatError otherwise."""
-    out: list[str] = []
-    i = 0
-    index = 0
+class Clause(NamedTuple):
+    """A ``%`` clause of a template: the argument it formats, its letter, its precision."""
+
+    argument: int
+    verb: str
+    precision: int | None
+
+
+def template_parts(template: str, count: int, *, checking: bool = False) -> Iterator[str | Clause]:
+    """The template's literal text and its clauses in order, for ``count`` arguments; FormatError where cel-go
+    refuses the template. cel-go formats and checks through the same parser, which meets a missing argument
+    before a clause cut short when formatting and after it when checking (its checker never lacks one)."""
+    i = index = 0
     while i < len(template):
-        ch = template[i]
-        if ch != "%":
-            out.append(ch)
+        if template[i] != "%":
+            yield template[i]
             i += 1
             continue
         if template[i + 1:i + 2] == "%":
-            out.append("%")
+            yield "%"
             i += 2
             continue
-        if index >= len(args):
+        if not checking and index >= count:
             raise FormatError(f"index {index} out of range")
         if i + 1 >= len(template):
             raise FormatError("unexpected end of string")
+        if index >= count:
+            raise FormatError(f"index {index} out of range")
         try:
-            read, verb, precision = parse_clause(template[i + 1:])
+            read, verb, precision = _parse_clause(template[i + 1:])
         except FormatError as exc:
             raise FormatError(f"could not parse formatting clause: {exc}") from None
-        try:
-            out.append(_formatter(verb, precision)(args[index]))
-        except FormatError as exc:
-            raise FormatError(f"error during formatting: {exc}") from None
+        yield Clause(index, verb, precision)
         i += 1 + read
         index += 1
+
+
+def format_string(template: str, args: Sequence[Any]) -> str:
+    """``template.format(args)`` as cel-go (strings extension version 2) writes it; FormatError otherwise."""
+    out: list[str] = []
+    for part in template_parts(template, len(args)):
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        try:
+            out.append(_formatter(part.verb, part.precision)(args[part.argument]))
+        except FormatError as exc:
+            raise FormatError(f"error during formatting: {exc}") from None
     return "".join(out)
 
 
