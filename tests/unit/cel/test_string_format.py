@@ -15,7 +15,8 @@ from tests.unit.engine.test_evaluate import run
 from tests.unit.policies import make_policy, pod
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.format_calls import go_format
-from vpol.cel.libraries.kyverno.format_lib import FormatError, format_string, go_shortest_g
+from vpol.cel.libraries.kyverno.format_lib import FormatError, format_string
+from vpol.cel.libraries.kyverno.go_text import shortest_g
 
 
 @pytest.mark.parametrize(("src", "want"), [
@@ -79,7 +80,7 @@ def test_shortest_double_form_is_what_string_gives():
     program = env.compile("object.map(v, string(v))")
     values = _random_doubles(3000)
     want = program.eval(env.Activation(data={"object": values})).plain_value()
-    assert [go_shortest_g(v) for v in values] == want
+    assert [shortest_g(v) for v in values] == want
 
 
 @pytest.mark.parametrize(("src", "column", "message"), [

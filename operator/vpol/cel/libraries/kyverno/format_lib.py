@@ -6,7 +6,7 @@ sorted keys, doubles inside lists and maps as ``1.500000``, durations and timest
 ``duration("90s")``, ``%s`` of a double as Go's shortest form (``0.30000000000000004``), ``%f``
 through golang.org/x/text with thousands separators (``1,234.500000``, ``∞``) and ``%e`` as
 ``1.234500×10⁰³`` (its precision acting as a width). The evaluated program calls this
-implementation instead (vpol.cel.optional_selection.go_format rewrites ``R.format(L)`` into
+implementation instead (vpol.cel.format_calls.go_format rewrites ``R.format(L)`` into
 ``vpol_format(R, L)``); what is type-checked is the expression as written.
 
 Values reach Python without the difference between int and uint (it never shows in the text) and
@@ -18,13 +18,13 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Callable, Iterator, Sequence
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
 from vpol.cel.declare import LIST, STRING
 from vpol.cel.libraries.kyverno.declarations import Fn
+from vpol.cel.libraries.kyverno.go_text import quote, rfc3339_nano, shortest_fixed, shortest_g
 
 LIBRARY = "kyverno.strings_format"
 #: The name the evaluated program calls (vpol.cel.optional_selection.go_format).
@@ -62,82 +62,9 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _digits(value: float) -> tuple[str, int]:
-    """The shortest decimal digits that read back as ``value`` (positive, finite, not zero) and the position
-    of the decimal point: value = 0.DIGITS x 10^point (Go's strconv shortest digits; Python's repr has the
-    same digits)."""
-    _sign, digits, exponent = Decimal(repr(value)).as_tuple()
-    return "".join(map(str, digits)).rstrip("0") or "0", len(digits) + int(exponent)
-
-
-def go_shortest_g(value: float) -> str:
-    """Go's ``strconv.FormatFloat(v, 'g', -1, 64)``: what cel-go's ``string(double)`` gives."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign = "-" if value < 0 else ""
-    digits, point = _digits(abs(value))
-    exponent = point - 1
-    if exponent < -4 or exponent >= 6:  # the shortest form decides with precision 6, as Go does
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
-def _go_shortest_f(value: float) -> str:
-    """Go's ``strconv.FormatFloat(v, 'f', -1, 64)``."""
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    digits, point = _digits(abs(value))
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
 def _duration(value: datetime.timedelta) -> str:
     seconds = value.days * 86400 + value.seconds + value.microseconds / 1e6
-    return _go_shortest_f(seconds) + "s"
-
-
-def _timestamp(value: datetime.datetime) -> str:
-    """RFC 3339 with the fraction's trailing zeros trimmed (Go's RFC3339Nano), in UTC."""
-    value = value.astimezone(datetime.timezone.utc)
-    text = value.strftime("%Y-%m-%dT%H:%M:%S")
-    if value.microsecond:
-        text += "." + f"{value.microsecond:06d}".rstrip("0")
-    return text + "Z"
-
-
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
-            "\\": "\\\\", '"': '\\"'}
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` of a string: double quotes, backslash escapes, printable characters as they are."""
-    out = ['"']
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ch == " " or ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
+    return shortest_fixed(seconds) + "s"
 
 
 def _bytes_text(value: bytes | bytearray) -> str:
@@ -158,7 +85,7 @@ def _as_string(value: Any) -> str:
     if isinstance(value, int | str):
         return str(value)
     if isinstance(value, float):
-        return go_shortest_g(value)
+        return shortest_g(value)
     if isinstance(value, bytes | bytearray):
         return _bytes_text(value)
     if value is None:
@@ -166,7 +93,7 @@ def _as_string(value: Any) -> str:
     if isinstance(value, datetime.timedelta):
         return _duration(value)
     if isinstance(value, datetime.datetime):
-        return _timestamp(value)
+        return rfc3339_nano(value)
     if isinstance(value, cel.Type):
         return {"null": "null_type"}.get(value.name().lower(), value.name().lower())
     raise FormatError("string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, "
@@ -180,17 +107,17 @@ def _member(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return go_quote(value)
+        return quote(value)
     if isinstance(value, bytes | bytearray):
-        return "b" + go_quote(_bytes_text(value))
+        return "b" + quote(_bytes_text(value))
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
-            return go_quote("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
+            return quote("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
         return f"{value:.{_DEFAULT_PRECISION}f}"
     if isinstance(value, datetime.timedelta):
-        return f"duration({go_quote(_duration(value))})"
+        return f"duration({quote(_duration(value))})"
     if isinstance(value, datetime.datetime):
-        return f"timestamp({go_quote(_timestamp(value))})"
+        return f"timestamp({quote(rfc3339_nano(value))})"
     if isinstance(value, list):
         return _list(value)
     if isinstance(value, dict):
@@ -210,7 +137,7 @@ def _map(values: dict[Any, Any]) -> str:
         elif isinstance(key, int):
             key_text = str(key)
         elif isinstance(key, str):
-            key_text = go_quote(key)
+            key_text = quote(key)
         else:
             raise FormatError(f"no formatting function for map key of type {_type_name(key)}")
         entries.append((key_text, _member(value)))

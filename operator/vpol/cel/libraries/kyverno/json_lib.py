@@ -27,6 +27,7 @@ from cel_expr_python import cel
 from vpol.cel import types
 from vpol.cel.declare import ANY_VALUE, STRING, message
 from vpol.cel.libraries.kyverno.declarations import Fn
+from vpol.cel.libraries.kyverno.go_text import rfc3339_nano, shortest_fixed
 
 LIBRARY = "kyverno.json"
 
@@ -61,13 +62,9 @@ def _go_float(number: float) -> str:
         raise ValueError(f"json: unsupported value: {number}")
     if number == 0:
         return "-0" if math.copysign(1.0, number) < 0 else "0"
-    shortest = Decimal(repr(number))
     if 1e-6 <= abs(number) < 1e21:
-        text = format(shortest, "f")
-        if "." in text:
-            text = text.rstrip("0").rstrip(".")
-        return text
-    sign, digits, exponent = shortest.normalize().as_tuple()
+        return shortest_fixed(number)
+    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
     assert isinstance(exponent, int)
     mantissa = "".join(str(d) for d in digits)
     exp = exponent + len(mantissa) - 1
@@ -80,14 +77,6 @@ def _go_string(s: str) -> str:
     for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         encoded = encoded.replace(char, escape)
     return encoded
-
-
-def _rfc3339(ts: datetime.datetime) -> str:
-    ts = ts.astimezone(datetime.timezone.utc)
-    text = ts.strftime("%Y-%m-%dT%H:%M:%S")
-    if ts.microsecond:
-        text += f".{ts.microsecond:06d}".rstrip("0")
-    return text + "Z"
 
 
 def marshal(value: Any) -> str:
@@ -105,7 +94,7 @@ def marshal(value: Any) -> str:
     if isinstance(value, bytes | bytearray):
         return _go_string(base64.b64encode(bytes(value)).decode("ascii"))
     if isinstance(value, datetime.datetime):
-        return _go_string(_rfc3339(value))
+        return _go_string(rfc3339_nano(value))
     if isinstance(value, datetime.timedelta):
         # time.Duration is an int64 count of nanoseconds.
         return str((value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1_000)
