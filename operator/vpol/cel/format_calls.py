@@ -17,7 +17,7 @@ import functools
 
 from vpol.cel.libraries.kyverno.format_lib import FUNCTION
 from vpol.cel.object_literals import tokens
-from vpol.cel.optional_selection import call_arguments, receiver_start
+from vpol.cel.optional_selection import member_call
 
 #: Bound on the rewrites of one expression (pathological inputs stay as written).
 MAX_CALLS = 200
@@ -33,15 +33,11 @@ def go_format(src: str) -> str:
     for _ in range(MAX_CALLS):
         toks = list(tokens(text))
         site = None
-        for i, tok in enumerate(toks):
-            if not (tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "format"
-                    and toks[i + 2].text == "("):
+        for i in range(len(toks)):
+            call = member_call(toks, i, "format")
+            if call is None:
                 continue
-            first = receiver_start(toks, i)
-            found = call_arguments(toks, i + 2)
-            if first is None or found is None:
-                return src
-            args, close = found
+            first, args, close = call
             if len(args) != 1:
                 continue  # not cel-go's format: cel reports it as written
             site = (i, first, close)

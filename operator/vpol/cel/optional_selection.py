@@ -84,7 +84,7 @@ def _opener(toks: list[Token], j: int) -> int | None:
     return None
 
 
-def receiver_start(toks: list[Token], end: int) -> int | None:
+def _receiver_start(toks: list[Token], end: int) -> int | None:
     """Index of the first token of the member chain ending just before ``toks[end]`` (None: no receiver)."""
     j, start = end - 1, None
     while j >= 0:
@@ -145,7 +145,7 @@ def _guard_presence(text: str, n: int) -> str | None:
         # has( R . f ): the argument ends with `.f` right before the closing parenthesis.
         if k >= len(toks) or k - 2 <= i + 2 or toks[k - 2].text != "." or not _name(toks[k - 1]):
             continue
-        first = receiver_start(toks, k - 2)
+        first = _receiver_start(toks, k - 2)
         if first != i + 2:
             continue
         receiver = text[toks[first].start:toks[k - 2].start]
@@ -185,7 +185,7 @@ def guard(src: str) -> str:
                 not (i + 2 < len(toks) and toks[i + 2].text == "(")
             if not (field or index or plain):
                 continue
-            first = receiver_start(toks, i)
+            first = _receiver_start(toks, i)
             if first is None:
                 continue
             if plain and not _is_guard(toks, first, i):
@@ -247,6 +247,20 @@ def call_arguments(toks: list[Token], opening: int) -> tuple[list[tuple[int, int
     return None
 
 
+def member_call(toks: list[Token], dot: int, name: str) -> tuple[int, list[tuple[int, int]], int] | None:
+    """When ``toks[dot:]`` is a call ``.name(...)`` on a receiver: (the receiver's first token, the call's
+    arguments as :func:`call_arguments` gives them, the index of its ``)``); None otherwise. (The rewrites
+    run on expressions that compiled, so a call that is never closed does not occur.)"""
+    if not (toks[dot].text == "." and dot + 2 < len(toks) and toks[dot + 1].text == name
+            and toks[dot + 2].text == "("):
+        return None
+    first = _receiver_start(toks, dot)
+    found = call_arguments(toks, dot + 2)
+    if first is None or found is None:
+        return None
+    return first, found[0], found[1]
+
+
 def _optional_chain(toks: list[Token], dot: int) -> bool:
     """The member chain ending before ``toks[dot]`` holds an optional selection (``.?f`` or ``[?k]``) after
     which it only selects (``.f``, ``[k]``): its value is an optional whatever it selects from (selections
@@ -300,19 +314,12 @@ def or_value_compat(src: str) -> str:
         toks = list(tokens(text))
         site = None
         for i, tok in enumerate(toks):
-            if not (tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "orValue"
-                    and toks[i + 2].text == "("):
+            call = member_call(toks, i, "orValue")
+            if call is None:
                 continue
-            first = receiver_start(toks, i)
-            if first is None:
-                continue
-            receiver = text[toks[first].start:tok.start]
-            if receiver.startswith("dyn(" + OR_VALUE_PREFIX):
+            first, args, close = call
+            if text[toks[first].start:tok.start].startswith("dyn(" + OR_VALUE_PREFIX):
                 continue  # a call this rewrite made
-            found = call_arguments(toks, i + 2)
-            if found is None:
-                return src
-            args, close = found
             if len(args) != 1:
                 continue  # not one argument: cel reports it as written
             if _optional_chain(toks, i) and _cannot_fail(toks[i + 3:close]):
