@@ -421,11 +421,18 @@ class ExceptionMatch(NamedTuple):
     error: str = ""
 
 
+#: What no PolicyException says of a subject.
+_NO_EXCEPTION = ExceptionMatch()
+
+
 def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
                      failure_policy: str = "Fail") -> ExceptionMatch:
     """The PolicyExceptions of a policy on one subject, as Kyverno's engines evaluate them (in order): an
     exception's conditions are a policy's matchConditions (one false: no match; errors: an error, or no match
     under failurePolicy Ignore); an error before an exemption is the policy's error, after one it is ignored."""
+    if not exceptions:
+        return _NO_EXCEPTION
+
     def evaluate(prog: Program) -> Any:
         try:
             return _value(prog.expression.eval(data.activation()))
@@ -454,10 +461,7 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
         return ExceptionMatch(exempt=exc)
     if partial_images or partial_values:
         return ExceptionMatch(partial={"allowedImages": partial_images, "allowedValues": partial_values})
-    return ExceptionMatch()
-
-
-_NO_EXCEPTION = ExceptionMatch()
+    return _NO_EXCEPTION
 
 
 def exempted(exempt: CompiledException) -> tuple[str, str, str]:
@@ -555,8 +559,7 @@ class PolicyEngine:
         if not compiled.ok:
             return self._result(data, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
-        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy) \
-            if self.exceptions else _NO_EXCEPTION
+        exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
         if exceptions.error:
             return self._result(data, ERROR, exceptions.error)
         if exceptions.exempt is not None:
