@@ -101,12 +101,13 @@ class _FastLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 
 
 _FastLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+_STR_TAG = "tag:yaml.org,2002:str"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
 #: The implicit resolvers to try for a plain scalar, by its first character (wildcards included).
-_RESOLVERS_BY_FIRST = {
-    first: tuple(resolvers) + tuple(_Loader.yaml_implicit_resolvers.get(None, ()))
-    for first, resolvers in _Loader.yaml_implicit_resolvers.items() if first is not None
-}
 _WILDCARD_RESOLVERS = tuple(_Loader.yaml_implicit_resolvers.get(None, ()))
+_RESOLVERS_BY_FIRST = {first: tuple(resolvers) + _WILDCARD_RESOLVERS
+                       for first, resolvers in _Loader.yaml_implicit_resolvers.items() if first is not None}
 
 
 def _resolve(self: _FastLoader, kind: Any, value: str, implicit: tuple[bool, bool]) -> str:
@@ -116,7 +117,7 @@ def _resolve(self: _FastLoader, kind: Any, value: str, implicit: tuple[bool, boo
         for tag, regexp in _RESOLVERS_BY_FIRST.get(value[:1], _WILDCARD_RESOLVERS):
             if regexp.match(value):
                 return tag
-        return "tag:yaml.org,2002:str"
+        return _STR_TAG
     return str(yaml.resolver.BaseResolver.resolve(self, kind, value, implicit))
 
 
@@ -140,9 +141,6 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
-_STR_TAG = "tag:yaml.org,2002:str"
-_MAP_TAG = "tag:yaml.org,2002:map"
-_SEQ_TAG = "tag:yaml.org,2002:seq"
 #: The other scalar tags the resolvers give a plain scalar, with the loader's constructors for them.
 _SCALAR_CONSTRUCTORS = {tag: _FastLoader.yaml_constructors[tag] for tag in (
     "tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")}
