@@ -68,6 +68,27 @@ DEPENDENCY_PROBLEM = Gauge("vpol_dependency_problem",
 ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
 
 
+# A request counts once per policy it evaluated: the labelled children are kept here rather than looked up
+# with .labels() each time (which takes a lock and builds a tuple key: a few microseconds, times every policy
+# of every request). Admission series are never removed, so a kept child stays the exported one.
+_decision_children: dict[tuple[str, str], Any] = {}
+_policy_latency_children: dict[str, Any] = {}
+
+
+def admission_decision(policy: str, decision: str) -> None:
+    child = _decision_children.get((policy, decision))
+    if child is None:
+        child = _decision_children[(policy, decision)] = ADMISSION_DECISIONS.labels(policy, decision)
+    child.inc()
+
+
+def admission_policy_latency(policy: str, seconds: float) -> None:
+    child = _policy_latency_children.get(policy)
+    if child is None:
+        child = _policy_latency_children[policy] = ADMISSION_POLICY_LATENCY.labels(policy)
+    child.observe(seconds)
+
+
 # Counters with labels appear only once a label value is used; create the known
 # ones up front so dashboards and alerts see zeros instead of nothing.
 for _kind in ("policy", "scan"):

@@ -13,11 +13,18 @@ The worker compiles the policies itself (they are plain data), so the
 parent can be any process, threaded or not ("spawn" start method).
 MutatingPolicies run in the same worker (``mutate_once``, ``apply_many``):
 a mutation building a huge value is as bounded as a validation.
+
+For the admission webhook the worker answers a whole request (``admit``): it
+reads the AdmissionReview as received, evaluates, decides and writes the
+answer, so the serving process only moves bytes; the round trip is awaited on
+the event loop (no thread per request).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import multiprocessing as mp
 import multiprocessing.connection
 import resource
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vpol.cel.backend import Backend, using
+from vpol.engine.admission import decide, mutation_response, review_response, subject_for_request
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import ERROR, PolicyEngine, Rendered, Result, SubjectData, compile_exception
 from vpol.engine.match import constraints_match
@@ -63,6 +71,56 @@ def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int
     return out
 
 
+@dataclass(frozen=True)
+class AdmissionCall:
+    """One admission request for a worker to answer: the AdmissionReview as the API server sent it, and what
+    only the serving process knows about it."""
+
+    body: bytes
+    #: The webhook it came to: the policies of this failurePolicy answer it.
+    failure_policy: str
+    #: From discovery; None when unknown (a request with a namespace is then taken as namespaced).
+    namespaced: bool | None = None
+    #: The Namespace of a namespaced object (``namespaceObject``, namespaceSelectors).
+    namespace_object: dict[str, Any] | None = None
+    #: The mutating webhook (MutatingPolicies, answered with a JSON patch) instead of the validating one.
+    mutating: bool = False
+
+
+@dataclass(frozen=True)
+class AdmissionAnswer:
+    #: The AdmissionReview answering the request, as JSON.
+    body: bytes
+    #: (policy key, allow|deny|warn|audit|error|mutate) per policy that applied, for metrics.
+    outcomes: tuple[tuple[str, str], ...]
+    #: Seconds the worker spent evaluating.
+    seconds: float
+
+
+def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEngine], call: AdmissionCall
+           ) -> AdmissionAnswer:
+    """In the worker: one admission request, from the bytes received to the bytes to answer."""
+    started = time.perf_counter()
+    req = json.loads(call.body)["request"]
+    uid = str(req.get("uid") or "")
+    subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
+    outcomes: list[tuple[str, str]]
+    if call.mutating:
+        chosen = [e for e in mutating_engines if e.policy.spec.failure_policy == call.failure_policy]
+        mutated, results = mutate_all(chosen, subject) if chosen else (subject.object, [])
+        answer = mutation_response(uid, subject.object, mutated, results,
+                                   {e.policy.key: call.failure_policy for e in chosen})
+        outcomes = [(r.policy, "mutate" if r.properties.get("changed") == "true" else
+                     ("error" if r.result == ERROR else "allow")) for r in results]
+    else:
+        only = frozenset(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == call.failure_policy)
+        decision = decide(_validate(engines, subject, only) if only else [],
+                          {engines[i].policy.key: engines[i].policy for i in only})
+        answer, outcomes = review_response(uid, decision), decision.outcomes
+    return AdmissionAnswer(json.dumps(answer, separators=(",", ":")).encode(), tuple(outcomes),
+                           time.perf_counter() - started)
+
+
 #: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).
 Prebuilt = tuple[list[PolicyEngine], list[MutatingPolicyEngine]]
 
@@ -91,6 +149,9 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                 return
             op, subjects, only, only_mutating = msg
             try:
+                if op == "admit":
+                    conn.send(("ok", _admit(engines, mutating_engines, subjects)))
+                    continue
                 batch: list[Any] = []
                 for subject in subjects:
                     if op == "validate":
@@ -153,6 +214,8 @@ class SandboxedEvaluator:
             self._start()
 
     def _start(self) -> None:
+        if self._proc is not None or self._conn is not None:
+            self._kill()  # a worker that was killed, or died: reap it
         prebuilt, self._prebuilt = self._prebuilt, None  # only the first worker is forked
         ctx = mp.get_context("fork") if prebuilt is not None else self._ctx
         parent, child = ctx.Pipe()
@@ -205,6 +268,48 @@ class SandboxedEvaluator:
         self.kills += 1
         self._kill()
         return "killed", reason
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    async def admit(self, call: AdmissionCall, timeout: float) -> tuple[AdmissionAnswer | None, str]:
+        """One admission request answered by the worker, awaited on the running event loop: (answer, "") or
+        (None, why not). The worker must be running (:meth:`start`, off the event loop: it spawns and
+        compiles); one that overruns ``timeout`` or dies is killed, and :meth:`start` replaces it.
+
+        On the loop, not in a thread: a thread per request costs the serving process more than the whole
+        exchange (handing the GIL over twice, waking the loop from the thread)."""
+        if not self.running or self._conn is None:
+            return None, "the evaluation worker is not running"
+        conn = self._conn
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+        fd = conn.fileno()
+
+        def ready() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(fd, ready)
+        try:
+            conn.send(("admit", call, None, None))  # the worker is idle, reading: a large body drains at once
+            async with asyncio.timeout(timeout):  # no task per request, unlike wait_for
+                await readable
+            status, payload = conn.recv()  # a message larger than the pipe arrives while this reads
+            if status == "ok":
+                return payload, ""
+            return None, str(payload)
+        except (asyncio.TimeoutError, TimeoutError):
+            reason = f"evaluation exceeded the time limit of {timeout:g}s"
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            reason = "evaluation exceeded the memory limit of " \
+                     f"{self.limits.memory_bytes // 1024**2} MiB (worker died)"
+        finally:
+            loop.remove_reader(fd)
+        self.kills += 1
+        self._proc.kill()  # reaped by the next start(), off the event loop
+        return None, reason
 
     def _wanted(self, policies: Sequence[str] | None) -> frozenset[int] | None:
         """Indexes of the policies with these keys (``name``, or ``namespace/name``)."""

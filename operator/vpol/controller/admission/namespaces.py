@@ -45,10 +45,14 @@ class Namespaces:
             else:
                 self._items[name] = slim
 
+    def cached(self, name: str) -> dict[str, Any] | None:
+        """The Namespace ``name`` as the watch delivered it, or None (no API call)."""
+        with self._lock:
+            return self._items.get(name)
+
     def get(self, name: str) -> dict[str, Any]:
         """The Namespace ``name`` (a minimal one, labelled as the API server does, when it cannot be read)."""
-        with self._lock:
-            found = self._items.get(name)
+        found = self.cached(name)
         if found is not None:
             return found
         try:

@@ -15,6 +15,13 @@ its deadline (the failurePolicy of the webhook answers), while the other
 workers keep serving. Workers are rebuilt off the request path when the
 policies change.
 
+The serving process does as little per request as it can, since every
+request passes through its one event loop: it reads the body, looks up the
+namespace, and hands the body as received to an idle worker, which decodes
+it, evaluates, decides and encodes the answer; the exchange is awaited on the
+loop itself (no thread per request), and the counters of the policies'
+decisions are kept without a label lookup each.
+
 Routes: ``POST /validate/fail`` and ``/validate/ignore`` (the webhooks of
 policies with failurePolicy Fail and Ignore), ``POST /mutate/fail`` and
 ``/mutate/ignore`` (MutatingPolicies the API server cannot apply natively,
@@ -24,13 +31,12 @@ answered with a JSON patch), ``GET /healthz``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
+import json
 import logging
 import os
-import queue
 import ssl
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,8 +49,8 @@ from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import webhook_path
-from vpol.engine.admission import decide, failure_response, mutation_response, review_response, subject_for_request
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
+from vpol.engine.admission import failure_response, subject_for_request
+from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
 logger = logging.getLogger(__name__)
@@ -65,7 +71,10 @@ class ServerOptions:
 
 
 class EvaluatorPool:
-    """Bounded evaluators over one snapshot of the policies; each is used by one request at a time."""
+    """Bounded evaluators over one snapshot of the policies; each is used by one request at a time.
+
+    Built and used on the event loop; starting a worker (spawn and compile: a second or more) happens in a
+    thread."""
 
     def __init__(self, snapshot: Snapshot, size: int, backend: Backend, limits: Limits):
         self.snapshot = snapshot
@@ -75,28 +84,74 @@ class EvaluatorPool:
         mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
         self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating)
                            for _ in range(max(1, size))]
-        self.idle: queue.Queue[SandboxedEvaluator] = queue.Queue()
+        #: Workers nobody is using, and the requests waiting for one, first come first served: a freed worker
+        #: goes to the longest waiting request, never to one that arrived later (with a queue that lets a new
+        #: request take a freed worker first, a request can wait out its whole deadline under load).
+        self._idle: collections.deque[SandboxedEvaluator] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[SandboxedEvaluator]] = collections.deque()
+        self._restarting: set[asyncio.Task[None]] = set()
 
-    def start(self) -> None:
-        """Start every worker (blocking: spawn and compile)."""
+    async def start(self) -> None:
+        """Start every worker."""
         for ev in self.evaluators:
             if self.snapshot.policies or self.snapshot.mutating:
-                ev.start()
-            self.idle.put(ev)
+                await asyncio.to_thread(ev.start)
+            self._give(ev)
+
+    async def acquire(self, timeout: float) -> SandboxedEvaluator | None:
+        """An idle, running worker within ``timeout`` (None when none became free)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while self._waiting and self._waiting[0].done():  # gave up waiting
+                self._waiting.popleft()
+            if self._idle and not self._waiting:
+                ev = self._idle.popleft()
+            else:
+                waiter: asyncio.Future[SandboxedEvaluator] = asyncio.get_running_loop().create_future()
+                self._waiting.append(waiter)
+                try:
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        ev = await waiter
+                except (asyncio.TimeoutError, TimeoutError):
+                    if waiter.done() and not waiter.cancelled():
+                        self._give(waiter.result())  # handed over just as the time ran out: pass it on
+                    return None
+            if ev.running:
+                return ev
+            self.release(ev, killed=True)  # died while idle: replaced off the request path
+
+    def _give(self, ev: SandboxedEvaluator) -> None:
+        """``ev`` to the longest waiting request, or to the idle ones."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(ev)
+                return
+        self._idle.append(ev)
 
     def release(self, ev: SandboxedEvaluator, killed: bool) -> None:
         if not killed:
-            self.idle.put(ev)
+            self._give(ev)
             return
 
-        def restart() -> None:  # off the request path: spawn and compile take a second
+        async def restart() -> None:  # off the request path: spawn and compile take a second
             try:
-                ev.start()
+                await asyncio.to_thread(ev.start)
             except Exception as exc:  # noqa: BLE001 - the next use tries again
                 logger.warning("restarting an admission evaluation worker failed: %s", exc)
-            self.idle.put(ev)
+                await asyncio.sleep(1)
+            self._give(ev)
 
-        threading.Thread(target=restart, daemon=True, name="vpol-admission-restart").start()
+        task = asyncio.get_running_loop().create_task(restart(), name="vpol-admission-restart")
+        self._restarting.add(task)
+        task.add_done_callback(self._restarting.discard)
+
+    async def close_when_idle(self, grace: float = 30.0) -> None:
+        """Close this (replaced) pool once its in-flight requests have given their workers back."""
+        deadline = time.monotonic() + grace
+        while len(self._idle) < len(self.evaluators) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.to_thread(self.close)
 
     def close(self) -> None:
         for ev in self.evaluators:
@@ -146,12 +201,11 @@ class WebhookServer:
         self.limits = Limits(seconds_per_subject=options.eval_timeout,
                              memory_bytes=options.eval_memory_mib * 1024**2)
         self._pool: EvaluatorPool | None = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=options.workers + 4,
-                                                               thread_name_prefix="vpol-admission")
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._closing: set[asyncio.Task[None]] = set()
         #: Snapshot version the serving pool was built from (for tests and /healthz).
         self.serving_version = -1
         #: Whether the TLS site accepts connections (it waits for the serving certificate first).
@@ -205,7 +259,6 @@ class WebhookServer:
             await self._runner.cleanup()
         if self._pool is not None:
             await asyncio.to_thread(self._pool.close)
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _on_change(self, _snapshot: Snapshot) -> None:
         if self._loop is not None:
@@ -221,7 +274,7 @@ class WebhookServer:
                 continue
             pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits)
             try:
-                await asyncio.to_thread(pool.start)
+                await pool.start()
             except Exception as exc:  # noqa: BLE001 - keep serving with the old pool, try again
                 logger.warning("admission: starting evaluation workers failed: %s", exc)
                 await asyncio.to_thread(pool.close)
@@ -232,7 +285,9 @@ class WebhookServer:
             self.serving_version = snapshot.version
             metrics.ADMISSION_POLICIES.set(len(snapshot.policies))
             if old is not None:
-                asyncio.get_running_loop().run_in_executor(None, _close_when_idle, old)
+                task = asyncio.create_task(old.close_when_idle(), name="vpol-admission-close")
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     async def _certificate_loop(self) -> None:
         while True:
@@ -248,103 +303,70 @@ class WebhookServer:
         return web.json_response({"serving": self._pool is not None, "version": self.serving_version})
 
     async def _handle(self, request: web.Request) -> web.Response:
-        failure_policy = FAILURE_POLICIES[request.path]
-        return await self._answer(request, failure_policy, failure_policy.lower(), self._evaluate)
+        return await self._answer(request, FAILURE_POLICIES[request.path], mutating=False)
 
     async def _handle_mutate(self, request: web.Request) -> web.Response:
         """MutatingPolicies the API server cannot apply natively, evaluated by the same bounded workers as
         validations (a runaway mutation costs a worker its deadline; the failurePolicy answers)."""
-        failure_policy = MUTATING_FAILURE_POLICIES[request.path]
-        return await self._answer(request, failure_policy, f"mutate-{failure_policy.lower()}", self._mutate)
+        return await self._answer(request, MUTATING_FAILURE_POLICIES[request.path], mutating=True)
 
-    async def _answer(self, request: web.Request, failure_policy: str, webhook: str,
-                      work: Callable[[EvaluatorPool, dict[str, Any], str, str], dict[str, Any]]) -> web.Response:
-        """Read the AdmissionReview, run ``work`` in a thread (never on the event loop), answer; any failure is
-        answered by the webhook's failurePolicy."""
+    async def _answer(self, request: web.Request, failure_policy: str, *, mutating: bool) -> web.Response:
+        """Read the AdmissionReview, have a worker answer it (the event loop never runs CEL), send the answer;
+        any failure is answered by the webhook's failurePolicy."""
         started = time.perf_counter()
-        review = await _review(request, webhook)
+        webhook = f"mutate-{failure_policy.lower()}" if mutating else failure_policy.lower()
+        body = await request.read()
+        review = _review(body, webhook)
         if isinstance(review, web.Response):
             return review
         req, uid = review
         pool = self._pool
+        answer: bytes | None = None
         try:
             if pool is None:
-                answer = failure_response(uid, "the webhook has not loaded its policies yet", failure_policy)
-                metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+                answer = self._failed(uid, "the webhook has not loaded its policies yet", failure_policy)
             else:
-                answer = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, work, pool, req, uid, failure_policy)
+                answer = await self._in_worker(pool, req, uid, body, failure_policy, mutating)
         except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
             logger.exception("admission request %s failed", uid)
-            answer = failure_response(uid, str(exc), failure_policy)
-            metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+            answer = self._failed(uid, str(exc), failure_policy)
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
-        return web.json_response(answer)
+        return web.Response(body=answer, content_type="application/json")
 
-    def _in_worker(self, pool: EvaluatorPool, call: Callable[[SandboxedEvaluator], tuple[Any, str]]
-                   ) -> tuple[Any, str]:
-        """``call`` on an idle worker of ``pool`` within the evaluation deadline: (outcome, "") or (None, why
-        not). A worker whose call failed is replaced off the request path."""
+    async def _in_worker(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, body: bytes,
+                         failure_policy: str, mutating: bool) -> bytes:
+        """The request answered by an idle worker of ``pool`` within the evaluation deadline (waiting for a
+        worker included). A worker whose call failed is replaced off the request path."""
         deadline = time.monotonic() + self.options.eval_timeout
-        try:
-            ev = pool.idle.get(timeout=self.options.eval_timeout)
-        except queue.Empty:
-            return None, "every evaluation worker is busy"
-        outcome, error = None, ""
-        try:
-            if time.monotonic() >= deadline:
-                error = "no evaluation worker became free in time"
-            else:
-                outcome, error = call(ev)
-        finally:
-            pool.release(ev, killed=outcome is None and bool(error))
-        return outcome, error
+        subject = subject_for_request(req, namespaced=self._namespaced(req))
+        namespace = None
+        if subject.type.namespaced and subject.namespace:
+            namespace = self.namespaces.cached(subject.namespace)
+            if namespace is None:  # not delivered by the watch yet: read once, off the event loop
+                namespace = await asyncio.to_thread(self.namespaces.get, subject.namespace)
+        ev = await pool.acquire(max(0.0, deadline - time.monotonic()))
+        if ev is None:
+            return self._failed(uid, "no evaluation worker became free in time", failure_policy)
+        left = deadline - time.monotonic()
+        if left <= 0:  # the worker came free just too late: it is not at fault
+            pool.release(ev, killed=False)
+            return self._failed(uid, "no evaluation worker became free in time", failure_policy)
+        call = AdmissionCall(body, failure_policy, subject.type.namespaced, namespace, mutating)
+        answer, error = await ev.admit(call, left)
+        pool.release(ev, killed=answer is None)
+        if answer is None:
+            return self._failed(uid, error, failure_policy)
+        share = answer.seconds / max(1, len(answer.outcomes))
+        for key, outcome in answer.outcomes:
+            metrics.admission_decision(key, outcome)
+            if not mutating:
+                metrics.admission_policy_latency(key, share)
+        return answer.body
 
-    def _failed(self, uid: str, error: str, failure_policy: str) -> dict[str, Any]:
+    def _failed(self, uid: str, error: str, failure_policy: str) -> bytes:
         logger.warning("admission request %s: %s", uid, error)
         metrics.ADMISSION_DECISIONS.labels("", "error").inc()
-        return failure_response(uid, error, failure_policy)
-
-    def _evaluate(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
-        """In a thread: build the subject, evaluate it in a worker, decide."""
-        snapshot = pool.snapshot
-        keys = [k for k, p in snapshot.policies.items() if p.spec.failure_policy == failure_policy]
-        if not keys:
-            return review_response(uid, decide([], {}))
-        subject = subject_for_request(req, namespaced=self._namespaced(req))
-        if subject.type.namespaced and subject.namespace:
-            subject.namespace_object = self.namespaces.get(subject.namespace)
-        started = time.perf_counter()
-        results, error = self._in_worker(pool, lambda ev: ev.evaluate_once(subject, keys))
-        if results is None:
-            return self._failed(uid, error, failure_policy)
-        elapsed = time.perf_counter() - started
-        decision = decide(results, snapshot.policies)
-        for key, outcome in decision.outcomes:
-            metrics.ADMISSION_DECISIONS.labels(key, outcome).inc()
-            metrics.ADMISSION_POLICY_LATENCY.labels(key).observe(elapsed / max(1, len(decision.outcomes)))
-        return review_response(uid, decision)
-
-    # -- mutations
-
-    def _mutate(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, failure_policy: str) -> dict[str, Any]:
-        """In a thread: every MutatingPolicy of this webhook, in name order, each on the last one's result."""
-        snapshot = pool.snapshot
-        keys = [k for k, p in snapshot.mutating.items() if p.spec.failure_policy == failure_policy]
-        subject = subject_for_request(req, namespaced=self._namespaced(req))
-        if not keys:
-            return mutation_response(uid, subject.object, subject.object, [], {})
-        if subject.type.namespaced and subject.namespace:
-            subject.namespace_object = self.namespaces.get(subject.namespace)
-        outcome, error = self._in_worker(pool, lambda ev: ev.mutate_once(subject, keys))
-        if outcome is None:
-            return self._failed(uid, error, failure_policy)
-        mutated, results = outcome
-        for r in results:
-            metrics.ADMISSION_DECISIONS.labels(r.policy, "mutate" if r.properties.get("changed") == "true"
-                                               else ("error" if r.result == "error" else "allow")).inc()
-        return mutation_response(uid, subject.object, mutated, results,
-                                 {key: snapshot.mutating[key].spec.failure_policy for key in keys})
+        return json.dumps(failure_response(uid, error, failure_policy)).encode()
 
     def _namespaced(self, req: dict[str, Any]) -> bool | None:
         resource = req.get("resource") or {}
@@ -359,23 +381,13 @@ class WebhookServer:
         return None if info is None else info.namespaced
 
 
-async def _review(request: web.Request, webhook: str) -> tuple[dict[str, Any], str] | web.Response:
+def _review(body: bytes, webhook: str) -> tuple[dict[str, Any], str] | web.Response:
     """The AdmissionReview's request and uid (counted in the metrics), or the 400 answer to a bad body."""
     try:
-        review = await request.json()
-        req = review["request"]
+        req = json.loads(body)["request"]
         uid = str(req.get("uid") or "")
     except (ValueError, KeyError, TypeError, AttributeError):
         return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
     kind = str((req.get("kind") or {}).get("kind") or "")
     metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
     return req, uid
-
-
-def _close_when_idle(pool: EvaluatorPool, grace: float = 30.0) -> None:
-    """Close a replaced pool once its in-flight requests have given their evaluators back."""
-    deadline = time.monotonic() + grace
-    while pool.idle.qsize() < len(pool.evaluators) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pool.close()
-

@@ -1,0 +1,95 @@
+"""The webhook's pool of evaluation workers: first come, first served, and no worker is ever lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from vpol.cel.backend import Backend
+from vpol.controller.admission.policies import Snapshot
+from vpol.controller.admission.server import EvaluatorPool
+from vpol.engine.sandbox import Limits
+
+
+class FakeWorker:
+    def __init__(self, name: str):
+        self.name = name
+        self.running = True
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.running = True
+
+
+def pool_of(*workers: FakeWorker) -> EvaluatorPool:
+    pool = EvaluatorPool(Snapshot(), 1, Backend(), Limits())
+    pool.evaluators = list(workers)  # type: ignore[arg-type]
+    return pool
+
+
+def test_a_freed_worker_goes_to_the_longest_waiting_request_not_to_a_newcomer() -> None:
+    async def scenario() -> list[str]:
+        w = FakeWorker("w")
+        pool = pool_of(w)
+        await pool.start()
+        held = await pool.acquire(1)
+        assert held is w
+        order: list[str] = []
+
+        async def request(name: str) -> None:
+            ev = await pool.acquire(5)
+            assert ev is w
+            order.append(name)
+            await asyncio.sleep(0.01)
+            pool.release(ev, killed=False)
+
+        first = asyncio.create_task(request("first"))
+        second = asyncio.create_task(request("second"))
+        await asyncio.sleep(0.01)  # both wait now
+        pool.release(w, killed=False)
+        await request("late")  # asks the moment the worker is freed, before the waiters run: queues behind
+        await asyncio.gather(first, second)
+        return order
+
+    assert asyncio.run(scenario()) == ["first", "second", "late"]
+
+
+def test_a_request_that_waits_out_its_time_gets_none_and_the_worker_is_not_lost() -> None:
+    async def scenario() -> None:
+        w = FakeWorker("w")
+        pool = pool_of(w)
+        await pool.start()
+        held = await pool.acquire(1)
+        assert await pool.acquire(0.05) is None
+        assert held is not None
+        pool.release(held, killed=False)
+        assert await asyncio.wait_for(pool.acquire(0.05), 1) is w
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_idle_worker_is_restarted_off_the_request_path_and_then_served() -> None:
+    async def scenario() -> None:
+        a, b = FakeWorker("a"), FakeWorker("b")
+        pool = pool_of(a, b)
+        await pool.start()
+        a.running = False  # died while idle
+        assert await pool.acquire(1) is b  # the live one, at once
+        ev = await pool.acquire(2)  # the dead one, once restarted
+        assert ev is a and a.starts == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_killed_worker_comes_back_after_its_restart() -> None:
+    async def scenario() -> None:
+        w = FakeWorker("w")
+        pool = pool_of(w)
+        await pool.start()
+        ev = await pool.acquire(1)
+        assert ev is w
+        w.running = False
+        pool.release(w, killed=True)
+        assert await pool.acquire(2) is w and w.starts == 1
+
+    asyncio.run(scenario())
