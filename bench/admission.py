@@ -18,7 +18,11 @@ Pod (every policy evaluates all its validations and admits) until
 Latency is measured per request at the client; overhead is the phase's
 percentile minus the same percentile with no policy. Errors are any answer
 but 201. The operator's resident memory (and its worker processes') is
-sampled during the load.
+sampled during the load. CPU time per request is read from /proc for each
+component (the local control plane's one process, the operator, its
+evaluation workers, this load generator), with the connections the API
+server opened to the webhook: on a machine this small every component's CPU
+per request is a share of the same two cores.
 
 Targets (issue 11): webhook p50 overhead <= 5 ms, p99 <= 25 ms over no
 policy, 0 errors, operator RSS <= 200 MiB during the load.
@@ -33,7 +37,9 @@ import argparse
 import asyncio
 import copy
 import json
+import os
 import ssl
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,10 +50,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     REPO,
     BenchRun,
+    CpuMeter,
     MemorySampler,
+    descendants,
     install_vpol,
     ms,
     percentile,
+    pids_named,
     scrape,
     start_operator,
     table,
@@ -60,6 +69,8 @@ from kubernetes import client  # noqa: E402
 
 GROUP, VERSION, PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
 NAMESPACE = "bench-admission"
+#: The local control plane's process name (its binary's name as /proc/PID/comm keeps it: 15 characters).
+CONTROL_PLANE_COMM = "vpol-controlplane"[:15]
 
 POD = {
     "apiVersion": "v1", "kind": "Pod",
@@ -172,11 +183,21 @@ async def load(cfg: client.Configuration, clients: int, requests: int) -> tuple[
     return latencies, errors
 
 
-def run_phase(cfg: client.Configuration, clients: int, requests: int) -> tuple[list[float], dict[str, int], float]:
+def run_phase(cfg: client.Configuration, clients: int, requests: int, meter: CpuMeter
+              ) -> tuple[list[float], dict[str, int], float, dict[str, float]]:
     asyncio.run(load(cfg, clients, min(200, requests)))  # warm-up: connections, caches, workers
+    meter.start()
     t = time.monotonic()
     latencies, errors = asyncio.run(load(cfg, clients, requests))
-    return latencies, errors, time.monotonic() - t
+    wall = time.monotonic() - t
+    return latencies, errors, wall, meter.stop()
+
+
+def webhook_connections(port: int) -> int:
+    """Connections to the webhook port open or closed within the last minute (TIME-WAIT): how many the API
+    server has made, roughly; it keeps at most 25 idle ones per webhook host."""
+    out = subprocess.run(["ss", "-Htan", f"( dport = :{port} )"], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if line.split()[:1] in (["ESTAB"], ["TIME-WAIT"]))
 
 
 def main() -> int:
@@ -209,7 +230,14 @@ def main() -> int:
         sampler = MemorySampler(op.proc.pid)
         sampler.start()
         rows = []
+        cpu_rows = []
         base: list[float] = []
+        pid = op.proc.pid
+        # The local control plane is one process (etcd, kube-apiserver and kube-controller-manager in one
+        # binary, tests/controlplane); a cluster given by kubeconfig is not measured.
+        meter = CpuMeter({"control plane": lambda: pids_named(CONTROL_PLANE_COMM),
+                          "operator": lambda: [pid], "its workers": lambda: descendants(pid),
+                          "load generator": lambda: [os.getpid()]})
         for phase in args.phases.split(","):
             if phase == "none":
                 delete_policies(custom)
@@ -220,7 +248,12 @@ def main() -> int:
                 names = load_policies(custom, native=phase == "native")
                 print(f"phase {phase}: {len(names)} policies enforced ({phase})")
             before = scrape(op) if phase == "webhook" else {}
-            latencies, errors, wall = run_phase(kube.configuration, args.clients, requests)
+            connections = webhook_connections(op.webhook_port)
+            latencies, errors, wall, cpu = run_phase(kube.configuration, args.clients, requests, meter)
+            done = len(latencies) + sum(errors.values())
+            cpu_rows.append([phase, *(f"{cpu[k] / max(1, done) * 1000:.2f}" for k in meter.groups),
+                             f"{sum(cpu.values()) / wall / (os.cpu_count() or 1) * 100:.0f}%",
+                             str(webhook_connections(op.webhook_port) - connections) if phase == "webhook" else "-"])
             if phase == "webhook":
                 server_side = _server_side(before, scrape(op))
             if phase == "none":
@@ -239,6 +272,10 @@ def main() -> int:
         print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, 16 Pod Security policies:")
         print(table(rows, ["phase", "requests", "p50", "p90", "p99", "max", "overhead p50 / p99", "errors",
                            "throughput"]))
+        print()
+        print("CPU per request (ms) by component, their share of the machine's cores, and the connections the "
+              "API server opened to the webhook during the phase (TIME-WAIT and open ones):")
+        print(table(cpu_rows, ["phase", *meter.groups, "busy", "webhook connections"]))
         print()
         if "webhook" in args.phases.split(","):
             print(f"the webhook's own answer time (vpol_admission_duration_seconds, request read to answer): "

@@ -329,6 +329,52 @@ class MemorySampler(threading.Thread):
         return self.peaks
 
 
+# -- CPU ---------------------------------------------------------------------------------------
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (0 when it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pids_named(name: str) -> list[int]:
+    """Processes whose command name (/proc/PID/comm) is ``name``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+class CpuMeter:
+    """CPU time per component (named groups of processes) over an interval: where the cores went."""
+
+    def __init__(self, groups: dict[str, Any]):
+        #: name -> a callable giving the group's pids now (processes come and go, e.g. restarted workers).
+        self.groups = groups
+        self._start: dict[str, dict[int, float]] = {}
+
+    def _read(self) -> dict[str, dict[int, float]]:
+        return {name: {pid: cpu_seconds(pid) for pid in pids()} for name, pids in self.groups.items()}
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds each group used since start()."""
+        now = self._read()
+        return {name: sum(t - self._start.get(name, {}).get(pid, 0.0) for pid, t in pids.items())
+                for name, pids in now.items()}
+
+
 # -- metrics ----------------------------------------------------------------------------------
 
 def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
