@@ -112,3 +112,50 @@ def test_the_worker_freed_last_serves_next() -> None:
         return used
 
     assert asyncio.run(scenario()) == ["b", "b", "b", "b", "a"]
+
+
+def test_a_webhook_no_policy_of_the_snapshot_answers_allows_at_once_without_a_worker() -> None:
+    """A configuration being updated can still send a request to a webhook whose last policy just left (or to
+    the other failurePolicy's): it is allowed at once, and no worker is started or waited for."""
+    import json
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.server import WebhookServer
+    from vpol.model.discovery import builtin
+
+    class Unused(FakeWorker):
+        @property  # type: ignore[override]
+        def running(self) -> bool:
+            raise AssertionError("no worker may be asked")
+
+        @running.setter
+        def running(self, value: bool) -> None:
+            pass
+
+    class Policies:
+        snapshot = Snapshot()
+
+        def listen(self, fn: object) -> None:
+            pass
+
+    fail_only = Snapshot(policies={"p": make_policy(name="p", failurePolicy="Fail", validations=[{"expression": "true"}])}, version=1)
+    server = WebhookServer(Policies(), None, builtin, None)  # type: ignore[arg-type]
+    req = {"uid": "u-7", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+           "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+           "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}}}
+    body = json.dumps({"request": req}).encode()
+
+    async def scenario() -> list[dict[str, object]]:
+        answers = []
+        for snapshot, failure_policy, mutating in [(Snapshot(), "Fail", False), (fail_only, "Ignore", False),
+                                                   (fail_only, "Fail", True)]:
+            pool = EvaluatorPool(snapshot, 1, Backend(), Limits())
+            pool.evaluators = [Unused("w")]  # type: ignore[list-item]
+            await pool.start()
+            server._pool = pool  # noqa: SLF001 - the pool a snapshot would have built
+            answers.append(json.loads(await server.answer((req, "u-7"), body, failure_policy, mutating)))
+        assert pool.answers("Fail", False) and not pool.answers("Ignore", False)
+        return answers
+
+    for answer in asyncio.run(scenario()):
+        assert answer["response"] == {"uid": "u-7", "allowed": True}

@@ -49,7 +49,7 @@ from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import webhook_path
-from vpol.engine.admission import failure_response, subject_for_request
+from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
 from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
@@ -84,6 +84,9 @@ class EvaluatorPool:
         mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
         self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating)
                            for _ in range(max(1, size))]
+        #: (failurePolicy, mutating) of the webhooks some policy of this snapshot answers.
+        self._answering = {(p.spec.failure_policy, False) for p in policies} | \
+            {(p.spec.failure_policy, True) for p in mutating}
         #: Workers nobody is using, and the requests waiting for one, first come first served: a freed worker
         #: goes to the longest waiting request, never to one that arrived later (with a queue that lets a new
         #: request take a freed worker first, a request can wait out its whole deadline under load). Among
@@ -92,6 +95,11 @@ class EvaluatorPool:
         self._idle: collections.deque[SandboxedEvaluator] = collections.deque()
         self._waiting: collections.deque[asyncio.Future[SandboxedEvaluator]] = collections.deque()
         self._restarting: set[asyncio.Task[None]] = set()
+
+    def answers(self, failure_policy: str, mutating: bool) -> bool:
+        """Whether any policy of this snapshot answers that webhook (else a request is allowed at once: a
+        configuration being updated may still send one, and no worker needs to start for it)."""
+        return (failure_policy, mutating) in self._answering
 
     async def start(self) -> None:
         """Start every worker."""
@@ -321,19 +329,24 @@ class WebhookServer:
         review = _review(body, webhook)
         if isinstance(review, web.Response):
             return review
-        req, uid = review
-        pool = self._pool
-        answer: bytes | None = None
-        try:
-            if pool is None:
-                answer = self._failed(uid, "the webhook has not loaded its policies yet", failure_policy)
-            else:
-                answer = await self._in_worker(pool, req, uid, body, failure_policy, mutating)
-        except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
-            logger.exception("admission request %s failed", uid)
-            answer = self._failed(uid, str(exc), failure_policy)
+        answer = await self.answer(review, body, failure_policy, mutating)
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
         return web.Response(body=answer, content_type="application/json")
+
+    async def answer(self, review: tuple[dict[str, Any], str], body: bytes, failure_policy: str,
+                     mutating: bool) -> bytes:
+        """The AdmissionReview answering a request (``review``: its request and uid, ``body``: as received)."""
+        req, uid = review
+        pool = self._pool
+        try:
+            if pool is None:
+                return self._failed(uid, "the webhook has not loaded its policies yet", failure_policy)
+            if not pool.answers(failure_policy, mutating):
+                return json.dumps(review_response(uid, Decision())).encode()
+            return await self._in_worker(pool, req, uid, body, failure_policy, mutating)
+        except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
+            logger.exception("admission request %s failed", uid)
+            return self._failed(uid, str(exc), failure_policy)
 
     async def _in_worker(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, body: bytes,
                          failure_policy: str, mutating: bool) -> bytes:
