@@ -27,8 +27,14 @@ per request is a share of the same two cores.
 Targets (issue 11): webhook p50 overhead <= 5 ms, p99 <= 25 ms over no
 policy, 0 errors, operator RSS <= 200 MiB during the load.
 
+With --interleave N the phases run side by side instead, so that a host whose
+speed drifts (a shared VM) affects them alike: both policy sets are loaded at
+once, the native one limited to the namespace bench-admission-native, the
+webhook's to bench-admission, and bench-admission-none has no policy; blocks
+of N requests go to each namespace in turn until every phase has --requests.
+
 Usage: python3 bench/admission.py [--clients 50] [--requests 3000] [--phases none,native,webhook]
-       [--quick] [--operator-args '--webhook-workers 4'] [--kubeconfig FILE --kubectl PATH]
+       [--interleave N] [--quick] [--operator-args '--webhook-workers 4'] [--kubeconfig FILE --kubectl PATH]
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import ssl
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +79,7 @@ NAMESPACE = "bench-admission"
 #: The local control plane's process name (its binary's name as /proc/PID/comm keeps it: 15 characters).
 CONTROL_PLANE_COMM = "vpol-controlplane"[:15]
 
-POD = {
+POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"generateName": "bench-", "namespace": NAMESPACE, "labels": {"app": "bench"}},
     "spec": {
@@ -87,28 +94,28 @@ POD = {
 }
 
 
-def pss_policies(native: bool) -> list[dict[str, Any]]:
+def pss_policies(native: bool, namespace: str = NAMESPACE, prefix: str = "bench-") -> list[dict[str, Any]]:
     out = []
     for path in sorted((REPO / "examples" / "pod-security").glob("*/*/policy.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not isinstance(doc, dict) or doc.get("kind") != "ValidatingPolicy":
                 continue
             body = copy.deepcopy(doc)
-            name = f"bench-{body['metadata']['name']}"[:63]
+            name = f"{prefix}{body['metadata']['name']}"[:63]
             body["metadata"] = {"name": name, "labels": {"vpol-bench": "admission"}}
             spec = body["spec"]
             spec["validationActions"] = ["Deny"]
             spec.setdefault("evaluation", {})["background"] = {"enabled": False}
             spec.setdefault("autogen", {})["validatingAdmissionPolicy"] = {"enabled": native}
             spec["matchConstraints"]["namespaceSelector"] = {
-                "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+                "matchLabels": {"kubernetes.io/metadata.name": namespace}}
             out.append(body)
     return out
 
 
-def load_policies(custom: Any, native: bool) -> list[str]:
+def load_policies(custom: Any, native: bool, namespace: str = NAMESPACE, prefix: str = "bench-") -> list[str]:
     names = []
-    for body in pss_policies(native):
+    for body in pss_policies(native, namespace, prefix):
         name = body["metadata"]["name"]
         try:
             current = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
@@ -152,25 +159,40 @@ def _ssl(cfg: client.Configuration) -> ssl.SSLContext:
     return ctx
 
 
-async def load(cfg: client.Configuration, clients: int, requests: int) -> tuple[list[float], dict[str, int]]:
-    url = f"{cfg.host}/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All"
-    headers = {"Content-Type": "application/json"}
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    if auth:
-        headers["Authorization"] = auth if " " in auth else f"Bearer {auth}"
-    body = json.dumps(POD).encode()
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    remaining = [requests]
-    ctx = _ssl(cfg)
+class Clients:
+    """``clients`` concurrent clients, one keep-alive connection each, kept across runs (an async context)."""
 
-    async def worker() -> None:
-        conn = aiohttp.TCPConnector(ssl=ctx, limit=1)
-        async with aiohttp.ClientSession(connector=conn) as session:
+    def __init__(self, cfg: client.Configuration, clients: int):
+        self.cfg = cfg
+        self.headers = {"Content-Type": "application/json"}
+        auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+        if auth:
+            self.headers["Authorization"] = auth if " " in auth else f"Bearer {auth}"
+        self.ctx = _ssl(cfg)
+        self.count = clients
+        self.sessions: list[aiohttp.ClientSession] = []
+
+    async def __aenter__(self) -> "Clients":
+        self.sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.ctx, limit=1))
+                         for _ in range(self.count)]
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await asyncio.gather(*(session.close() for session in self.sessions))
+
+    async def run(self, requests: int, namespace: str = NAMESPACE) -> tuple[list[float], dict[str, int]]:
+        """``requests`` dry-run Pod creates in ``namespace``, shared out among the clients as they finish."""
+        url = f"{self.cfg.host}/api/v1/namespaces/{namespace}/pods?dryRun=All"
+        body = json.dumps({**POD, "metadata": {**POD["metadata"], "namespace": namespace}}).encode()
+        latencies: list[float] = []
+        errors: dict[str, int] = {}
+        remaining = [requests]
+
+        async def one_client(session: aiohttp.ClientSession) -> None:
             while remaining[0] > 0:
                 remaining[0] -= 1
                 t = time.perf_counter()
-                async with session.post(url, data=body, headers=headers) as r:
+                async with session.post(url, data=body, headers=self.headers) as r:
                     text = await r.read()
                     took = time.perf_counter() - t
                     if r.status != 201:
@@ -179,18 +201,118 @@ async def load(cfg: client.Configuration, clients: int, requests: int) -> tuple[
                     else:
                         latencies.append(took)
 
-    await asyncio.gather(*(worker() for _ in range(clients)))
-    return latencies, errors
+        await asyncio.gather(*(one_client(session) for session in self.sessions))
+        return latencies, errors
 
 
 def run_phase(cfg: client.Configuration, clients: int, requests: int, meter: CpuMeter
               ) -> tuple[list[float], dict[str, int], float, dict[str, float]]:
-    asyncio.run(load(cfg, clients, min(200, requests)))  # warm-up: connections, caches, workers
-    meter.start()
-    t = time.monotonic()
-    latencies, errors = asyncio.run(load(cfg, clients, requests))
-    wall = time.monotonic() - t
-    return latencies, errors, wall, meter.stop()
+    """Warm-up, then ``requests`` requests measured on the same connections: latencies, errors, wall time,
+    CPU per component."""
+    async def measure() -> tuple[list[float], dict[str, int], float, dict[str, float]]:
+        async with Clients(cfg, clients) as c:
+            await c.run(min(200, requests))  # warm-up: connections, caches, workers
+            meter.start()
+            t = time.monotonic()
+            latencies, errors = await c.run(requests)
+            return latencies, errors, time.monotonic() - t, meter.stop()
+
+    return asyncio.run(measure())
+
+@dataclass
+class PhaseResult:
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    wall: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    #: Connections the API server opened to the webhook (webhook phase only).
+    connections: int | None = None
+
+    def add(self, latencies: list[float], errors: dict[str, int], wall: float, cpu: dict[str, float]) -> None:
+        self.latencies += latencies
+        for key, n in errors.items():
+            self.errors[key] = self.errors.get(key, 0) + n
+        self.wall += wall
+        for key, t in cpu.items():
+            self.cpu[key] = self.cpu.get(key, 0.0) + t
+
+
+def _histogram_delta(before: dict[Any, float], after: dict[Any, float], into: dict[Any, float]) -> None:
+    for key, value in after.items():
+        if key[0].startswith("vpol_admission_duration_seconds"):
+            into[key] = into.get(key, 0.0) + value - before.get(key, 0.0)
+
+
+def run_sequential(kube: Any, custom: Any, op: Any, meter: CpuMeter, phases: list[str], clients: int,
+                   requests: int) -> tuple[dict[str, PhaseResult], str]:
+    """One phase after the other, in the bench namespace: no policy at all, then the policies natively, then
+    through the webhook."""
+    results: dict[str, PhaseResult] = {}
+    server_side = ""
+    for phase in phases:
+        if phase == "none":
+            delete_policies(custom)
+            wait_until(lambda: not client.AdmissionregistrationV1Api(kube.api_client)
+                       .list_validating_webhook_configuration(label_selector="app.kubernetes.io/managed-by=vpol")
+                       .items, 60, 0.5)
+        else:
+            names = load_policies(custom, native=phase == "native")
+            print(f"phase {phase}: {len(names)} policies enforced ({phase})")
+        before = scrape(op) if phase == "webhook" else {}
+        connections = webhook_connections(op.webhook_port)
+        r = results[phase] = PhaseResult()
+        r.add(*run_phase(kube.configuration, clients, requests, meter))
+        if phase == "webhook":
+            r.connections = webhook_connections(op.webhook_port) - connections
+            server_side = _server_side(before, scrape(op))
+    return results, server_side
+
+
+#: Namespaces of the interleaved phases: the webhook's is the bench namespace, the others have their own.
+PHASE_NAMESPACES = {"none": NAMESPACE + "-none", "native": NAMESPACE + "-native", "webhook": NAMESPACE}
+
+
+def run_interleaved(kube: Any, custom: Any, op: Any, meter: CpuMeter, phases: list[str], clients: int,
+                    requests: int, block: int) -> tuple[dict[str, PhaseResult], str]:
+    """The phases side by side: the native policies limited to one namespace, the webhook's to another, a
+    third namespace none applies to (the webhook configuration and the VAP bindings carry those namespace
+    selectors, so the API server neither calls the webhook nor evaluates a VAP there); then blocks of
+    ``block`` requests to each namespace in turn, the order rotating, until every phase has ``requests``."""
+    if "native" in phases:
+        print(f"phase native: {len(load_policies(custom, True, PHASE_NAMESPACES['native'], 'bench-native-'))} "
+              "policies enforced natively")
+    if "webhook" in phases:
+        print(f"phase webhook: {len(load_policies(custom, False))} policies enforced by the webhook")
+    results = {phase: PhaseResult() for phase in phases}
+    histogram: dict[Any, float] = {}
+    connections = webhook_connections(op.webhook_port)
+
+    async def schedule() -> None:
+        async with Clients(kube.configuration, clients) as c:
+            for phase in phases:  # warm-up: connections, caches, workers
+                await c.run(min(200, requests), PHASE_NAMESPACES[phase])
+            turn = 0
+            while any(len(r.latencies) + sum(r.errors.values()) < requests for r in results.values()):
+                order = phases[turn % len(phases):] + phases[:turn % len(phases)]
+                turn += 1
+                for phase in order:
+                    r = results[phase]
+                    left = requests - len(r.latencies) - sum(r.errors.values())
+                    if left <= 0:
+                        continue
+                    # between blocks nothing is in flight: the blocking reads below measure no request
+                    before = scrape(op) if phase == "webhook" else {}
+                    meter.start()
+                    t = time.monotonic()
+                    latencies, errors = await c.run(min(block, left), PHASE_NAMESPACES[phase])
+                    r.add(latencies, errors, time.monotonic() - t, meter.stop())
+                    if phase == "webhook":
+                        _histogram_delta(before, scrape(op), histogram)
+
+    asyncio.run(schedule())
+    if "webhook" in results:
+        results["webhook"].connections = webhook_connections(op.webhook_port) - connections
+    return results, _server_side({}, histogram) if "webhook" in results else ""
 
 
 def webhook_connections(port: int) -> int:
@@ -207,6 +329,9 @@ def main() -> int:
     ap.add_argument("--phases", default="none,native,webhook")
     ap.add_argument("--quick", action="store_true", help="400 requests per phase")
     ap.add_argument("--operator-args", default="", help="more `vpol run` flags, e.g. '--webhook-workers 4'")
+    ap.add_argument("--interleave", type=int, default=0, metavar="N",
+                    help="run the phases side by side in blocks of N requests, each in its own namespace "
+                         "(both policy sets loaded at once), so that a host whose speed drifts affects all alike")
     ap.add_argument("--workdir")
     ap.add_argument("--kubeconfig")
     ap.add_argument("--kubectl")
@@ -220,56 +345,49 @@ def main() -> int:
     try:
         install_vpol(kube)
         core = client.CoreV1Api(kube.api_client)
-        try:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
+        for namespace in sorted(set(PHASE_NAMESPACES.values())):
+            try:
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
         custom = client.CustomObjectsApi(kube.api_client)
         op = start_operator(kube, run.work, extra=["--scan-interval", "0", *args.operator_args.split()])
         sampler = MemorySampler(op.proc.pid)
         sampler.start()
-        rows = []
-        cpu_rows = []
-        base: list[float] = []
         pid = op.proc.pid
         # The local control plane is one process (etcd, kube-apiserver and kube-controller-manager in one
         # binary, tests/controlplane); a cluster given by kubeconfig is not measured.
         meter = CpuMeter({"control plane": lambda: pids_named(CONTROL_PLANE_COMM),
                           "operator": lambda: [pid], "its workers": lambda: descendants(pid),
                           "load generator": lambda: [os.getpid()]})
-        for phase in args.phases.split(","):
-            if phase == "none":
-                delete_policies(custom)
-                wait_until(lambda: not client.AdmissionregistrationV1Api(kube.api_client)
-                           .list_validating_webhook_configuration(label_selector="app.kubernetes.io/managed-by=vpol")
-                           .items, 60, 0.5)
-            else:
-                names = load_policies(custom, native=phase == "native")
-                print(f"phase {phase}: {len(names)} policies enforced ({phase})")
-            before = scrape(op) if phase == "webhook" else {}
-            connections = webhook_connections(op.webhook_port)
-            latencies, errors, wall, cpu = run_phase(kube.configuration, args.clients, requests, meter)
-            done = len(latencies) + sum(errors.values())
-            cpu_rows.append([phase, *(f"{cpu[k] / max(1, done) * 1000:.2f}" for k in meter.groups),
-                             f"{sum(cpu.values()) / wall / (os.cpu_count() or 1) * 100:.0f}%",
-                             str(webhook_connections(op.webhook_port) - connections) if phase == "webhook" else "-"])
-            if phase == "webhook":
-                server_side = _server_side(before, scrape(op))
-            if phase == "none":
-                base = latencies
-            p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+        phases = args.phases.split(",")
+        if args.interleave:
+            results, server_side = run_interleaved(kube, custom, op, meter, phases, args.clients, requests,
+                                                   args.interleave)
+        else:
+            results, server_side = run_sequential(kube, custom, op, meter, phases, args.clients, requests)
+        rows, cpu_rows = [], []
+        base = results["none"].latencies if "none" in results else []
+        for phase, r in results.items():
+            done = len(r.latencies) + sum(r.errors.values())
+            cpu_rows.append([phase, *(f"{r.cpu.get(k, 0.0) / max(1, done) * 1000:.2f}" for k in meter.groups),
+                             f"{sum(r.cpu.values()) / r.wall / (os.cpu_count() or 1) * 100:.0f}%",
+                             "-" if r.connections is None else str(r.connections)])
+            p50, p99 = percentile(r.latencies, 50), percentile(r.latencies, 99)
             over = (f"{ms(p50 - percentile(base, 50))} / {ms(p99 - percentile(base, 99))}"
                     if base and phase != "none" else "-")
-            rows.append([phase, str(len(latencies)), ms(p50), ms(percentile(latencies, 90)), ms(p99),
-                         ms(max(latencies, default=0)), over, str(sum(errors.values())),
-                         f"{len(latencies) / wall:.0f}/s"])
-            for err, n in errors.items():
+            rows.append([phase, str(len(r.latencies)), ms(p50), ms(percentile(r.latencies, 90)), ms(p99),
+                         ms(max(r.latencies, default=0)), over, str(sum(r.errors.values())),
+                         f"{len(r.latencies) / r.wall:.0f}/s"])
+            for err, n in r.errors.items():
                 print(f"  {phase}: {n} x {err}")
         peaks = sampler.stop()
         sampler = None
         print()
-        print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, 16 Pod Security policies:")
+        how = f"interleaved in blocks of {args.interleave}" if args.interleave else "one phase after the other"
+        print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, 16 Pod Security policies, "
+              f"phases {how}:")
         print(table(rows, ["phase", "requests", "p50", "p90", "p99", "max", "overhead p50 / p99", "errors",
                            "throughput"]))
         print()
@@ -277,7 +395,7 @@ def main() -> int:
               "API server opened to the webhook during the phase (TIME-WAIT and open ones):")
         print(table(cpu_rows, ["phase", *meter.groups, "busy", "webhook connections"]))
         print()
-        if "webhook" in args.phases.split(","):
+        if server_side:
             print(f"the webhook's own answer time (vpol_admission_duration_seconds, request read to answer): "
                   f"{server_side}")
         print(table([
