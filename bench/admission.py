@@ -385,9 +385,9 @@ def main() -> int:
         peaks = sampler.stop()
         sampler = None
         print()
-        how = f"interleaved in blocks of {args.interleave}" if args.interleave else "one phase after the other"
+        how = f"phases interleaved in blocks of {args.interleave}" if args.interleave else "one phase after the other"
         print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, 16 Pod Security policies, "
-              f"phases {how}:")
+              f"{how}:")
         print(table(rows, ["phase", "requests", "p50", "p90", "p99", "max", "overhead p50 / p99", "errors",
                            "throughput"]))
         print()
