@@ -4,7 +4,7 @@
 On a local control plane (tests/controlplane) with vpol installed, the
 operator runs as in the e2e tests (`vpol run` as its ServiceAccount, the API
 server calling the webhook by URL, background scans off so only admission is
-measured). The 16 Pod Security policies of examples/pod-security are loaded,
+measured). The Pod Security policies of examples/pod-security (18) are loaded,
 each limited to the bench namespace, with validationActions [Deny]. Three
 phases in one run, the same load each time: --clients concurrent clients
 (one aiohttp connection each) send server-side dry-run creates of a compliant
@@ -12,8 +12,8 @@ Pod (every policy evaluates all its validations and admits) until
 --requests requests are done.
 
   none     no policy
-  native   the 16 policies enforced by the API server (generated VAPs)
-  webhook  the same 16 policies with native generation off: vpol's webhook
+  native   the policies enforced by the API server (generated VAPs)
+  webhook  the same policies with native generation off: vpol's webhook
 
 Latency is measured per request at the client; overhead is the phase's
 percentile minus the same percentile with no policy. Errors are any answer
@@ -386,7 +386,8 @@ def main() -> int:
         sampler = None
         print()
         how = f"phases interleaved in blocks of {args.interleave}" if args.interleave else "one phase after the other"
-        print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, 16 Pod Security policies, "
+        print(f"{args.clients} concurrent clients, server-side dry-run Pod creates, "
+              f"{len(pss_policies(False))} Pod Security policies, "
               f"{how}:")
         print(table(rows, ["phase", "requests", "p50", "p90", "p99", "max", "overhead p50 / p99", "errors",
                            "throughput"]))
