@@ -278,8 +278,8 @@ class SandboxedEvaluator:
         (None, why not). The worker must be running (:meth:`start`, off the event loop: it spawns and
         compiles); one that overruns ``timeout`` or dies is killed, and :meth:`start` replaces it.
 
-        On the loop, not in a thread: a thread per request costs the serving process more than the whole
-        exchange (handing the GIL over twice, waking the loop from the thread)."""
+        On the loop, not in a thread: a thread per request costs the serving process two hand-overs of the
+        GIL and a wake-up of the loop from the thread, on top of the exchange itself."""
         if not self.running or self._conn is None:
             return None, "the evaluation worker is not running"
         conn = self._conn
