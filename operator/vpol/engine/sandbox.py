@@ -198,6 +198,9 @@ class SandboxedEvaluator:
         # Forking only on Linux: macOS's system libraries are not fork-safe (Python spawns there by default).
         self._prebuilt = engines if engines is not None and sys.platform.startswith("linux") else None
         self._proc: Any = None
+        #: Killed by admit() and not reaped yet: a killed process can look alive for a moment after the
+        #: signal, and must never be handed another request (nor be taken as restarted).
+        self._killed = False
         self._conn: multiprocessing.connection.Connection | None = None
         #: How many times a worker had to be killed (for metrics and tests).
         self.kills = 0
@@ -210,7 +213,7 @@ class SandboxedEvaluator:
 
     def start(self) -> None:
         """Start the worker now (it also starts on first use); a running one is kept."""
-        if self._proc is None or not self._proc.is_alive():
+        if self._killed or self._proc is None or not self._proc.is_alive():
             self._start()
 
     def _start(self) -> None:
@@ -240,6 +243,7 @@ class SandboxedEvaluator:
         if self._conn is not None:
             self._conn.close()
         self._proc = self._conn = None
+        self._killed = False
 
     def close(self) -> None:
         if self._conn is not None:
@@ -253,7 +257,7 @@ class SandboxedEvaluator:
 
     def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None, op: str = "validate",
              only_mutating: frozenset[int] | None = None) -> tuple[str, Any]:
-        if self._proc is None or not self._proc.is_alive():
+        if self._killed or self._proc is None or not self._proc.is_alive():
             self._start()
         assert self._conn is not None
         try:
@@ -271,7 +275,7 @@ class SandboxedEvaluator:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.is_alive()
+        return not self._killed and self._proc is not None and self._proc.is_alive()
 
     async def admit(self, call: AdmissionCall, timeout: float) -> tuple[AdmissionAnswer | None, str]:
         """One admission request answered by the worker, awaited on the running event loop: (answer, "") or
@@ -309,6 +313,7 @@ class SandboxedEvaluator:
             loop.remove_reader(fd)
         self.kills += 1
         self._proc.kill()  # reaped by the next start(), off the event loop
+        self._killed = True
         return None, reason
 
     def _wanted(self, policies: Sequence[str] | None) -> frozenset[int] | None:
