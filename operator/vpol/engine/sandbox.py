@@ -71,6 +71,10 @@ def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int
     return out
 
 
+#: Bodies larger than this are written to the worker from a thread (up to ~8 MiB for a large object).
+_SEND_ON_LOOP_BYTES = 256 * 1024
+
+
 @dataclass(frozen=True)
 class AdmissionCall:
     """One admission request for a worker to answer: the AdmissionReview as the API server sent it, and what
@@ -297,7 +301,11 @@ class SandboxedEvaluator:
 
         loop.add_reader(fd, ready)
         try:
-            conn.send(("admit", call, None, None))  # the worker is idle, reading: a large body drains at once
+            message = ("admit", call, None, None)
+            if len(call.body) > _SEND_ON_LOOP_BYTES:  # a pipe takes ~64 KiB at a time: the loop must not wait
+                await asyncio.to_thread(conn.send, message)
+            else:
+                conn.send(message)  # the worker is idle, reading: it drains at once
             async with asyncio.timeout(timeout):  # no task per request, unlike wait_for
                 await readable
             status, payload = conn.recv()  # a message larger than the pipe arrives while this reads

@@ -154,3 +154,17 @@ def test_a_worker_that_died_is_reported_not_waited_for() -> None:
         ev.start()
         answer, error = admit(ev, AdmissionCall(body, "Fail", True, NAMESPACE), 5.0)
         assert error == "" and json.loads(answer.body)["response"]["allowed"] is True
+
+
+def test_a_large_object_is_answered_like_a_small_one() -> None:
+    """A body, and an answer path, far larger than a pipe holds: the exchange still completes and decides alike."""
+    obj = pod("web")
+    obj["metadata"]["annotations"] = {f"k{i}": "v" * 1000 for i in range(3000)}  # ~3 MiB
+    obj["spec"]["containers"][0]["image"] = "nginx:latest"
+    body = json.dumps(review(obj)).encode()
+    assert len(body) > 2 * 1024**2
+    with SandboxedEvaluator(POLICIES) as ev:
+        ev.start()
+        answer, error = admit(ev, AdmissionCall(body, "Fail", True, NAMESPACE))
+    assert error == ""
+    assert json.loads(answer.body) == expected(obj, "Fail")
