@@ -217,12 +217,11 @@ class SandboxedEvaluator:
 
     def start(self) -> None:
         """Start the worker now (it also starts on first use); a running one is kept."""
-        if self._killed or self._proc is None or not self._proc.is_alive():
+        if not self.running:
             self._start()
 
     def _start(self) -> None:
-        if self._proc is not None or self._conn is not None:
-            self._kill()  # a worker that was killed, or died: reap it
+        self._kill()  # a worker that was killed, or died: reap it (nothing to do for the first one)
         prebuilt, self._prebuilt = self._prebuilt, None  # only the first worker is forked
         ctx = mp.get_context("fork") if prebuilt is not None else self._ctx
         parent, child = ctx.Pipe()
@@ -259,9 +258,13 @@ class SandboxedEvaluator:
             self._proc.join(2)
         self._kill()
 
+    def _died(self) -> str:
+        """Why a worker vanished in the middle of a request: its address-space cap is what kills it."""
+        return f"evaluation exceeded the memory limit of {self.limits.memory_bytes // 1024**2} MiB (worker died)"
+
     def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None, op: str = "validate",
              only_mutating: frozenset[int] | None = None) -> tuple[str, Any]:
-        if self._killed or self._proc is None or not self._proc.is_alive():
+        if not self.running:
             self._start()
         assert self._conn is not None
         try:
@@ -271,8 +274,7 @@ class SandboxedEvaluator:
                 return self._conn.recv()
             reason = f"evaluation exceeded the time limit of {self.limits.seconds_per_subject:g}s"
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            reason = "evaluation exceeded the memory limit of " \
-                     f"{self.limits.memory_bytes // 1024**2} MiB (worker died)"
+            reason = self._died()
         self.kills += 1
         self._kill()
         return "killed", reason
@@ -315,8 +317,7 @@ class SandboxedEvaluator:
         except (asyncio.TimeoutError, TimeoutError):
             reason = f"evaluation exceeded the time limit of {timeout:g}s"
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            reason = "evaluation exceeded the memory limit of " \
-                     f"{self.limits.memory_bytes // 1024**2} MiB (worker died)"
+            reason = self._died()
         finally:
             loop.remove_reader(fd)
         self.kills += 1

@@ -380,7 +380,7 @@ class WebhookServer:
 
     def _failed(self, uid: str, error: str, failure_policy: str) -> bytes:
         logger.warning("admission request %s: %s", uid, error)
-        metrics.ADMISSION_DECISIONS.labels("", "error").inc()
+        metrics.admission_decision("", "error")
         return json.dumps(failure_response(uid, error, failure_policy)).encode()
 
     def _namespaced(self, req: dict[str, Any]) -> bool | None:
