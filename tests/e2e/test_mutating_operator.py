@@ -11,7 +11,15 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.e2e.vpol_fixtures import Policies, mutating_policies, operator, vpol_installed, wait_for  # noqa: F401
+from tests.e2e.operator_process import OperatorProcess
+from tests.e2e.vpol_fixtures import (  # noqa: F401 - fixtures
+    Policies,
+    mutating_policies,
+    operator,
+    operator_stopped,
+    vpol_installed,
+    wait_for,
+)
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
 
@@ -111,10 +119,13 @@ def test_mutations_are_applied_natively_to_pods_and_controllers(mutating_policie
     assert [c["name"] for c in pod["spec"]["containers"]] == ["app", "side"]
 
 
-def test_broken_mutations_are_reported_with_path_and_position(mutating_policies: Policies) -> None:
-    syntax = mutating_policies.create("syntax", apply_config('Object{metadata: Object.metadata{labels: {"a": "b"} + }}'))
+def test_broken_mutations_are_reported_with_path_and_position(operator: OperatorProcess,
+                                                              mutating_policies: Policies) -> None:
     unknown = mutating_policies.create("unknown", apply_config("Object{spec: Object.spec{hostNetworking: true}}"))
     atomic = mutating_policies.create("atomic", apply_config("Object{spec: Object.spec{tolerations: []}}"))
+    with operator_stopped(operator):  # else vpol's policy validation refuses it (tests/e2e/test_policy_validation.py)
+        syntax = mutating_policies.create("syntax",
+                                          apply_config('Object{metadata: Object.metadata{labels: {"a": "b"} + }}'))
     expected = {
         syntax: ("spec.mutations[0].applyConfiguration.expression (1:", "Syntax error"),
         unknown: ("spec.mutations[0].applyConfiguration.expression", "undefined field 'hostNetworking'"),

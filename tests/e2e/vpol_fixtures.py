@@ -6,6 +6,7 @@ Import the fixtures into a test module with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,17 @@ def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
                     "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
     cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
     return cluster
+
+
+@contextlib.contextmanager
+def operator_stopped(operator: OperatorProcess) -> Iterator[None]:
+    """The operator is stopped inside (its webhooks unreachable: vpol's policy validation, failurePolicy Ignore,
+    then admits what it would refuse), and started again after."""
+    operator.stop()
+    try:
+        yield
+    finally:
+        operator.start()
 
 
 @pytest.fixture(scope="module")

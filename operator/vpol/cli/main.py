@@ -40,9 +40,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from vpol.cel.compiler import compile_mutating_policy, compile_policy
-    from vpol.cel.typecheck import check_policy
-    from vpol.engine.evaluate import compile_exception
+    from vpol.engine.policy_validation import exception_problems, policy_problems
 
     loaded = load_policies(args.paths)
     # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
@@ -54,15 +52,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     policies: list[ValidatingPolicy | MutatingPolicy] = [*loaded.policies, *loaded.mutating]
     for policy in policies:
-        compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
-        problems.extend(compiled.problems)
-        if not args.no_typecheck:
-            # A result of the wrong type for every matched kind fails on every object: an error.
-            problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
-                                                  severity="error" if w.wrong_result else "warning"))
-                            for w in check_policy(policy))
+        problems.extend(policy_problems(policy, typecheck=not args.no_typecheck))
     for exc in loaded.exceptions:
-        problems.extend(compile_exception(exc).problems)
+        problems.extend(exception_problems(exc))
     _print_problems(problems, sys.stdout)
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
@@ -366,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
-                webhook_eval_timeout=args.webhook_eval_timeout))
+                webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on"))
     return EXIT_OK
 
 
@@ -467,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation worker processes of the webhook (default 2)")
     p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",
                    help="longest evaluation of one admission request; beyond it the failurePolicy answers")
+    p.add_argument("--policy-validation", choices=["on", "off"], default="on",
+                   help="refuse invalid policies at apply time through the webhook (failurePolicy Ignore; default "
+                        "on; off: they are admitted and reported in status only)")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

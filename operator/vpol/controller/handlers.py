@@ -28,8 +28,9 @@ from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGU
 from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
+from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
-from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key
+from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.sandbox import Limits
@@ -37,6 +38,7 @@ from vpol.kube.dependencies import problems as dependency_problems
 from vpol.kube.errors import describe
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
+from vpol.kube.objects import Objects
 from vpol.controller.runtime import Runtime
 from vpol.controller.admission.webhook import Admission
 
@@ -83,13 +85,23 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
                              options=ScanOptions(scan_interval=options.scan_interval, limits=limits))
         rt.scanner.start()
+    loop = asyncio.get_running_loop()
+    queue = rt.queue
+
+    def requeue(key: str) -> None:  # from the prover's thread
+        loop.call_soon_threadsafe(queue.add, key)
+
+    # Ready means enforced: what the reconcilers write is proven enforced by the API server first.
+    rt.prover = EnforcementProver(Objects(rt.api), options.namespace, notify=requeue,
+                                  map_api_version=lambda: served_map_version(discovery.get()))
+    rt.prover.start()
     rt.reconciler = Reconciler(rt.api, discovery=discovery,
                                on_policy=rt.scanner.set_policy if rt.scanner else None,
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
-                               webhook_configuration=WEBHOOK_CONFIGURATION)
+                               webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover)
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
-                                     generation=options.vap_generation, webhook=options.webhook)
+                                     generation=options.vap_generation, webhook=options.webhook, prover=rt.prover)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
         await rt.admission.start()
@@ -166,6 +178,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if rt.scanner:
         rt.scanner.stop()
         await asyncio.to_thread(rt.scanner.join, 10)
+    if rt.prover:
+        rt.prover.stop()
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)

@@ -23,7 +23,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.desired.enforcement import GENERATION_ELIGIBLE, WebhookState, admission_finding, route
+from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
+from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
+from vpol.desired.probe import probed_epoch
 from vpol.desired.status import Findings, desired_status, status_changed
 from vpol.desired.vap import POLICY_LABEL, desired_objects
 from vpol.desired.webhook_coverage import covered_generation
@@ -99,8 +101,13 @@ class Reconciler:
                  on_policy: Callable[[str, ValidatingPolicy | None], None] | None = None,
                  on_exceptions: Callable[[list[PolicyException]], None] | None = None,
                  generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
-                 webhook_configuration: str = ""):
+                 webhook_configuration: str = "", prover: EnforcementProver | None = None):
         self.api = api
+        #: Proves the API server enforces what was written before a policy is called enforced (None: trust writes;
+        #: only for tests of the reconciler itself).
+        self.prover = prover
+        #: When (monotonic) each policy's generated objects last changed in this process.
+        self.written_at: dict[str, float] = {}
         #: --vap-generation: "eligible" or "opt-in".
         self.generation = generation
         #: Whether this operator runs its admission webhook, and the name of its configuration.
@@ -132,12 +139,15 @@ class Reconciler:
         result = ReconcileResult(name)
         namespaced = "/" in name
         body = self.objects.get_policy(name)
+        existing = {} if namespaced else self.objects.list_generated(f"{POLICY_LABEL}={name}")
         if body is None:
             self.on_policy(name, None)
+            self.written_at.pop(name, None)
+            if self.prover is not None:
+                self.prover.forget(name)
             # Deleted: ownerReferences let the garbage collector remove what we generated;
             # deleting explicitly as well makes it immediate and covers objects without owners.
-            if not namespaced:
-                result.deleted = self._delete_generated(name, keep=set())
+            result.deleted = self._delete_generated(existing, keep=set())
             return result
 
         generation = int((body.get("metadata") or {}).get("generation") or 0)
@@ -148,8 +158,7 @@ class Reconciler:
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.vap = None
             findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
-            if not namespaced:
-                result.deleted = self._delete_generated(name, keep=set())
+            result.deleted = self._delete_generated(existing, keep=set())
             return self._write_status(result, body, findings)
 
         result.actions = ",".join(policy.spec.validation_actions)
@@ -182,6 +191,7 @@ class Reconciler:
         keep: set[tuple[str, str]] = set()
         native_objects: tuple[str, ...] = ()
         native_error = ""
+        native_pending = ""
         if way.native_wanted:
             if not compiled.ok:
                 findings.vap = (False, "CompilationFailed", "not generated: the policy does not compile")
@@ -196,6 +206,10 @@ class Reconciler:
                 if ok:
                     native_objects = tuple(o["metadata"]["name"] for o in plan.objects
                                            if o["kind"] == "ValidatingAdmissionPolicy")
+                    changed = any(self.generated_versions.get((o["kind"], o["metadata"]["name"])) !=
+                                  existing.get((o["kind"], o["metadata"]["name"])) for o in plan.objects)
+                    proof = self.native_proof(name, body, generation, VAP, changed, NATIVE)
+                    native_pending = "" if proof.proven else proof.waiting_for
                     vap_warnings = self._vap_warnings(plan.objects)
                     merged = list(dict.fromkeys([*findings.type_warnings, *vap_warnings]))
                     findings.type_warnings = merged
@@ -205,15 +219,22 @@ class Reconciler:
                     way = route(policy, generation=self.generation, compiles=True, vap_failed=True)
         webhook = WebhookState(enabled=self.webhook, configuration=self.webhook_configuration)
         if way.webhook and self.webhook:
-            webhook = self._webhook_state(name, generation)
+            webhook = self._webhook_state(name, body, generation)
         findings.admission, findings.enforcement = admission_finding(
-            way, native_objects=native_objects, native_error=native_error, webhook=webhook, generation=generation)
-        if not namespaced:
-            result.deleted = self._delete_generated(name, keep)
+            way, native_objects=native_objects, native_error=native_error, native_pending=native_pending,
+            webhook=webhook, generation=generation)
+        result.deleted = self._delete_generated(existing, keep)
         result.enforcement = findings.enforcement
         return self._write_status(result, body, findings)
 
-    def _webhook_state(self, key: str, generation: int) -> WebhookState:
+    def native_proof(self, key: str, body: dict[str, Any], generation: int, kind: str, changed: bool,
+                     reason: str) -> Proof:
+        """Whether the native objects of policy ``key`` (just applied; ``changed`` when that changed them) are
+        enforced by the API server. Objects unchanged since before this process started are taken as enforced
+        when the status already says so for this generation (an earlier run proved it)."""
+        return proof_of_native(self.prover, self.written_at, key, body, generation, kind, changed, reason)
+
+    def _webhook_state(self, key: str, body: dict[str, Any], generation: int) -> WebhookState:
         state = WebhookState(enabled=True, configuration=self.webhook_configuration)
         try:
             config = self.objects.get_webhook_configuration(self.webhook_configuration)
@@ -222,8 +243,11 @@ class Reconciler:
         if config is None:
             return state
         covered = covered_generation(config, key)
-        return WebhookState(enabled=True, configuration=self.webhook_configuration,
-                            covered=covered is not None and covered >= generation)
+        if covered is None or covered < generation:
+            return state
+        proof = proof_of_webhook(self.prover, key, body, generation, config, self.webhook_configuration, False)
+        return WebhookState(enabled=True, configuration=self.webhook_configuration, covered=True,
+                            pending="" if proof.proven else proof.waiting_for)
 
     def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
         for obj in objects:
@@ -252,9 +276,9 @@ class Reconciler:
                 out.append((str(w.get("fieldRef", "")), str(w.get("warning", ""))))
         return out
 
-    def _delete_generated(self, policy_name: str, keep: set[tuple[str, str]]) -> list[str]:
+    def _delete_generated(self, existing: dict[tuple[str, str], str], keep: set[tuple[str, str]]) -> list[str]:
         deleted = []
-        for kind, name in self.objects.list_generated(f"{POLICY_LABEL}={policy_name}"):
+        for kind, name in existing:
             if (kind, name) not in keep:
                 self.objects.delete(kind, name)
                 deleted.append(name)
@@ -269,6 +293,37 @@ class Reconciler:
             self.written_versions[result.name] = self.objects.patch_policy_status(result.name, desired)
             result.status_written = True
         return result
+
+
+def enforced_already(body: dict[str, Any], generation: int, reason: str) -> bool:
+    """Whether the policy's status already says AdmissionEnforced=True for ``reason`` at ``generation``."""
+    status = body.get("status") or {}
+    conditions = ((status.get("conditionStatus") or {}).get("conditions")) or status.get("conditions") or []
+    return any(isinstance(c, dict) and c.get("type") == "AdmissionEnforced" and c.get("status") == "True"
+               and c.get("reason") == reason and c.get("observedGeneration") == generation for c in conditions)
+
+
+def proof_of_native(prover: EnforcementProver | None, written_at: dict[str, float], key: str, body: dict[str, Any],
+                    generation: int, kind: str, changed: bool, reason: str) -> Proof:
+    """The proof that policy ``key``'s native objects (of ``kind``) are enforced (see Reconciler.native_proof)."""
+    if prover is None:
+        return Proof(True)
+    if changed:
+        written_at[key] = time.monotonic()
+    elif key not in written_at:
+        if enforced_already(body, generation, reason):
+            return Proof(True)
+        written_at[key] = time.monotonic()
+    return prover.native(key, kind, written_at[key])
+
+
+def proof_of_webhook(prover: EnforcementProver | None, key: str, body: dict[str, Any], generation: int,
+                     config: dict[str, Any], configuration: str, mutating: bool) -> Proof:
+    """The proof that the API server calls vpol's webhook with ``config`` (which covers the policy). A policy
+    already enforced through the webhook at this generation stays so: every configuration since covered it."""
+    if prover is None or enforced_already(body, generation, WEBHOOK):
+        return Proof(True)
+    return prover.webhook(key, configuration, probed_epoch(config), mutating)
 
 
 def _api_message(exc: ApiException) -> str:

@@ -31,8 +31,10 @@ from kubernetes.client.rest import ApiException
 
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy
-from vpol.controller.reconcile import DiscoveryCache, ReconcileResult, _api_message
-from vpol.desired.enforcement import GENERATION_ELIGIBLE
+from vpol.controller.enforcement_proof import MAP, EnforcementProver
+from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, _api_message, proof_of_native,
+                                       proof_of_webhook)
+from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
 from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
 from vpol.desired.status import MAP_GENERATED, Findings, desired_status, status_changed
 from vpol.desired.vap import POLICY_LABEL
@@ -40,6 +42,7 @@ from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
 from vpol.kube.objects import Objects
+from vpol.model.discovery import Discovery
 from vpol.model.parse import parse_mutating_policy
 from vpol.model.policy import PolicyException
 
@@ -59,14 +62,27 @@ def is_mutating_key(key: str) -> bool:
     return key.startswith(KEY_PREFIX)
 
 
+def served_map_version(discovery: Discovery) -> str | None:
+    """The newest MutatingAdmissionPolicy version ``discovery`` lists (None: none)."""
+    for api_version in MAP_API_VERSIONS:
+        group, _, version = api_version.partition("/")
+        if discovery.resource(group, version, "mutatingadmissionpolicies") is not None:
+            return api_version
+    return None
+
+
 def _selector(name: str) -> str:
     return f"{POLICY_LABEL}={name},{KIND_LABEL}=MutatingPolicy"
 
 
 class MutatingReconciler:
     def __init__(self, objects: Objects, discovery: DiscoveryCache, exceptions: Callable[[], list[PolicyException]],
-                 *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True):
+                 *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
+                 prover: EnforcementProver | None = None):
         self.objects = objects
+        #: Proves the API server applies what was written (see vpol.controller.reconcile.Reconciler.prover).
+        self.prover = prover
+        self.written_at: dict[str, float] = {}
         #: The cluster's PolicyExceptions (the validating reconciler's reader).
         self.exceptions = exceptions
         self.discovery = discovery
@@ -78,21 +94,20 @@ class MutatingReconciler:
 
     def map_api_version(self) -> str | None:
         """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""
-        discovery = self.discovery.get()
-        for api_version in MAP_API_VERSIONS:
-            group, _, version = api_version.partition("/")
-            if discovery.resource(group, version, "mutatingadmissionpolicies") is not None:
-                return api_version
-        return None
+        return served_map_version(self.discovery.get())
 
     def reconcile(self, key: str) -> ReconcileResult:
         name = key[len(KEY_PREFIX):] if is_mutating_key(key) else key
+        key = key_for(name)
         result = ReconcileResult(key)
         api_version = self.map_api_version()
         body = self.objects.get_mutating_policy(name)
+        existing = self.objects.list_generated_maps(_selector(name), api_version) if api_version else {}
         if body is None:
-            if api_version:
-                result.deleted = self._delete_generated(name, set(), api_version)
+            self.written_at.pop(key, None)
+            if self.prover is not None:
+                self.prover.forget(key)
+            result.deleted = self._delete_generated(existing, set(), api_version)
             return result
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         findings = Findings(generation=generation, native_condition=MAP_GENERATED, rbac_applicable=False,
@@ -101,8 +116,7 @@ class MutatingReconciler:
         if policy is None:
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
-            if api_version:
-                result.deleted = self._delete_generated(name, set(), api_version)
+            result.deleted = self._delete_generated(existing, set(), api_version)
             return self._write_status(result, name, body, findings)
 
         compiled = compile_mutating_policy(policy)
@@ -157,18 +171,27 @@ class MutatingReconciler:
                     keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                     names = ", ".join(o["metadata"]["name"] for o in plan.objects
                                       if o["kind"] == "MutatingAdmissionPolicy")
-                    findings.admission = (True, NATIVE_MAP, f"applied by the API server: {names}")
-                    findings.enforcement = NATIVE_MAP
+                    changed = any(self.generated_versions.get(k) != existing.get(k) for k in keep)
+                    proof = proof_of_native(self.prover, self.written_at, key, body, generation, MAP, changed,
+                                            NATIVE_MAP)
+                    if proof.proven:
+                        findings.admission = (True, NATIVE_MAP, f"applied by the API server: {names}")
+                        findings.enforcement = NATIVE_MAP
+                    else:
+                        findings.admission = (False, PENDING, f"MutatingAdmissionPolicies {names} and their "
+                                                              f"bindings exist; waiting for {proof.waiting_for}")
+                        findings.enforcement = PENDING
                 else:
                     why_not = message  # the API server refused the MAP: vpol's webhook applies the policy
             if why_not:
-                findings.admission, findings.enforcement = self._webhook_finding(name, generation, why_not)
-        if api_version:
-            result.deleted = self._delete_generated(name, keep, api_version)
+                findings.admission, findings.enforcement = self._webhook_finding(key, name, body, generation,
+                                                                                 why_not)
+        result.deleted = self._delete_generated(existing, keep, api_version)
         result.enforcement = findings.enforcement
         return self._write_status(result, name, body, findings)
 
-    def _webhook_finding(self, name: str, generation: int, why_not_native: str) -> tuple[tuple[bool, str, str], str]:
+    def _webhook_finding(self, key: str, name: str, body: dict[str, Any], generation: int,
+                         why_not_native: str) -> tuple[tuple[bool, str, str], str]:
         """AdmissionEnforced (and the route word) of a policy vpol's mutating webhook applies."""
         if not self.webhook:
             return (False, "WebhookDisabled", f"not applied at admission: {why_not_native}; vpol's webhook is off "
@@ -180,12 +203,15 @@ class MutatingReconciler:
                                                    f"{MUTATING_WEBHOOK_CONFIGURATION} failed: {_api_message(exc)}"), \
                 "None"
         covered = covered_generation(config, name)
-        if covered is not None and covered >= generation:
-            return (True, "Webhook", f"applied by vpol's webhook ({MUTATING_WEBHOOK_CONFIGURATION}): not native "
-                                     f"because {why_not_native}"), "Webhook"
-        return (False, "WebhookPending", f"not applied at admission yet: {MUTATING_WEBHOOK_CONFIGURATION} does not "
-                                         f"cover generation {generation} (not native because {why_not_native})"), \
-            "None"
+        if config is None or covered is None or covered < generation:
+            return (False, PENDING, f"not applied at admission yet: {MUTATING_WEBHOOK_CONFIGURATION} does not "
+                                    f"cover generation {generation} (not native because {why_not_native})"), PENDING
+        proof = proof_of_webhook(self.prover, key, body, generation, config, MUTATING_WEBHOOK_CONFIGURATION, True)
+        if not proof.proven:
+            return (False, PENDING, f"{MUTATING_WEBHOOK_CONFIGURATION} covers generation {generation} (not native "
+                                    f"because {why_not_native}); waiting for {proof.waiting_for}"), PENDING
+        return (True, "Webhook", f"applied by vpol's webhook ({MUTATING_WEBHOOK_CONFIGURATION}): not native "
+                                 f"because {why_not_native}"), "Webhook"
 
     def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
         for obj in objects:
@@ -202,10 +228,11 @@ class MutatingReconciler:
                 raise  # transient: retried by the queue
         return True, "generated " + ", ".join(o["metadata"]["name"] for o in objects)
 
-    def _delete_generated(self, name: str, keep: set[tuple[str, str]], api_version: str) -> list[str]:
+    def _delete_generated(self, existing: dict[tuple[str, str], str], keep: set[tuple[str, str]],
+                          api_version: str | None) -> list[str]:
         deleted = []
-        for kind, obj_name in self.objects.list_generated_maps(_selector(name), api_version):
-            if (kind, obj_name) not in keep:
+        for kind, obj_name in existing:
+            if (kind, obj_name) not in keep and api_version:
                 self.objects.delete_map(kind, obj_name, api_version)
                 deleted.append(obj_name)
         return deleted

@@ -48,6 +48,8 @@ class Options:
     webhook_cert_secret: str = ""
     webhook_workers: int = 2
     webhook_eval_timeout: float = 3.0
+    #: Refuse invalid policies at apply time (a ValidatingWebhookConfiguration with failurePolicy Ignore).
+    policy_validation: bool = True
 
 
 @dataclass
@@ -62,6 +64,8 @@ class Runtime:
     leader: Any = None
     #: The admission webhook's parts (None with --webhook=off).
     admission: Any = None
+    #: Proves enforcement before a policy is called Ready (vpol.controller.enforcement_proof).
+    prover: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)

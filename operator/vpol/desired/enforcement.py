@@ -36,6 +36,8 @@ NATIVE = "NativeVAP"
 WEBHOOK = "Webhook"
 NOT_APPLICABLE = "NotApplicable"
 NONE = "None"
+#: The route is in place, but the API server is not yet known to enforce it (vpol.desired.probe).
+PENDING = "Pending"
 
 
 def not_applicable(policy: ValidatingPolicy) -> str:
@@ -101,21 +103,28 @@ class WebhookState:
     configuration: str = ""
     #: Why the configuration could not be read or written ("" when fine).
     error: str = ""
+    #: What is awaited before the API server is known to call the webhook with that configuration ("" once it
+    #: is known).
+    pending: str = ""
 
 
 def admission_finding(route: Route, *, native_objects: tuple[str, ...] = (), native_error: str = "",
-                      webhook: WebhookState = WebhookState(), generation: int = 0
+                      native_pending: str = "", webhook: WebhookState = WebhookState(), generation: int = 0
                       ) -> tuple[tuple[bool, str, str] | None, str]:
     """The ``AdmissionEnforced`` condition (enforced, reason, message) and the one-word route.
 
     ``native_objects``: the VAPs the API server accepted (empty when none were applied);
-    ``native_error``: why applying them failed.
+    ``native_error``: why applying them failed; ``native_pending``: what is awaited before the API server is
+    known to enforce them ("" once it is).
     """
     if route.not_applicable:
         return None, NOT_APPLICABLE
     if route.native and native_objects and not native_error:
-        return (True, NATIVE, "enforced by the API server through ValidatingAdmissionPolicies "
-                              + ", ".join(native_objects)), NATIVE
+        names = ", ".join(native_objects)
+        if native_pending:
+            return (False, PENDING, f"ValidatingAdmissionPolicies {names} and their bindings exist; waiting for "
+                                    f"{native_pending}"), PENDING
+        return (True, NATIVE, f"enforced by the API server through ValidatingAdmissionPolicies {names}"), NATIVE
     if not route.native and not route.webhook:
         return (False, "CompilationFailed", "not enforced: the policy does not compile"), NONE
     why_webhook = route.ineligible or native_error or \
@@ -128,7 +137,10 @@ def admission_finding(route: Route, *, native_objects: tuple[str, ...] = (), nat
         return (False, "WebhookNotConfigured", f"not enforced: the webhook configuration {webhook.configuration} "
                                                f"could not be read or written: {webhook.error}"), NONE
     if not webhook.covered:
-        return (False, "WebhookPending", f"waiting for the webhook configuration {webhook.configuration} to "
-                                         f"cover generation {generation} of the policy"), NONE
+        return (False, PENDING, f"waiting for the webhook configuration {webhook.configuration} to "
+                                f"cover generation {generation} of the policy"), PENDING
+    if webhook.pending:
+        return (False, PENDING, f"{webhook.configuration} covers generation {generation} of the policy; waiting "
+                                f"for {webhook.pending}"), PENDING
     return (True, WEBHOOK, f"enforced by vpol's admission webhook ({webhook.configuration}): "
                            f"{why_webhook}"), WEBHOOK

@@ -104,7 +104,8 @@ def _excluding(selector: dict[str, Any], excluded: Sequence[str]) -> dict[str, A
     return {**selector, "matchExpressions": expressions}
 
 
-def _client_config(base: Mapping[str, Any], path: str) -> dict[str, Any]:
+def client_config_at(base: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The webhook ``clientConfig`` ``base`` (URL or Service) pointed at ``path``."""
     config = json.loads(json.dumps(dict(base)))
     if "url" in config:
         config["url"] = config["url"].rstrip("/") + path
@@ -135,7 +136,7 @@ def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_confi
         timeouts = [p.spec.webhook_timeout_seconds for p in group if p.spec.webhook_timeout_seconds]
         webhook: dict[str, Any] = {
             "name": webhook_name(failure_policy, mutating),
-            "clientConfig": _client_config(client_config, webhook_path(failure_policy, mutating)),
+            "clientConfig": client_config_at(client_config, webhook_path(failure_policy, mutating)),
             "rules": [_rule_dict(r) for r in rules],
             "failurePolicy": failure_policy,
             "matchPolicy": "Equivalent",

@@ -165,23 +165,31 @@ class Objects:
                 raise
             return False
 
-    def list_generated(self, label_selector: str) -> list[tuple[str, str]]:
-        """(kind, name) of every VAP and binding carrying ``label_selector``."""
-        out = []
+    def list_generated(self, label_selector: str) -> dict[tuple[str, str], str]:
+        """(kind, name) -> resourceVersion of every VAP and binding carrying ``label_selector``."""
+        out = {}
         for item in self.admission.list_validating_admission_policy(label_selector=label_selector).items:
-            out.append(("ValidatingAdmissionPolicy", item.metadata.name))
+            out[("ValidatingAdmissionPolicy", item.metadata.name)] = str(item.metadata.resource_version or "")
         for item in self.admission.list_validating_admission_policy_binding(label_selector=label_selector).items:
-            out.append(("ValidatingAdmissionPolicyBinding", item.metadata.name))
+            out[("ValidatingAdmissionPolicyBinding", item.metadata.name)] = str(item.metadata.resource_version or "")
         return out
 
-    def list_generated_maps(self, label_selector: str, api_version: str) -> list[tuple[str, str]]:
-        """(kind, name) of every MutatingAdmissionPolicy and binding carrying ``label_selector``."""
+    def list_generated_maps(self, label_selector: str, api_version: str) -> dict[tuple[str, str], str]:
+        """(kind, name) -> resourceVersion of every MutatingAdmissionPolicy and binding carrying
+        ``label_selector``."""
         api = self._map_api(api_version)
-        out = []
+        out = {}
         for kind in MAP_KINDS:
             for item in getattr(api, f"list_{_MAP_METHODS[kind]}")(label_selector=label_selector).items:
-                out.append((kind, item.metadata.name))
+                out[(kind, item.metadata.name)] = str(item.metadata.resource_version or "")
         return out
+
+    def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would
+        store; its refusal raises ApiException."""
+        core: Any = client.CoreV1Api(self.api)
+        result = core.create_namespaced_config_map(namespace, dict(body), dry_run="All")
+        return dict(self.api.sanitize_for_serialization(result))
 
     def delete_map(self, kind: str, name: str, api_version: str) -> None:
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policies import make_policy
-from vpol.desired.enforcement import (GENERATION_ELIGIBLE, GENERATION_OPT_IN, NATIVE, NONE, NOT_APPLICABLE, WEBHOOK,
-                                      WebhookState, admission_finding, route)
+from vpol.desired.enforcement import (GENERATION_ELIGIBLE, GENERATION_OPT_IN, NATIVE, NONE, NOT_APPLICABLE, PENDING,
+                                      WEBHOOK, WebhookState, admission_finding, route)
 
 PLAIN = [{"expression": "object.metadata.name != 'bad'"}]
 KYVERNO_ONLY = [{"expression": "sha256(object.metadata.name) != ''"}]
@@ -65,7 +65,12 @@ def test_findings_name_the_path():
     assert (ok, reason, path) == (True, WEBHOOK, WEBHOOK) and "vpol-validating" in msg and "sha256" in msg
 
     (ok, reason, _), path = admission_finding(hook, webhook=WebhookState(covered=False), generation=4)
-    assert (ok, reason, path) == (False, "WebhookPending", NONE)
+    assert (ok, reason, path) == (False, "Pending", PENDING)
+    (ok, reason, msg), path = admission_finding(hook, webhook=WebhookState(covered=True, pending="the probe"),
+                                                generation=4)
+    assert (ok, reason, path) == (False, "Pending", PENDING) and "the probe" in msg and "generation 4" in msg
+    (ok, reason, msg), path = admission_finding(native, native_objects=("vpol-p",), native_pending="the probe")
+    assert (ok, reason, path) == (False, "Pending", PENDING) and "vpol-p" in msg and "the probe" in msg
     (ok, reason, msg), path = admission_finding(hook, webhook=WebhookState(enabled=False))
     assert (ok, reason, path) == (False, "WebhookDisabled", NONE) and "--webhook=off" in msg
     (ok, reason, msg), path = admission_finding(hook, webhook=WebhookState(error="HTTP 403: forbidden"))

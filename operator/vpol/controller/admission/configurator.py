@@ -28,7 +28,9 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
-from vpol.desired.webhook import desired_webhook_configuration
+from vpol.desired.policy_webhook import POLICY_VALIDATION_CONFIGURATION, policy_validation_configuration
+from vpol.desired.probe import PROBE_PATH, with_probe
+from vpol.desired.webhook import client_config_at, desired_webhook_configuration
 from vpol.desired.webhook_coverage import coverage_annotation
 from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
@@ -64,7 +66,8 @@ class WebhookConfigurator(threading.Thread):
     def __init__(self, api: client.ApiClient, policies: AdmissionPolicies, *, name: str,
                  client_config: Callable[[], dict[str, Any] | None], leading: threading.Event,
                  timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
-                 period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False):
+                 period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False,
+                 probe_namespace: str = ""):
         super().__init__(daemon=True, name="vpol-mutating-webhook-configurator" if mutating
                          else "vpol-webhook-configurator")
         #: Writes the MutatingWebhookConfiguration of the webhook's MutatingPolicies instead.
@@ -76,6 +79,8 @@ class WebhookConfigurator(threading.Thread):
         self.leading = leading
         self.timeout_seconds = timeout_seconds
         self.excluded_namespaces = tuple(excluded_namespaces)
+        #: The namespace of the probe ConfigMaps (vpol's own; "" writes no probe webhook): see vpol.desired.probe.
+        self.probe_namespace = probe_namespace
         self.period = period
         #: The policy snapshot version this replica's own server answers with (-1 while it does not listen):
         #: rules are written only for policies the local server already serves; removing the configuration
@@ -101,9 +106,7 @@ class WebhookConfigurator(threading.Thread):
                 return
             if not self.leading.is_set() or not self.policies.synced:
                 continue
-            snapshot = self.policies.snapshot
-            needed = snapshot.mutating if self.mutating else snapshot.policies
-            pending = bool(needed) and self.serving() < snapshot.version
+            pending = self.waits(self.policies.snapshot)
             if pending:
                 continue
             try:
@@ -112,6 +115,11 @@ class WebhookConfigurator(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - keep trying; status tells the policies
                 self.error = describe(exc)
                 logger.warning("writing the webhook configuration %s failed: %s", self.name, self.error)
+
+    def waits(self, snapshot: Snapshot) -> bool:
+        """Whether writing must wait: the local server does not answer for these policies yet."""
+        needed = snapshot.mutating if self.mutating else snapshot.policies
+        return bool(needed) and self.serving() < snapshot.version
 
     def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
         policies: list[Any] = sorted((snapshot.mutating if self.mutating else snapshot.policies).values(),
@@ -127,7 +135,11 @@ class WebhookConfigurator(threading.Thread):
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name
-        return with_coverage(desired, snapshot, self.mutating)
+        desired = with_coverage(desired, snapshot, self.mutating)
+        if self.probe_namespace:
+            # The probe webhook proves the API server calls vpol with this configuration (vpol.desired.probe).
+            desired = with_probe(desired, client_config_at(config, PROBE_PATH), self.probe_namespace, self.mutating)
+        return desired
 
     def reconcile(self) -> str:
         """Make the cluster's configuration the desired one; returns what was done."""
@@ -150,3 +162,25 @@ class WebhookConfigurator(threading.Thread):
         return "applied"
 
 
+
+
+class PolicyValidationConfigurator(WebhookConfigurator):
+    """Writes ``vpol-policy-validation`` (vpol.desired.policy_webhook): vpol's own kinds validated at apply time.
+
+    It does not depend on the policies; it is written once the local server listens (``enabled``), and deleted
+    when the operator runs with ``--policy-validation=off``."""
+
+    def __init__(self, api: client.ApiClient, policies: AdmissionPolicies, *, enabled: bool, **kwargs: Any):
+        super().__init__(api, policies, name=POLICY_VALIDATION_CONFIGURATION, **kwargs)
+        self.enabled = enabled
+
+    def waits(self, snapshot: Snapshot) -> bool:
+        return self.enabled and self.serving() < 0
+
+    def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        config = self.client_config()
+        if config is None:
+            raise RuntimeError("no serving certificate yet")
+        return policy_validation_configuration(config, timeout_seconds=self.timeout_seconds)

@@ -25,7 +25,9 @@ decisions are kept without a label lookup each.
 Routes: ``POST /validate/fail`` and ``/validate/ignore`` (the webhooks of
 policies with failurePolicy Fail and Ignore), ``POST /mutate/fail`` and
 ``/mutate/ignore`` (MutatingPolicies the API server cannot apply natively,
-answered with a JSON patch), ``GET /healthz``.
+answered with a JSON patch), ``POST /probe`` (the probe webhook of the
+configurations, :mod:`vpol.desired.probe`: always a denial naming the epoch it
+was asked with), ``GET /healthz``.
 """
 
 from __future__ import annotations
@@ -48,8 +50,11 @@ from vpol.cel.backend import Backend
 from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
+from vpol.desired.policy_webhook import POLICY_VALIDATION_PATH, policy_validation_response
+from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
+from vpol.engine.policy_validation import is_validated_document, validate_document
 from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
@@ -232,6 +237,8 @@ class WebhookServer:
             app.router.add_post(path, self._handle)
         for path in MUTATING_FAILURE_POLICIES:
             app.router.add_post(path, self._handle_mutate)
+        app.router.add_post(PROBE_PATH, self._probe)
+        app.router.add_post(POLICY_VALIDATION_PATH, self._validate_policy)
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -311,6 +318,35 @@ class WebhookServer:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"serving": self._pool is not None, "version": self.serving_version})
+
+    async def _probe(self, request: web.Request) -> web.Response:
+        """The probe webhook: proves the API server calls this webhook with a configuration (no worker)."""
+        review = _review(await request.read(), "probe")
+        if isinstance(review, web.Response):
+            return review
+        answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "response": webhook_probe_answer(review[0])}
+        return web.json_response(answer)
+
+    async def _validate_policy(self, request: web.Request) -> web.Response:
+        """vpol's own kinds at apply time: refused with `vpol check`'s messages when invalid, type-check warnings
+        as admission warnings. Compiling runs in a thread; the answer never fails the request (on an internal
+        error the object is admitted: the operator's status still reports it)."""
+        review = _review(await request.read(), "policy")
+        if isinstance(review, web.Response):
+            return review
+        req, uid = review
+        obj = req.get("object")
+        response: dict[str, Any] = {"uid": uid, "allowed": True}
+        if req.get("operation") in ("CREATE", "UPDATE") and isinstance(obj, dict) and is_validated_document(obj):
+            try:
+                verdict = await asyncio.to_thread(validate_document, obj, self.discovery())
+                response = policy_validation_response(uid, verdict.ref, [p.render() for p in verdict.errors],
+                                                      [p.render() for p in verdict.warnings])
+            except Exception:  # noqa: BLE001 - never block a policy edit on vpol's own failure
+                logger.exception("validating %s failed", req.get("name"))
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": response})
 
     async def _handle(self, request: web.Request) -> web.Response:
         return await self._answer(request, FAILURE_POLICIES[request.path], mutating=False)

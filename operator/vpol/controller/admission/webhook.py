@@ -4,7 +4,8 @@ Every replica: watches the policies and namespaces, keeps its serving
 certificate current (``vpol.kube.webhook_tls``) and serves admission
 requests. The replica holding the leader Lease also writes the
 ValidatingWebhookConfiguration and the MutatingWebhookConfiguration (with the
-serving CA as their caBundle).
+serving CA as their caBundle), and the configuration validating vpol's own kinds
+at apply time (``vpol-policy-validation``, unless ``--policy-validation=off``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 from kubernetes import client
 
 from vpol.cel.backend import Backend
-from vpol.controller.admission.configurator import WebhookConfigurator, client_config
+from vpol.controller.admission.configurator import PolicyValidationConfigurator, WebhookConfigurator, client_config
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
@@ -74,12 +75,16 @@ class Admission:
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=self.server.answering_version)
+            serving=self.server.answering_version, probe_namespace=options.namespace)
         self.mutating_configurator = WebhookConfigurator(
             api, self.policies, name=MUTATING_WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=self.server.answering_version, mutating=True)
+            serving=self.server.answering_version, mutating=True, probe_namespace=options.namespace)
+        self.policy_configurator = PolicyValidationConfigurator(
+            api, self.policies, enabled=options.policy_validation, leading=leading,
+            client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
+            serving=self.server.answering_version)
         self._stop = threading.Event()
         self._cert_thread = threading.Thread(target=self._certificates, daemon=True, name="vpol-webhook-certificate")
 
@@ -105,14 +110,17 @@ class Admission:
         self.namespaces.start()
         self.configurator.start()
         self.mutating_configurator.start()
+        self.policy_configurator.start()
         await self.server.start()
 
     async def stop(self) -> None:
         self._stop.set()
         self.configurator.stop()
         self.mutating_configurator.stop()
+        self.policy_configurator.stop()
         self.policies.stop()
         self.namespaces.stop()
         await self.server.stop()
         await asyncio.to_thread(self.configurator.join, 5)
         await asyncio.to_thread(self.mutating_configurator.join, 5)
+        await asyncio.to_thread(self.policy_configurator.join, 5)

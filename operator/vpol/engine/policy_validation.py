@@ -1,0 +1,120 @@
+"""Is a policy document valid? One answer for `vpol check` and for the operator's policy-validation webhook (pure).
+
+A document of one of vpol's kinds is parsed (the model's field rules: Kyverno's
+validation rules and the API server's), every expression compiled, and the
+policy type-checked against the matched kinds' schemas. Errors make the policy
+invalid; type-check warnings do not, except a result of the wrong type for
+every matched kind (a mutation that cannot apply, a condition that is a map),
+which fails on every object and so is an error, as in `vpol check`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vpol.cel.compiler import compile_mutating_policy, compile_policy
+from vpol.cel.object_literals import tokens
+from vpol.cel.typecheck import check_policy
+from vpol.engine.evaluate import compile_exception
+from vpol.model.discovery import Discovery
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.parse import (
+    is_exception_document,
+    is_mutating_policy_document,
+    is_policy_document,
+    parse_exception,
+    parse_mutating_policy,
+    parse_policy,
+)
+from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.problems import Problem
+
+
+@dataclass
+class Verdict:
+    """What validating one document found."""
+
+    #: The document's kind and reference (``Kind/name`` or ``Kind/namespace/name``).
+    ref: str = ""
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity != "error"]
+
+
+def policy_problems(policy: ValidatingPolicy | MutatingPolicy, *, typecheck: bool = True,
+                    discovery: Discovery | None = None, wrong_result_is_error: bool = True) -> list[Problem]:
+    """Compile errors and type-check findings of a parsed policy, located in its document.
+
+    ``wrong_result_is_error``: a result of the wrong type for every matched kind fails on every object, so
+    `vpol check` calls it an error; at apply time it is a warning (Kyverno, which does not type-check against
+    schemas, admits such a policy, and vpol refuses only what Kyverno refuses)."""
+    compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
+    problems = list(compiled.problems) + namespaced_problems(policy)
+    if typecheck:
+        problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
+                                              severity="error" if w.wrong_result and wrong_result_is_error
+                                              else "warning"))
+                        for w in check_policy(policy, discovery))
+    return problems
+
+
+#: Libraries a namespaced policy may not use (Kyverno's rule: they reach beyond the namespace), and the reason.
+NAMESPACED_FORBIDDEN = (
+    ("globalContext", "globalContext.* is not allowed in namespaced policies"),
+    ("http", "http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable"),
+)
+
+
+def namespaced_problems(policy: ValidatingPolicy | MutatingPolicy) -> list[Problem]:
+    """Kyverno's refusal of ``globalContext`` and ``http`` in a namespaced policy (any expression naming the
+    identifier; names in strings or after a ``.`` do not count)."""
+    if not policy.namespace:
+        return []
+    named: set[str] = set()
+    for _path, src, _role in policy.expressions():
+        before, previous = "", ""
+        for token in tokens(src):
+            selected = previous == "." or (previous == "?" and before == ".")  # x.http, x.?http: a field
+            if token.kind == "ident" and not selected and token.text in ("globalContext", "http"):
+                named.add(token.text)
+            before, previous = previous, token.text
+    return [policy.locate(Problem(message, path="spec")) for name, message in NAMESPACED_FORBIDDEN if name in named]
+
+
+def exception_problems(exc: PolicyException) -> list[Problem]:
+    return list(compile_exception(exc).problems)
+
+
+def is_validated_document(obj: Any) -> bool:
+    """Whether ``obj`` is of a kind :func:`validate_document` answers for."""
+    return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj)
+
+
+def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None) -> Verdict:
+    """Every problem of one document of vpol's kinds (ValidatingPolicy, NamespacedValidatingPolicy,
+    MutatingPolicy, PolicyException), as apply-time validation sees them: what does not parse or compile is an
+    error, type-check findings are warnings."""
+    data = dict(obj)
+    md = data.get("metadata") or {}
+    name = f"{md.get('namespace')}/{md.get('name')}" if md.get("namespace") else str(md.get("name") or "")
+    verdict = Verdict(ref=f"{data.get('kind')}/{name}")
+    if is_exception_document(data):
+        exc, problems = parse_exception(data)
+        verdict.problems = problems + (exception_problems(exc) if exc is not None else [])
+        return verdict
+    policy: ValidatingPolicy | MutatingPolicy | None
+    if is_mutating_policy_document(data):
+        policy, problems = parse_mutating_policy(data)
+    else:
+        policy, problems = parse_policy(data)
+    verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False)
+                                   if policy is not None else [])
+    return verdict
