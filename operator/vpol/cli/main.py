@@ -358,7 +358,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
-                webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on"))
+                webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on",
+                events=args.events == "on", events_per_second=args.events_per_second))
     return EXIT_OK
 
 
@@ -462,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy-validation", choices=["on", "off"], default="on",
                    help="refuse invalid policies at apply time through the webhook (failurePolicy Ignore; default "
                         "on; off: they are admitted and reported in status only)")
+    p.add_argument("--events", choices=["on", "off"], default="on",
+                   help="PolicyViolation Events for failing admission requests and background results (default on)")
+    p.add_argument("--events-per-second", type=float, default=5.0, metavar="N",
+                   help="most Events sent per second (bursts of 10 times that; beyond a queue of 1000 they are "
+                        "dropped and counted); default 5")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

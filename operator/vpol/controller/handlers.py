@@ -29,6 +29,7 @@ from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
+from vpol.controller.events import EventRecorder
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
@@ -80,10 +81,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         rt.leader = LeaderElection(rt.api, options.namespace)
         rt.leader.start()
     backend = LiveBackend(options.kubeconfig, options.context, http_allowlist=options.http_allow)
+    if options.events:
+        rt.events = EventRecorder(Objects(rt.api).create_event, per_second=options.events_per_second,
+                                  burst=max(1, int(options.events_per_second * 10)))
+        rt.events.start()
     if options.scan_interval > 0:
         limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
-                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits))
+                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits), events=rt.events)
         rt.scanner.start()
     loop = asyncio.get_running_loop()
     queue = rt.queue
@@ -103,7 +108,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
                                      generation=options.vap_generation, webhook=options.webhook, prover=rt.prover)
     if options.webhook:
-        rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
+        rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery,
+                                 events=rt.events)
         await rt.admission.start()
 
     reconciler = rt.reconciler
@@ -180,6 +186,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(rt.scanner.join, 10)
     if rt.prover:
         rt.prover.stop()
+    if rt.events:
+        rt.events.stop()
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)

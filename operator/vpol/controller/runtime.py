@@ -50,6 +50,9 @@ class Options:
     webhook_eval_timeout: float = 3.0
     #: Refuse invalid policies at apply time (a ValidatingWebhookConfiguration with failurePolicy Ignore).
     policy_validation: bool = True
+    #: PolicyViolation Events (admission and background results), and their rate limit.
+    events: bool = True
+    events_per_second: float = 5.0
 
 
 @dataclass
@@ -66,6 +69,8 @@ class Runtime:
     admission: Any = None
     #: Proves enforcement before a policy is called Ready (vpol.controller.enforcement_proof).
     prover: Any = None
+    #: Sends PolicyViolation Events (vpol.controller.events; None with --events=off).
+    events: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)

@@ -51,6 +51,7 @@ from vpol.desired.report import (
     report_for,
 )
 from vpol.controller import metrics
+from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.request import ResourceType
@@ -114,9 +115,11 @@ class _State:
 
 class Scanner(threading.Thread):
     def __init__(self, api: client.ApiClient, backend: LiveBackend, discovery: Any, *,
-                 leading: threading.Event | None = None, options: ScanOptions | None = None):
+                 leading: threading.Event | None = None, options: ScanOptions | None = None, events: Any = None):
         super().__init__(daemon=True, name="vpol-scanner")
         self.api = api
+        #: Where PolicyViolation Events of new failing results go (vpol.controller.events; None: off).
+        self.events = events
         self.reports = Reports(api)
         self.backend = backend
         self.discovery = discovery  # has .get() -> Discovery
@@ -461,11 +464,34 @@ class Scanner(threading.Thread):
                 if res.result == SKIP and not res.exception:
                     continue  # false matchConditions leave no result in background reports
                 fresh.append(ReportEntry.of(res, now))
+            if self.events is not None:
+                self._record_violations(ref, fresh)
             write = self._store(ref, fresh, only, self._key_after(ref, keys[ref.uid], only))
             if write is not None:
                 writes.append(write)
         self._flush(writes)
         return len(pairs) + skipped
+
+    def _record_violations(self, ref: ResourceRef, fresh: list[ReportEntry]) -> None:
+        """PolicyViolation Events for the failing (warning, erroring) results that are new for this resource: an
+        unchanged result, also one read back from its report after a restart, makes no event again."""
+        state = self._state.get(ref.uid)
+        before = by_policy(state.entries) if state else {}
+        resource = ObjectRef(ref.api_version, ref.kind, ref.name, ref.namespace, ref.uid)
+        specs = []
+        for entry in fresh:
+            old = before.get(entry.policy)
+            if not violating(entry.result) or (old is not None and (old.result, old.message) ==
+                                               (entry.result, entry.message)):
+                continue
+            policy = self._policies.get(entry.policy)
+            if policy is None:
+                continue
+            ref_policy = ObjectRef(policy.api_version, policy.kind, policy.name, policy.namespace, policy.uid)
+            specs += violation_events(Violation(ref_policy, resource, entry.result, entry.message),
+                                      source=SOURCE_SCAN)
+        if specs:
+            self.events.record(specs)
 
     def _store(self, ref: ResourceRef, fresh: list[ReportEntry], only: list[str] | None,
                key: str = "") -> "_Write | None":

@@ -74,6 +74,8 @@ class Decision:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     #: (policy key, allow|deny|warn|audit|error) per evaluated policy, for metrics.
     outcomes: list[tuple[str, str]] = field(default_factory=list)
+    #: (policy key, fail|warn|error, message) of every policy whose result was not a pass, for events.
+    violations: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _annotation_key(policy_key: str, key: str) -> str:
@@ -92,6 +94,8 @@ def decide(results: Sequence[Result], policies: Mapping[str, ValidatingPolicy]) 
             continue
         for key, value in sorted(result.properties.items()):
             decision.audit_annotations[_annotation_key(policy.key, key)] = value
+        if result.result in (FAIL, WARN, ERROR):
+            decision.violations.append((policy.key, result.result, result.message))
         violated = result.result in (FAIL, WARN) or (result.result == ERROR and
                                                       policy.spec.failure_policy == "Fail")
         if not violated:

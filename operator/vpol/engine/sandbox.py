@@ -99,6 +99,10 @@ class AdmissionAnswer:
     outcomes: tuple[tuple[str, str], ...]
     #: Seconds the worker spent evaluating.
     seconds: float
+    #: Whether the request was admitted.
+    allowed: bool = True
+    #: (policy key, fail|warn|error, message) of the policies that did not pass, for events.
+    violations: tuple[tuple[str, str, str], ...] = ()
 
 
 def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEngine], call: AdmissionCall
@@ -116,13 +120,14 @@ def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEng
                                    {e.policy.key: call.failure_policy for e in chosen})
         outcomes = [(r.policy, "mutate" if r.properties.get("changed") == "true" else
                      ("error" if r.result == ERROR else "allow")) for r in results]
+        violations = [(r.policy, r.result, r.message) for r in results if r.result == ERROR]
     else:
         only = frozenset(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == call.failure_policy)
         decision = decide(_validate(engines, subject, only) if only else [],
                           {engines[i].policy.key: engines[i].policy for i in only})
-        answer, outcomes = review_response(uid, decision), decision.outcomes
+        answer, outcomes, violations = review_response(uid, decision), decision.outcomes, decision.violations
     return AdmissionAnswer(json.dumps(answer, separators=(",", ":")).encode(), tuple(outcomes),
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, bool(answer["response"]["allowed"]), tuple(violations))
 
 
 #: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).

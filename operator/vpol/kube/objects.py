@@ -184,6 +184,11 @@ class Objects:
                 out[(kind, item.metadata.name)] = str(item.metadata.resource_version or "")
         return out
 
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create an events.k8s.io/v1 Event."""
+        events: Any = client.EventsV1Api(self.api)
+        events.create_namespaced_event(namespace, dict(body))
+
     def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would
         store; its refusal raises ApiException."""

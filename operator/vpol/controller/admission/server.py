@@ -50,6 +50,7 @@ from vpol.cel.backend import Backend
 from vpol.controller import metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
+from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
 from vpol.desired.policy_webhook import POLICY_VALIDATION_PATH, policy_validation_response
 from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
@@ -206,8 +207,10 @@ class CertificateFiles:
 class WebhookServer:
     def __init__(self, policies: AdmissionPolicies, namespaces: Namespaces, discovery: Callable[[], Discovery],
                  certificates: CertificateFiles, *, backend: Backend | None = None,
-                 options: ServerOptions = ServerOptions()):
+                 options: ServerOptions = ServerOptions(), events: Any = None):
         self.policies = policies
+        #: Where PolicyViolation Events go (vpol.controller.events.EventRecorder; None: --events=off).
+        self.events = events
         self.namespaces = namespaces
         self.discovery = discovery
         self.certificates = certificates
@@ -412,7 +415,32 @@ class WebhookServer:
             metrics.admission_decision(key, outcome)
             if not mutating:
                 metrics.admission_policy_latency(key, share)
+        if answer.violations and self.events is not None:
+            self._record_violations(pool.snapshot, req, answer.violations, blocked=not answer.allowed)
         return answer.body
+
+    def _record_violations(self, snapshot: Snapshot, req: dict[str, Any],
+                           violations: tuple[tuple[str, str, str], ...], *, blocked: bool) -> None:
+        """PolicyViolation Events for a request some policies failed (vpol.desired.events); none for dry runs and
+        for objects without a name yet (generateName), as nothing can be named."""
+        obj = req.get("object") or req.get("oldObject") or {}
+        md = obj.get("metadata") or {}
+        name = str(req.get("name") or md.get("name") or "")
+        if req.get("dryRun") or not name:
+            return
+        kind = req.get("kind") or {}
+        group, version = str(kind.get("group") or ""), str(kind.get("version") or "")
+        resource = ObjectRef(f"{group}/{version}" if group else version, str(kind.get("kind") or ""), name,
+                             str(req.get("namespace") or ""), str(md.get("uid") or ""))
+        specs = []
+        for key, result, message in violations:
+            policy = snapshot.policies.get(key) or snapshot.mutating.get(key)
+            if policy is None:
+                continue
+            ref = ObjectRef(policy.api_version, policy.kind, policy.name, policy.namespace, policy.uid)
+            specs += violation_events(Violation(ref, resource, result, message), source=SOURCE_ADMISSION,
+                                      blocked=blocked)
+        self.events.record(specs)
 
     def _failed(self, uid: str, error: str, failure_policy: str) -> bytes:
         logger.warning("admission request %s: %s", uid, error)

@@ -52,7 +52,7 @@ def serving_names(options: Options) -> tuple[list[str], list[str]]:
 
 class Admission:
     def __init__(self, api: client.ApiClient, options: Options, *, leading: threading.Event, backend: Backend,
-                 discovery: Any):
+                 discovery: Any, events: Any = None):
         self.options = options
         dns_names, ips = serving_names(options)
         managed = not options.webhook_cert_secret
@@ -69,7 +69,7 @@ class Admission:
             self.policies, self.namespaces, get_discovery, CertificateFiles(self.tls.current), backend=backend,
             options=ServerOptions(port=options.webhook_port, workers=options.webhook_workers,
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
-                                  eval_memory_mib=options.eval_memory_mib))
+                                  eval_memory_mib=options.eval_memory_mib), events=events)
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}
         self.configurator = WebhookConfigurator(
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,
