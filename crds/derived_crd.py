@@ -19,12 +19,19 @@ def render(derive: Callable[[dict[str, Any]], dict[str, Any]], header: str) -> s
     return header + "---\n" + yaml.safe_dump(derive(source), sort_keys=False, width=120)
 
 
-def main(derive: Callable[[dict[str, Any]], dict[str, Any]], target: Path, header: str, script: str) -> int:
-    text = render(derive, header)
-    if sys.argv[1:] == ["--check"]:
-        if target.read_text() != text:
-            print(f"{target} is out of date: run {Path(script).name}", file=sys.stderr)
-            return 1
-        return 0
-    target.write_text(text)
-    return 0
+Output = tuple[Callable[[dict[str, Any]], dict[str, Any]], Path, str]
+
+
+def main(derive: Callable[[dict[str, Any]], dict[str, Any]], target: Path, header: str, script: str,
+         more: tuple[Output, ...] = ()) -> int:
+    """Write (or ``--check``) ``target`` and every further (derive, target, header) of ``more``."""
+    stale = 0
+    for each_derive, each_target, each_header in ((derive, target, header), *more):
+        text = render(each_derive, each_header)
+        if sys.argv[1:] == ["--check"]:
+            if not each_target.exists() or each_target.read_text() != text:
+                print(f"{each_target} is out of date: run {Path(script).name}", file=sys.stderr)
+                stale += 1
+            continue
+        each_target.write_text(text)
+    return 1 if stale else 0

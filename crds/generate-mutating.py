@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes crds/mutatingpolicies.yaml from crds/validatingpolicies.yaml.
+"""Writes crds/mutatingpolicies.yaml and crds/namespacedmutatingpolicies.yaml from crds/validatingpolicies.yaml.
 
 A MutatingPolicy shares the admission-policy frame of a ValidatingPolicy
 (matchConstraints, matchConditions, variables, failurePolicy, evaluation,
@@ -8,7 +8,10 @@ validations (Kyverno's MutatingPolicy, NOTES.md section 10). Its CRD is
 derived so that the shared parts never drift: those schemas are taken from
 the ValidatingPolicy CRD, the mutation-specific fields are declared here.
 Served versions are Kyverno's: v1, v1beta1 (storage) and v1alpha1
-(deprecated). tests/unit/crds checks that the file is what this script writes.
+(deprecated). The NamespacedMutatingPolicy (Kyverno's twin kind, limited to
+its own namespace) has exactly the same spec and status; it is served at v1 and
+v1beta1 (storage), as Kyverno serves the namespaced kinds. tests/unit/crds
+checks that the files are what this script writes.
 
 Usage: crds/generate-mutating.py [--check]
 """
@@ -28,6 +31,12 @@ HEADER = """\
 # MutatingPolicy (policies.kyverno.io): cluster-scoped CEL mutation policies run by vpol.
 # Served versions: v1, v1beta1 (storage), v1alpha1 (deprecated). Generated from validatingpolicies.yaml
 # by crds/generate-mutating.py: do not edit by hand.
+"""
+NAMESPACED_TARGET = HERE / "namespacedmutatingpolicies.yaml"
+NAMESPACED_HEADER = """\
+# NamespacedMutatingPolicy (policies.kyverno.io): a MutatingPolicy limited to its own namespace.
+# Served versions: v1, v1beta1 (storage). Generated from validatingpolicies.yaml by
+# crds/generate-mutating.py: do not edit by hand.
 """
 
 SHARED = ("matchConstraints", "matchConditions", "variables", "failurePolicy", "auditAnnotations",
@@ -69,12 +78,15 @@ def _spec(vp_spec: dict[str, Any]) -> dict[str, Any]:
     evaluation["properties"]["mode"]["enum"] = ["Kubernetes"]
     evaluation["properties"]["mode"]["description"] = "Kubernetes, the only mode of a MutatingPolicy."
     evaluation["properties"]["mutateExisting"] = {
-        "type": "object", "description": "Kyverno's mutation of existing objects (not acted on by vpol).",
+        "type": "object", "description": "Mutation of existing objects (the targets): when the policy is created "
+                                         "or changed, on each matching trigger, and in background scans.",
         "properties": {"enabled": {"type": "boolean", "description": "Defaults to false."}}}
     evaluation["properties"]["useServerSideApply"] = {
-        "type": "boolean", "description": "Kyverno's switch to replace atomic values (not acted on by vpol)."}
+        "type": "boolean", "description": "Merge apply configurations with server-side-apply semantics, atomic "
+                                          "fields replaced whole. Defaults to false."}
     evaluation["properties"]["skipBackgroundRequests"] = {
-        "type": "boolean", "description": "Kyverno's background-request filter (not acted on by vpol)."}
+        "type": "boolean", "description": "Changes made by the mutation of existing objects do not trigger it "
+                                          "again. Defaults to true."}
     out["evaluation"] = evaluation
     autogen = copy.deepcopy(props["autogen"])
     autogen["properties"].pop("validatingAdmissionPolicy", None)
@@ -88,11 +100,14 @@ def _spec(vp_spec: dict[str, Any]) -> dict[str, Any]:
                            "--vap-generation mode decides. No default, so unset and false differ."}}}
     out["autogen"] = autogen
     target = copy.deepcopy(props["matchConstraints"])
-    target["description"] = "Kyverno's targets of mutateExisting (accepted, not acted on by vpol)."
-    target.setdefault("properties", {})["expression"] = {"type": "string"}
+    target["description"] = ("The objects mutateExisting changes (default: what matchConstraints matches); "
+                             "matchConstraints then matches the triggers.")
+    target.setdefault("properties", {})["expression"] = {
+        "type": "string", "description": "A CEL expression resolving the targets from the trigger: one object, "
+                                         "or a map with an items list."}
     out["targetMatchConstraints"] = target
     conditions = copy.deepcopy(props["matchConditions"])
-    conditions["description"] = "Kyverno's conditions on mutateExisting targets (accepted, not acted on by vpol)."
+    conditions["description"] = "Conditions each target of mutateExisting must meet (object is the target)."
     out["targetMatchConditions"] = conditions
     spec = {k: v for k, v in vp_spec.items() if k not in ("properties", "required")}
     spec["description"] = "What the policy matches and how it changes the objects it matches."
@@ -127,5 +142,26 @@ def derive(source: dict[str, Any]) -> dict[str, Any]:
     return crd
 
 
+def derive_namespaced(source: dict[str, Any]) -> dict[str, Any]:
+    crd = derive(source)
+    crd["metadata"]["name"] = "namespacedmutatingpolicies.policies.kyverno.io"
+    crd["spec"]["names"] = {
+        "kind": "NamespacedMutatingPolicy",
+        "listKind": "NamespacedMutatingPolicyList",
+        "plural": "namespacedmutatingpolicies",
+        "singular": "namespacedmutatingpolicy",
+        "shortNames": ["nmpol"],
+        "categories": ["kyverno"],
+    }
+    crd["spec"]["scope"] = "Namespaced"
+    crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] in ("v1", "v1beta1")]
+    for version in crd["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"]["description"] = (
+            "A NamespacedMutatingPolicy changes the objects of its own namespace with CEL expressions, at admission "
+            "and (mutateExisting) in the background. Same spec as a MutatingPolicy.")
+    return crd
+
+
 if __name__ == "__main__":
-    sys.exit(derived_crd.main(derive, TARGET, HEADER, __file__))
+    sys.exit(derived_crd.main(derive, TARGET, HEADER, __file__,
+                              more=((derive_namespaced, NAMESPACED_TARGET, NAMESPACED_HEADER),)))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vpol.model.documents import Document, iter_documents, parse_documents
-from vpol.model.mutating import MUTATING_KIND, MutatingPolicy
+from vpol.model.mutating import MUTATING_KINDS, MutatingPolicy
 from vpol.model.parse import (
     is_exception_document,
     is_mutating_policy_document,
@@ -138,7 +138,7 @@ def _add_unique(policy: Any, into: list[Any], out: Loaded) -> None:
 
 def _names_a_policy_kind(data: Any) -> bool:
     """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
-    return isinstance(data, dict) and data.get("kind") in (*KINDS, MUTATING_KIND, "PolicyException")
+    return isinstance(data, dict) and data.get("kind") in (*KINDS, *MUTATING_KINDS, "PolicyException")
 
 
 def _claims_policy_group(data: Any) -> bool:

@@ -21,7 +21,8 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
-from vpol.engine.mutate import MutatingPolicyEngine
+from vpol.engine.mutate import MutatingPolicyEngine, Mutated
+from vpol.engine.mutate_existing import as_target, selects_target, target_key
 from vpol.engine.subjects import json_subject, subject_for
 from vpol.model.documents import Document
 from vpol.model.problems import InputError, Problem
@@ -96,6 +97,10 @@ def run_test_document(doc: Document) -> TestOutcome:
     loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False)
     load_exceptions(_rel(base, spec.get("exceptions")), loaded)
     load_resources(_rel(base, spec.get("resources")), loaded)
+    # Objects the MutatingPolicies with mutateExisting change (Kyverno's targetResources); they are cluster
+    # objects too, for resource.Get/List.
+    targets = load_resources(_rel(base, spec.get("targetResources")), Loaded())
+    outcome.problems.extend(targets.unreadable)
     mode_problems = [p for p in loaded.problems if "is not supported by vpol" in p.message]
     if mode_problems:
         unsupported.append(mode_problems[0].message)
@@ -122,7 +127,7 @@ def run_test_document(doc: Document) -> TestOutcome:
         values.user_info = load_user_info(_rel(base, spec.get("userinfo")))
         backend, extra_types = build_backend(
             context_files=_rel(base, spec.get("context")),
-            cluster_resource_files=_rel(base, spec.get("clusterResources")),
+            cluster_resource_files=_rel(base, spec.get("clusterResources")) + _rel(base, spec.get("targetResources")),
             api_call_responses=[r for r in spec.get("apiCallResponses") or [] if isinstance(r, dict)],
         )
     except InputError as exc:
@@ -145,6 +150,7 @@ def run_test_document(doc: Document) -> TestOutcome:
             outcome.problems.append(exc.problem)
     chains = _Chains(mutating, values, resolve)
     fail_on_missing = bool(spec.get("failOnMissingResources"))
+    target_runs = _TargetRuns(mutating, loaded.resources, targets.resources, values, resolve)
 
     with using(backend):
         for expected in spec.get("results") or []:
@@ -161,7 +167,8 @@ def run_test_document(doc: Document) -> TestOutcome:
                     except InputError as exc:
                         outcome.problems.append(exc.problem)
                 outcome.checks.extend(_check_mutation(name, expected, chains, loaded.resources, wanted,
-                                                      fail_on_missing or bool(expected.get("failOnMissingResources"))))
+                                                      fail_on_missing or bool(expected.get("failOnMissingResources")),
+                                                      target_runs))
                 continue
             outcome.checks.extend(_check(name, expected, engines, loaded.resources, payloads, values, resolve,
                                          chains))
@@ -195,6 +202,41 @@ class _Chains:
         return self._done[key]
 
 
+class _TargetRuns:
+    """mutateExisting offline, as Kyverno's CLI runs it: every trigger resource against every target resource of
+    each policy with mutateExisting (a target of the policy's target rules, or one its expression resolves from
+    the trigger); each target mutated with the trigger's request. Computed once per test."""
+
+    def __init__(self, engines: list[MutatingPolicyEngine], triggers: list[Document], targets: list[Document],
+                 values: Any, resolve: Any) -> None:
+        self.by_target: dict[tuple[str, str, str, str], list[tuple[str, Mutated]]] = {}
+        self.targets = targets
+        engines = [e for e in engines if e.policy.spec.evaluation.mutate_existing_enabled]
+        if not engines or not targets:
+            return
+        subjects = [(d, subject_for(d.data, operation="UPDATE", resolve=resolve, namespaces=values.namespaces))
+                    for d in targets]
+        for trigger_doc in triggers:
+            trigger = subject_for(trigger_doc.data, operation="CREATE", resolve=resolve,
+                                  namespaces=values.namespaces, user_info=values.user_info)
+            request = trigger.admission_request()
+            for engine in engines:
+                resolved = None
+                if engine.policy.spec.target_expression:
+                    found = engine.resolve_targets(trigger, conditions=False)
+                    resolved = {target_key(o) for o in found.objects}
+                for doc, subject in subjects:
+                    chosen = target_key(subject.current) in resolved if resolved is not None else \
+                        selects_target(engine.policy, subject)
+                    if chosen:
+                        mutated = engine.mutate_target(as_target(subject, request))
+                        self.by_target.setdefault(_identity(doc.data), []).append((engine.policy.name, mutated))
+
+    def find(self, name: str, kind: str) -> list[Document]:
+        return [d for d in self.targets if (not kind or str(d.data.get("kind", "")) == kind) and
+                name in _resource_names(d)]
+
+
 def tidy(value: Any) -> Any:
     """``value`` without nulls, empty maps and empty lists, at any depth (how Kyverno's CLI compares)."""
     if isinstance(value, dict):
@@ -220,7 +262,8 @@ def _without_namespace_default(obj: Any) -> Any:
 
 
 def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resources: list[Document],
-                    patched: list[Document] | None, fail_on_missing: bool) -> list[Check]:
+                    patched: list[Document] | None, fail_on_missing: bool,
+                    target_runs: _TargetRuns | None = None) -> list[Check]:
     """``patched``: the expected patched resources, None when the test gives none."""
     policy = str(expected.get("policy", ""))
     kind = str(expected.get("kind", ""))
@@ -232,6 +275,14 @@ def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resour
     chosen: list[tuple[str, Document]] = []
     for n in names or [str((d.data.get("metadata") or {}).get("name", "")) for d in candidates]:
         docs = [d for d in candidates if n in _resource_names(d)]
+        target_docs = target_runs.find(n, kind) if target_runs is not None else []
+        if target_docs and not docs:
+            assert target_runs is not None
+            for doc in target_docs:
+                runs = [m for p, m in target_runs.by_target.get(_identity(doc.data), []) if p == policy]
+                out.append(_check_target(test, policy, n, kind, want, runs[-1] if runs else None, patched,
+                                         fail_on_missing))
+            continue
         if not docs:
             out.append(Check(test, policy, n, kind, want, status="error",
                              message=f"resource {kind}/{n} is not among the test's resources"))
@@ -260,6 +311,25 @@ def _check_mutation(test: str, expected: dict[str, Any], chains: _Chains, resour
                               "disagree")
         out.append(check)
     return out
+
+
+def _check_target(test: str, policy: str, name: str, kind: str, want: str, mutated: Mutated | None,
+                  patched: list[Document] | None, fail_on_missing: bool) -> Check:
+    """An expectation about a target of mutateExisting: its result, and the patched target against
+    patchedResources."""
+    check = _compare(test, policy, name, kind, want, mutated.result if mutated is not None else None)
+    if mutated is None or patched is None or not check.ok:
+        return check
+    wanted = next((p.data for p in patched if isinstance(p.data, dict) and _identity(p.data) ==
+                   _identity(mutated.object)), None)
+    if wanted is None:
+        return Check(test, policy, name, kind, want, mutated.result.result, "target not found in patchedResources",
+                     "disagree" if fail_on_missing else "not checked")
+    if tidy(_without_namespace_default(wanted)) != tidy(_without_namespace_default(mutated.object)):
+        return Check(test, policy, name, kind, want, mutated.result.result,
+                     "the patched target differs from patchedResources:\n" + _diff(wanted, mutated.object),
+                     "disagree")
+    return check
 
 
 def _diff(want: Any, got: Any) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL
+from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, policy_key_of
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
@@ -49,6 +49,7 @@ POLICIES = "validatingpolicies.policies.kyverno.io"
 NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
 EXCEPTIONS = "policyexceptions.policies.kyverno.io"
 MUTATING_POLICIES = "mutatingpolicies.policies.kyverno.io"
+NAMESPACED_MUTATING_POLICIES = "namespacedmutatingpolicies.policies.kyverno.io"
 GENERATED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 
 
@@ -106,7 +107,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                generation=options.vap_generation, webhook=options.webhook,
                                webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover)
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
-                                     generation=options.vap_generation, webhook=options.webhook, prover=rt.prover)
+                                     generation=options.vap_generation, webhook=options.webhook, prover=rt.prover,
+                                     access=rt.reconciler.access,
+                                     on_policy=rt.scanner.set_mutating if rt.scanner else None,
+                                     scans=rt.scanner is not None)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery,
                                  events=rt.events)
@@ -163,7 +167,7 @@ async def _resync(rt: Runtime) -> None:
             if rt.scanner is not None:
                 rt.scanner.expect(names)
             mutating = await asyncio.to_thread(
-                lambda: [mutating_key(p["metadata"]["name"]) for p in objects.list_mutating_policies()])
+                lambda: [mutating_key(_key(p["metadata"])) for p in objects.list_mutating_policies()])
             for name in [*names, *mutating]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
@@ -210,13 +214,14 @@ def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(MUTATING_POLICIES)
+@kopf.on.event(NAMESPACED_MUTATING_POLICIES)
 def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     rt = _runtime(memo)
-    name = str(meta.get("name", ""))
+    key = _key(meta)
     version = str(meta.get("resourceVersion", ""))
-    if rt.mutating is not None and version and rt.mutating.written_versions.get(name) == version:
+    if rt.mutating is not None and version and rt.mutating.written_versions.get(key) == version:
         return  # the echo of our own status write
-    _enqueue(memo, mutating_key(name))
+    _enqueue(memo, mutating_key(key))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
@@ -262,7 +267,7 @@ def _coverage_changes(before: dict[str, int], event_type: str | None,
 def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping[str, Any],
                      labels: Mapping[str, str], memo: Any) -> None:
     """A generated VAP, MAP or binding changed: its policy is reconciled (unless it is our own apply's echo)."""
-    owner = labels.get(POLICY_LABEL)
+    owner = policy_key_of(labels)
     if not owner:
         return
     rt = _runtime(memo)

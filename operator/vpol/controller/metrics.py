@@ -13,7 +13,8 @@ The series the dashboard and alerts (manifests/monitoring/) are built on:
 - ``vpol_reconcile_errors_total{kind}``, ``vpol_reconciles_total{outcome}``,
   ``vpol_status_writes_total``, ``vpol_generated_object_writes_total{action}``,
   ``vpol_report_writes_total{action}``;
-- ``vpol_events_total{outcome}``: PolicyViolation Events sent, deduplicated, dropped or failed.
+- ``vpol_events_total{outcome}``: PolicyViolation Events sent, deduplicated, dropped or failed;
+- ``vpol_background_mutations_total{policy, result}``: targets of mutateExisting (mutated, unchanged, skip, error).
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ DEPENDENCY_PROBLEM = Gauge("vpol_dependency_problem",
                            "1 while something the operator needs is missing (a CRD, a permission): see /healthz and "
                            "the log", ["dependency"])
 ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
+BACKGROUND_MUTATIONS = Counter("vpol_background_mutations_total",
+                               "Targets of mutateExisting evaluated, by policy and result (mutated, unchanged, skip, "
+                               "error)", ["policy", "result"])
 EVENTS = Counter("vpol_events_total", "PolicyViolation Events, by outcome (sent, deduplicated, dropped: the queue "
                  "was full, failed)", ["outcome"])
 

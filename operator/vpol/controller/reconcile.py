@@ -27,7 +27,7 @@ from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
 from vpol.desired.probe import probed_epoch
 from vpol.desired.status import Findings, desired_status, status_changed
-from vpol.desired.vap import POLICY_LABEL, desired_objects
+from vpol.desired.vap import desired_objects, generated_selector
 from vpol.desired.webhook_coverage import covered_generation
 from vpol.cel.compiler import compile_policy
 from vpol.cel.typecheck import check_policy
@@ -137,9 +137,8 @@ class Reconciler:
     def reconcile(self, name: str) -> ReconcileResult:
         """Reconcile the policy with key ``name`` (``name`` or ``namespace/name``)."""
         result = ReconcileResult(name)
-        namespaced = "/" in name
         body = self.objects.get_policy(name)
-        existing = {} if namespaced else self.objects.list_generated(f"{POLICY_LABEL}={name}")
+        existing = self.objects.list_generated(generated_selector(name))
         if body is None:
             self.on_policy(name, None)
             self.written_at.pop(name, None)

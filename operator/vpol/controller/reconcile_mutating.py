@@ -37,12 +37,15 @@ from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, _api_mes
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
 from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
 from vpol.desired.status import MAP_GENERATED, Findings, desired_status, status_changed
-from vpol.desired.vap import POLICY_LABEL
+from vpol.desired.vap import generated_selector
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
 from vpol.kube.objects import Objects
+from vpol.engine.mutate_existing import target_resources, trigger_resources
+from vpol.kube.access import AccessChecker
 from vpol.model.discovery import Discovery
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_mutating_policy
 from vpol.model.policy import PolicyException
 
@@ -71,15 +74,23 @@ def served_map_version(discovery: Discovery) -> str | None:
     return None
 
 
-def _selector(name: str) -> str:
-    return f"{POLICY_LABEL}={name},{KIND_LABEL}=MutatingPolicy"
+def _selector(key: str) -> str:
+    return f"{generated_selector(key)},{KIND_LABEL}=MutatingPolicy"
 
 
 class MutatingReconciler:
     def __init__(self, objects: Objects, discovery: DiscoveryCache, exceptions: Callable[[], list[PolicyException]],
                  *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
-                 prover: EnforcementProver | None = None):
+                 prover: EnforcementProver | None = None, access: AccessChecker | None = None,
+                 on_policy: Callable[[str, MutatingPolicy | None], None] | None = None,
+                 scans: bool = True):
         self.objects = objects
+        #: Asks what the operator may do (for mutateExisting: read triggers and targets, patch targets).
+        self.access = access
+        #: Told about every valid policy that mutates existing objects (None when gone): the scanner listens.
+        self.on_policy = on_policy or (lambda key, policy: None)
+        #: Whether the operator runs background scans (which mutate existing objects).
+        self.scans = scans
         #: Proves the API server applies what was written (see vpol.controller.reconcile.Reconciler.prover).
         self.prover = prover
         self.written_at: dict[str, float] = {}
@@ -104,6 +115,7 @@ class MutatingReconciler:
         body = self.objects.get_mutating_policy(name)
         existing = self.objects.list_generated_maps(_selector(name), api_version) if api_version else {}
         if body is None:
+            self.on_policy(name, None)
             self.written_at.pop(key, None)
             if self.prover is not None:
                 self.prover.forget(key)
@@ -114,6 +126,7 @@ class MutatingReconciler:
                             background_enabled=False)
         policy, problems = parse_mutating_policy(body)
         if policy is None:
+            self.on_policy(name, None)
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
             result.deleted = self._delete_generated(existing, set(), api_version)
@@ -131,6 +144,9 @@ class MutatingReconciler:
             findings.type_checked = False
             findings.type_check_note = f"type checking could not run: {exc}"
         findings.compile_errors = errors
+        self.on_policy(name, policy if not errors and policy.spec.evaluation.mutate_existing_enabled else None)
+        if policy.spec.evaluation.mutate_existing_enabled:
+            self._mutate_existing_findings(policy, findings, discovery)
         findings.autogen = {
             config: {"targets": [{"group": CONTROLLERS[r][0], "version": CONTROLLERS[r][1], "resource": r,
                                   "kind": CONTROLLERS[r][2]}
@@ -141,7 +157,7 @@ class MutatingReconciler:
 
         keep: set[tuple[str, str]] = set()
         wanted = wants_native_map(policy, self.generation)
-        if not policy.spec.evaluation.admission_enabled:
+        if not policy.spec.evaluation.admission_enabled or policy.targets_others:
             findings.enforcement = "NotApplicable"
         elif errors:
             if wanted:
@@ -189,6 +205,33 @@ class MutatingReconciler:
         result.deleted = self._delete_generated(existing, keep, api_version)
         result.enforcement = findings.enforcement
         return self._write_status(result, name, body, findings)
+
+    def _mutate_existing_findings(self, policy: MutatingPolicy, findings: Findings, discovery: Discovery) -> None:
+        """The MutateExisting condition and the permissions it needs (read triggers and targets, patch targets)."""
+        targets = target_resources(policy, discovery)
+        triggers = trigger_resources(policy, discovery)
+        kinds = ", ".join(sorted({info.kind for info, _sub in targets})) or "nothing (no target resource is known)"
+        when = "when the policy is created or changed"
+        if policy.spec.target_expression:
+            when += ", and for the targets its expression resolves from each trigger"
+        else:
+            when += ", on each trigger"
+            if policy.spec.evaluation.background_enabled:
+                when += ", and in every background scan"
+        if not self.scans:
+            findings.mutate_existing = (False, "ScansDisabled", "existing objects are not mutated: the operator runs "
+                                                                "with --scan-interval=0 (no background work)")
+        else:
+            findings.mutate_existing = (True, "Active", f"mutates existing {kinds} {when}")
+        findings.rbac_applicable = True
+        findings.background_enabled = True
+        findings.rbac_message = "the operator may read the triggers and targets and patch the targets"
+        if self.access is not None:
+            reads = {(i.group, i.version, i.resource) for i in triggers} | \
+                {(i.group, i.version, i.resource) for i, _sub in targets}
+            writes = [(i.group, i.version, f"{i.resource}/{sub}" if sub else i.resource) for i, sub in targets]
+            findings.missing_permissions = self.access.missing(sorted(reads)) + \
+                self.access.missing(writes, verbs=("patch",))
 
     def _webhook_finding(self, key: str, name: str, body: dict[str, Any], generation: int,
                          why_not_native: str) -> tuple[tuple[bool, str, str], str]:

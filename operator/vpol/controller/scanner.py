@@ -51,6 +51,7 @@ from vpol.desired.report import (
     report_for,
 )
 from vpol.controller import metrics
+from vpol.controller.background_mutation import BackgroundMutation
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
@@ -62,6 +63,7 @@ from vpol.kube.dynamic import Watcher, list_pages
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -120,6 +122,9 @@ class Scanner(threading.Thread):
         self.api = api
         #: Where PolicyViolation Events of new failing results go (vpol.controller.events; None: off).
         self.events = events
+        #: MutatingPolicies with mutateExisting: run here, with this scanner's watches, worker and reports.
+        self.mutation = BackgroundMutation(api, evaluator=self._evaluator_now, resolve=self._resolve,
+                                           namespaces={}, store=self._store_one)
         self.reports = Reports(api)
         self.backend = backend
         self.discovery = discovery  # has .get() -> Discovery
@@ -138,6 +143,7 @@ class Scanner(threading.Thread):
         self._watchers: dict[GVR, Watcher] = {}
         self._types: dict[tuple[str, str], ResourceType] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
+        self.mutation.namespaces = self._namespaces
         self._ns_watcher: Watcher | None = None
         self._state: dict[str, _State] = {}
         self._pool_entries = EntryPool()
@@ -175,6 +181,14 @@ class Scanner(threading.Thread):
             else:
                 self._policies[name] = policy
         self._events.put(("policy", name))
+
+    def set_mutating(self, key: str, policy: MutatingPolicy | None) -> None:
+        """A MutatingPolicy that mutates existing objects (None: no more); its created or changed spec mutates
+        every target at once."""
+        if self.mutation.set_policy(key, policy):
+            with self._lock:
+                self._meta_cache = None
+            self._events.put(("mutating", key))
 
     def expect(self, names: Iterable[str]) -> None:
         """The policies that exist at start-up; scanning starts once each has been seen."""
@@ -238,7 +252,11 @@ class Scanner(threading.Thread):
                 self._events.get_nowait()
             except queue.Empty:
                 break
-        self._full_scan()
+        self._full_scan(mutate=False)
+        # Every MutatingPolicy with mutateExisting runs once when scanning starts (as Kyverno's controller does for
+        # every policy it finds), whatever its background setting.
+        if self.mutation.policies():
+            self._mutating_changed({p.key for p in self.mutation.policies()})
 
     def _deactivate(self) -> None:
         self._drain()
@@ -273,6 +291,8 @@ class Scanner(threading.Thread):
                 break
         objects: dict[str, tuple[str, dict[str, Any]]] = {}
         policies: set[str] = set()
+        mutating: set[str] = set()
+        triggers: list[tuple[str, dict[str, Any]]] = []
         resync_all = False
         for event in self._gather(batch):
             if event[0] == "object":
@@ -280,14 +300,22 @@ class Scanner(threading.Thread):
                 uid = (obj.get("metadata") or {}).get("uid", "")
                 if uid:
                     objects[uid] = (etype, obj)
+                triggers.append((etype, obj))
             elif event[0] == "policy":
                 policies.add(event[1])
+            elif event[0] == "mutating":
+                mutating.add(event[1])
             elif event[0] == "exceptions":
                 resync_all = True
             elif event[0] == "stop":
                 return
-        if policies or resync_all:
+        if policies or resync_all or mutating:
             self._sync_watchers()
+        if mutating:
+            self._mutating_changed(mutating)
+        if triggers and self.mutation.policies():
+            self.mutation.objects_changed(triggers, self.discovery.get())
+            self._drain()
         if resync_all:
             self._full_scan()
         elif policies:
@@ -326,6 +354,7 @@ class Scanner(threading.Thread):
             for info in matched_resources(policy, discovery):
                 if "list" in info.verbs or not info.verbs:
                     wanted[(info.group, info.version, info.resource)] = info
+        wanted.update(self.mutation.watched(discovery))
         return wanted
 
     def _sync_watchers(self) -> None:
@@ -364,13 +393,14 @@ class Scanner(threading.Thread):
         with self._lock:
             policies = sorted(self._policies.values(), key=lambda p: p.name)
             exceptions = list(self._exceptions)
+        mutating = self.mutation.policies()
         key = tuple((p.name, repr(p.raw.get("spec")), tuple(sorted(p.annotations.items()))) for p in policies) + (
-            repr(exceptions),)
+            repr(exceptions),) + tuple((p.key, repr(p.raw.get("spec"))) for p in mutating)
         self._policy_hash = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         # Results of policies that read other objects, the network or the clock can change
         # without their resource changing: those resources are always evaluated again.
         self._pure = not any(_IMPURE.search(repr(p.raw.get("spec"))) for p in policies)
-        if not policies:
+        if not policies and not mutating:
             if self._evaluator:
                 self._evaluator.close()
                 self._evaluator = None
@@ -379,7 +409,8 @@ class Scanner(threading.Thread):
         if self._evaluator is None or key != self._evaluator_key:
             if self._evaluator:
                 self._evaluator.close()
-            self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits)
+            self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits,
+                                                 mutating=mutating)
             self._evaluator_key = key
         return self._evaluator
 
@@ -390,6 +421,8 @@ class Scanner(threading.Thread):
             if self._meta_cache is None:
                 self._meta_cache = {n: PolicyMeta(p.severity, p.category, p.scored)
                                     for n, p in self._policies.items()}
+                for p in self.mutation.policies():
+                    self._meta_cache[p.key] = PolicyMeta(p.severity, p.category, p.scored)
             return self._meta_cache
 
     def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None) -> int:
@@ -503,6 +536,10 @@ class Scanner(threading.Thread):
         state = self._state.get(ref.uid)
         previous = state.entries if state else ()
         known = self._meta()
+        if only is None and self.mutation.policies():
+            # A full evaluation is of the validating policies: the results of mutateExisting stay.
+            with self._lock:
+                only = list(self._policies)
         merged = merge(by_policy(previous), fresh, only)
         entries = self._pool_entries.results(e for p, e in merged.items() if p in known)
         if state is not None and entries == previous and (state.written or not entries):
@@ -520,6 +557,25 @@ class Scanner(threading.Thread):
             return None
         self._state[ref.uid] = _State(ref, entries, False, key)
         return _Write(ref, entries, self._meta(), key, create=state is None)
+
+    def _store_one(self, ref: ResourceRef, policy: str, entry: ReportEntry | None) -> None:
+        """One policy's result on one resource (mutateExisting's), written when it changed."""
+        write = self._store(ref, [entry] if entry is not None else [], [policy])
+        if write is not None:
+            self._flush([write])
+
+    def _mutating_changed(self, keys: set[str]) -> None:
+        """MutatingPolicies created, changed or gone: the targets of those present are mutated, the results of
+        those gone removed."""
+        present = {k for k in keys if self.mutation.get(k) is not None}
+        gone = sorted(keys - present)
+        if gone:
+            stale = [self._store(state.ref, [], gone) for state in list(self._state.values())
+                     if any(e.policy in gone for e in state.entries)]
+            self._flush([w for w in stale if w is not None])
+        if present:
+            self.mutation.policy_changed(present, self.discovery.get())
+        self._drain()
 
     def _write(self, w: _Write) -> None:
         """One report write (runs in a writer thread)."""
@@ -614,7 +670,7 @@ class Scanner(threading.Thread):
         metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
 
-    def _full_scan(self) -> None:
+    def _full_scan(self, mutate: bool = True) -> None:
         started = time.perf_counter()
         # Values still in use stay shared; new ones are pooled afresh (bounds the pool).
         self._pool_entries.clear()
@@ -629,6 +685,8 @@ class Scanner(threading.Thread):
         count = self._scan_objects(listed(), None)
         stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
         self._flush([w for w in stale if w is not None])
+        if mutate and self.mutation.policies():
+            self.mutation.periodic(self.discovery.get())
         self._drain()
         self._last_full = time.monotonic()
         metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)

@@ -54,8 +54,8 @@ def wants_native(policy: ValidatingPolicy, generation: str) -> bool:
     explicit = policy.spec.autogen.vap_enabled
     if explicit is not None:
         return explicit
-    # An unset field on a namespaced policy asks for nothing: it can never be a VAP.
-    return generation == GENERATION_ELIGIBLE and policy.kind == "ValidatingPolicy" and not policy.namespace
+    # Namespaced policies too (beyond Kyverno): their VAPs are pinned to the namespace (vpol.desired.vap.pinning).
+    return generation == GENERATION_ELIGIBLE
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ from vpol.desired.vap import (
     generated_metadata,
     kubernetes_only_failure,
     kyverno_only_reading,
+    pinned,
+    pinning,
     qualified_conditions,
     spec_fields,
 )
@@ -51,14 +53,19 @@ MAP_API_VERSIONS = ("admissionregistration.k8s.io/v1", "admissionregistration.k8
 _EXCEPTIONS_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
 
 
-def map_name(policy_name: str, config: str = "") -> str:
-    return f"mpol-{policy_name}" + (f"-autogen-{config}" if config else "")
+def map_name(policy_name: str, config: str = "", namespace: str = "") -> str:
+    base = f"nmpol-{namespace}.{policy_name}" if namespace else f"mpol-{policy_name}"
+    return base + (f"-autogen-{config}" if config else "")
 
 
 def map_ineligibility(policy: MutatingPolicy) -> str:
     """Why the API server could not run this policy natively ("" when it can)."""
     if not policy.spec.evaluation.admission_enabled:
         return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
+    if (why := pinning(policy)):
+        return f"namespaced policy: {why}"
+    if policy.targets_others:
+        return "spec.targetMatchConstraints chooses other targets: requests are not mutated themselves"
     for i, condition in enumerate(policy.spec.match_conditions):
         if variable_references(condition.expression):
             return (f"spec.matchConditions[{i}].expression reads variables, which a MutatingAdmissionPolicy "
@@ -80,7 +87,8 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
 def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: Sequence[PolicyException],
           api_version: str) -> list[dict[str, Any]]:
     conditions, _allowed = exception_parts(policy, exceptions)
-    map_spec: dict[str, Any] = {"matchConstraints": spec["matchConstraints"]}
+    map_spec: dict[str, Any] = {"matchConstraints": pinned(spec, policy.namespace)["matchConstraints"]
+                                if policy.namespace else spec["matchConstraints"]}
     match_conditions = qualified_conditions(conditions + list(spec.get("matchConditions") or []))
     if match_conditions:
         map_spec["matchConditions"] = match_conditions
@@ -115,10 +123,11 @@ def desired_map_objects(policy: MutatingPolicy, *, exceptions: Sequence[PolicyEx
     why = map_ineligibility(policy)
     if why:
         return VapPlan(reason=f"skip generating MutatingAdmissionPolicy: {why}", eligible=False)
-    objects = _pair(policy, _clean(policy.raw.get("spec", {})), map_name(policy.name), exceptions, api_version)
+    objects = _pair(policy, _clean(policy.raw.get("spec", {})), map_name(policy.name, namespace=policy.namespace),
+                    exceptions, api_version)
     for config, variant in mutating_autogen_configs(policy):
-        objects.extend(_pair(policy, _clean(variant.raw.get("spec", {})), map_name(policy.name, config), exceptions,
-                             api_version))
+        objects.extend(_pair(policy, _clean(variant.raw.get("spec", {})),
+                             map_name(policy.name, config, policy.namespace), exceptions, api_version))
     return VapPlan(objects=objects)
 
 
@@ -134,9 +143,10 @@ def wants_native_map(policy: MutatingPolicy, generation: str) -> bool:
 def mutating_route(policy: MutatingPolicy, *, generation: str, compiles: bool, map_refused: bool = False) -> str:
     """Where a MutatingPolicy is applied at admission: ``native`` (its MAPs), ``webhook`` (vpol's mutating
     webhook: Kyverno-only functions, opt-in mode without the opt-in, a MAP the API server refused) or
-    ``not-applicable`` (admission disabled). A policy that does not compile is applied nowhere: the
-    reconciler says so, and the webhook leaves it out."""
-    if not policy.spec.evaluation.admission_enabled:
+    ``not-applicable`` (admission disabled, or targetMatchConstraints choose other targets: the request only
+    triggers their mutation, as in Kyverno). A policy that does not compile is applied nowhere: the reconciler
+    says so, and the webhook leaves it out."""
+    if not policy.spec.evaluation.admission_enabled or policy.targets_others:
         return NOT_APPLICABLE
     if compiles and not map_refused and wants_native_map(policy, generation) and not map_ineligibility(policy):
         return NATIVE

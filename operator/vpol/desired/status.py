@@ -19,6 +19,9 @@ Conditions (metav1.Condition shape), written both to
 - for a MutatingPolicy, ``MAPGenerated`` takes VAPGenerated's place, the native
   route is ``NativeMAP``, and there is no RBACPermissionsGranted (vpol does not
   scan with mutating policies);
+- ``MutateExisting`` (a MutatingPolicy with ``evaluation.mutateExisting.enabled``):
+  True when the operator mutates the existing targets (it names them and when),
+  False when it cannot (background scans are off in the operator);
 - ``Ready``: every condition above that applies, TypeChecked and VAPGenerated
   excepted, is True.
 
@@ -42,6 +45,7 @@ RBAC = "RBACPermissionsGranted"
 VAP_GENERATED = "VAPGenerated"
 MAP_GENERATED = "MAPGenerated"
 ADMISSION_ENFORCED = "AdmissionEnforced"
+MUTATE_EXISTING = "MutateExisting"
 READY = "Ready"
 #: Conditions that inform but never block readiness.
 INFORMATIONAL = (TYPE_CHECKED, VAP_GENERATED, MAP_GENERATED)
@@ -84,6 +88,10 @@ class Findings:
     native_condition: str = VAP_GENERATED
     #: False for kinds vpol does not scan (MutatingPolicy): no RBACPermissionsGranted condition.
     rbac_applicable: bool = True
+    #: None: not a policy that mutates existing objects. Else (active, reason, message).
+    mutate_existing: tuple[bool, str, str] | None = None
+    #: What the RBACPermissionsGranted condition says when nothing is missing.
+    rbac_message: str = "the operator may get, list and watch every matched resource"
 
 
 def _truncate(text: str) -> str:
@@ -115,13 +123,16 @@ def conditions_for(f: Findings) -> list[Condition]:
         out.append(Condition(RBAC, True, "Succeeded",
                              "Background scanning disabled, no permissions needed for matched resources"))
     else:
-        out.append(Condition(RBAC, True, "Succeeded", "the operator may get, list and watch every matched resource"))
+        out.append(Condition(RBAC, True, "Succeeded", f.rbac_message))
     if f.vap is not None:
         ok, reason, message = f.vap
         out.append(Condition(f.native_condition, ok, reason, _truncate(message)))
     if f.admission is not None:
         ok, reason, message = f.admission
         out.append(Condition(ADMISSION_ENFORCED, ok, reason, _truncate(message)))
+    if f.mutate_existing is not None:
+        ok, reason, message = f.mutate_existing
+        out.append(Condition(MUTATE_EXISTING, ok, reason, _truncate(message)))
     blocking = [c for c in out if c.type not in INFORMATIONAL and not c.status]
     if blocking:
         out.append(Condition(READY, False, "NotReady", "; ".join(f"{c.type} is False" for c in blocking)))

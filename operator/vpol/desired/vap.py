@@ -12,15 +12,23 @@ Beyond Kyverno (documented in the README): failurePolicy is copied, and a
 pod policy with pod-controller autogen also gets one VAP + binding per
 autogen config (``vpol-<policy>-autogen-defaults``, ``...-autogen-cronjobs``).
 
-Eligibility: Kubernetes mode, cluster-scoped policy, and every expression
-compiles with only the libraries the API server has.
+Eligibility: Kubernetes mode, and every expression compiles with only the
+libraries the API server has.
+
+Beyond Kyverno (which always uses its webhook for them), a namespaced policy
+(NamespacedValidatingPolicy, NamespacedMutatingPolicy) is generated too, **pinned
+to its namespace** (see :func:`pinning`): its objects are named
+``nvpol-<namespace>.<name>`` (``nmpol-...`` for MAPs: a namespace name has no
+dot, so names never collide), carry the policy's namespace in a label instead of
+an ownerReference (a cluster-scoped object cannot be owned by a namespaced one;
+the reconciler removes them), and match only in the namespace.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +45,9 @@ AnyPolicy = ValidatingPolicy | MutatingPolicy
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "vpol"
 POLICY_LABEL = "vpol.kyverno.io/policy"
+#: On objects generated for a namespaced policy: its namespace (POLICY_LABEL holds its name).
+POLICY_NAMESPACE_LABEL = "vpol.kyverno.io/policy-namespace"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 _EXC_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
 
@@ -53,14 +64,76 @@ class VapPlan:
         return [o["metadata"]["name"] for o in self.objects]
 
 
-def vap_name(policy_name: str, config: str = "") -> str:
-    return f"vpol-{policy_name}" + (f"-autogen-{config}" if config else "")
+def vap_name(policy_name: str, config: str = "", namespace: str = "") -> str:
+    base = f"nvpol-{namespace}.{policy_name}" if namespace else f"vpol-{policy_name}"
+    return base + (f"-autogen-{config}" if config else "")
+
+
+def generated_selector(key: str) -> str:
+    """The label selector of the objects generated for the policy with key ``name`` or ``namespace/name``."""
+    namespace, _, name = key.rpartition("/")
+    if namespace:
+        return f"{POLICY_LABEL}={name},{POLICY_NAMESPACE_LABEL}={namespace}"
+    return f"{POLICY_LABEL}={name},!{POLICY_NAMESPACE_LABEL}"
+
+
+def policy_key_of(labels: Mapping[str, str]) -> str:
+    """The key of the policy a generated object's labels name ("" when none)."""
+    name = labels.get(POLICY_LABEL, "")
+    namespace = labels.get(POLICY_NAMESPACE_LABEL, "")
+    return f"{namespace}/{name}" if name and namespace else name
+
+
+def pinning(policy: AnyPolicy) -> str:
+    """Why a namespaced policy cannot be pinned to its namespace natively ("" when it can, or for a cluster-wide
+    policy).
+
+    A binding confined with a namespaceSelector on ``kubernetes.io/metadata.name`` (a label the API server sets
+    on every namespace and keeps equal to its name) matches only objects in that namespace, but only for
+    namespaced kinds: a namespaceSelector does not limit cluster-scoped objects, and a Namespace is matched by
+    its own labels. So every resource rule must name namespaced kinds only: ``scope: Namespaced``, or resources
+    (no wildcard) the bundled discovery knows as namespaced (the same answer on every replica; custom resources
+    stay on the webhook, where the engine confines the policy)."""
+    if not policy.namespace:
+        return ""
+    from vpol.model.discovery import builtin
+
+    discovery = builtin()
+    constraints = policy.spec.match_constraints
+    for rule in constraints.resource_rules if constraints else ():
+        if rule.scope == "Namespaced":
+            continue
+        for group in rule.api_groups:
+            for version in rule.api_versions:
+                for resource in rule.resources:
+                    base = resource.partition("/")[0]
+                    info = None if "*" in (group, version, base) else discovery.resource(group, version, base)
+                    if info is None or not info.namespaced:
+                        return (f"its rules name {resource!r} ({group or 'core'}/{version}), which is not known to "
+                                "be a namespaced kind: a namespaceSelector cannot confine it to the namespace")
+    return ""
+
+
+def pinned(spec: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``spec`` (a generated policy's) matching only in ``namespace``: the namespaceSelector also requires the
+    namespace's name, and every rule says ``scope: Namespaced``."""
+    match = json.loads(json.dumps(spec.get("matchConstraints") or {}))
+    selector = dict(match.get("namespaceSelector") or {})
+    expressions = list(selector.get("matchExpressions") or [])
+    expressions.append({"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [namespace]})
+    selector["matchExpressions"] = expressions
+    match["namespaceSelector"] = selector
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key) or []:
+            if key == "resourceRules":
+                rule["scope"] = "Namespaced"
+    return {**spec, "matchConstraints": match}
 
 
 def ineligibility(policy: ValidatingPolicy) -> str:
     """Why the API server could not enforce this policy natively ("" when it can)."""
-    if policy.namespace or policy.kind != "ValidatingPolicy":
-        return "namespaced policies are not turned into ValidatingAdmissionPolicies"
+    if (why := pinning(policy)):
+        return f"namespaced policy: {why}"
     if policy.json_mode:
         return "JSON mode policies are evaluated by vpol only"
     if not policy.spec.evaluation.admission_enabled:
@@ -117,7 +190,10 @@ def _owner(policy: AnyPolicy) -> dict[str, Any]:
 
 def generated_metadata(name: str, policy: AnyPolicy) -> dict[str, Any]:
     md: dict[str, Any] = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_LABEL: policy.name}}
-    if policy.uid:
+    if policy.namespace:
+        # No ownerReference: a cluster-scoped object cannot be owned by a namespaced one (the reconciler deletes).
+        md["labels"][POLICY_NAMESPACE_LABEL] = policy.namespace
+    elif policy.uid:
         md["ownerReferences"] = [_owner(policy)]
     return md
 
@@ -176,7 +252,8 @@ def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
     conditions, allowed = exception_parts(policy, exceptions)
     vap_spec: dict[str, Any] = {}
     if "matchConstraints" in spec:
-        vap_spec["matchConstraints"] = spec["matchConstraints"]
+        vap_spec["matchConstraints"] = pinned(spec, policy.namespace)["matchConstraints"] if policy.namespace \
+            else spec["matchConstraints"]
     match_conditions = qualified_conditions(list(spec.get("matchConditions") or []) + conditions)
     if match_conditions:
         vap_spec["matchConditions"] = match_conditions
@@ -224,9 +301,10 @@ def desired_objects(policy: ValidatingPolicy, *, exceptions: Sequence[PolicyExce
     if why:
         return VapPlan(reason=f"skip generating ValidatingAdmissionPolicy: {why}", eligible=False)
     raw_spec = policy.raw.get("spec", {})
-    objects = _pair(policy, _clean_spec(raw_spec), vap_name(policy.name), exceptions)
+    objects = _pair(policy, _clean_spec(raw_spec), vap_name(policy.name, namespace=policy.namespace), exceptions)
     for config in autogen_configs(policy):
-        objects.extend(_pair(policy, _clean_spec(config.spec), vap_name(policy.name, config.name), exceptions))
+        objects.extend(_pair(policy, _clean_spec(config.spec), vap_name(policy.name, config.name, policy.namespace),
+                             exceptions))
     return VapPlan(objects=objects)
 
 

@@ -364,11 +364,13 @@ class _Merger:
 
 
 def apply_configuration(original: dict[str, Any], configuration: Any,
-                        schema: Mapping[str, Any] | None) -> dict[str, Any]:
+                        schema: Mapping[str, Any] | None, *, replace_atomic: bool = False) -> dict[str, Any]:
     """``original`` with ``configuration`` merged in (a new object; the inputs are not changed).
 
     ``schema`` is the kind's OpenAPI document (``Discovery.schema``), or None
     to merge as an untyped object. Raises MergeError as the API server refuses.
+    ``replace_atomic``: atomic values set by the configuration replace the object's whole, as server-side apply
+    does (Kyverno's ``useServerSideApply``), instead of being refused as a MutatingAdmissionPolicy refuses them.
     """
     if not isinstance(configuration, dict):
         raise MergeError(f"apply configuration must be an object, not {_kind_of(configuration)}")
@@ -385,7 +387,7 @@ def apply_configuration(original: dict[str, Any], configuration: Any,
     live.validate(root, {k: v for k, v in original.items() if k not in ("apiVersion", "kind")}, "")
     if live.errors:
         raise MergeError("failed to convert original object to typed object: " + "; ".join(live.errors))
-    if merger.atomics:
+    if merger.atomics and not replace_atomic:
         raise MergeError("invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: "
                          + ", ".join(merger.atomics))
     merged = merger.merge(root, original, body)

@@ -54,6 +54,17 @@ SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]
 
 
 @dataclass
+class Targets:
+    """What a trigger resolves for a policy with mutateExisting: whether its matchConditions hold, the targets its
+    expression resolved (``error``: why it could not)."""
+
+    objects: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    error: str = ""
+    #: The trigger's matchConditions hold (for listed targets, the only question).
+    matched: bool = True
+
+
+@dataclass
 class Mutated:
     """What one policy did to one subject."""
 
@@ -83,10 +94,16 @@ class MutatingPolicyEngine:
     def ok(self) -> bool:
         return self.compiled.ok
 
+    def applies_to_namespace(self, subject: Subject) -> bool:
+        """A NamespacedMutatingPolicy sees only namespaced objects of its own namespace."""
+        if not self.policy.namespace:
+            return True
+        return subject.type.namespaced and subject.namespace == self.policy.namespace
+
     def mutate(self, subject: Subject) -> Mutated | None:
         """The policy applied to ``subject`` (None when no variant matches it)."""
-        if subject.object is None:
-            return None  # nothing to mutate (a DELETE)
+        if subject.object is None or not self.applies_to_namespace(subject):
+            return None  # nothing to mutate (a DELETE), or outside a namespaced policy's namespace
         for config, compiled in self.variants:
             if constraints_match(compiled.policy.spec.match_constraints, subject):
                 outcome = self._mutate(compiled, subject)
@@ -105,7 +122,45 @@ class MutatingPolicyEngine:
             properties={"changed": "true" if changed else "false"},
         ), obj)
 
-    def _mutate(self, compiled: CompiledMutatingPolicy, subject: Subject) -> Mutated:
+    def resolve_targets(self, trigger: Subject, *, conditions: bool = True) -> Targets:
+        """The targets ``spec.targetMatchConstraints.expression`` resolves from ``trigger`` (Kyverno's semantics:
+        matchConditions first, false or failing: no targets; then the expression, with ``object`` the trigger and
+        no ``oldObject`` or ``namespaceObject``: one object, or a map whose ``items`` lists them)."""
+        compiled = self.compiled
+        if not compiled.ok:
+            return Targets(error="policy does not compile", matched=False)
+        prog = compiled.target_expression
+        subject = dataclasses.replace(trigger, old_object=None, namespace_object=None)
+        run = _PolicyRun(compiled, SubjectData(subject), None)
+        # ``conditions=False``: Kyverno's CLI resolves targets without the trigger's matchConditions.
+        if conditions and conditions_outcome(run, compiled.match_conditions, "Fail") is not None:
+            return Targets(matched=False)
+        if prog is None:
+            return Targets()
+        try:
+            value = run.eval(prog)
+        except EvaluationError as exc:
+            return Targets(error=f"{prog.path}: {exc}")
+        if not isinstance(value, dict):
+            return Targets(error=f"{prog.path}: output type must be a map, not {type(value).__name__}")
+        items = value.get("items") if "items" in value else [value]
+        if not isinstance(items, list):
+            return Targets(error=f"{prog.path}: items is not a list")
+        bad = next((i for i in items if not isinstance(i, dict)), None)
+        if bad is not None:
+            return Targets(error=f"{prog.path}: item is not a valid Kubernetes object: {bad!r}")
+        return Targets(objects=list(items))
+
+    def mutate_target(self, target: Subject) -> Mutated:
+        """The policy applied to one target of mutateExisting, as Kyverno's background controller applies it:
+        ``object`` is the target (``oldObject`` and ``namespaceObject`` null), ``request`` the trigger's (the
+        subject's ``request``); no matching and no matchConditions, only targetMatchConditions (false: ``skip``);
+        exceptions; the mutations."""
+        subject = dataclasses.replace(target, old_object=None, namespace_object=None)
+        return self._mutate(self.compiled, subject, self.compiled.target_match_conditions)
+
+    def _mutate(self, compiled: CompiledMutatingPolicy, subject: Subject,
+                conditions: Sequence[tuple[str, Any]] | None = None) -> Mutated:
         original: dict[str, Any] = subject.object or {}
         if not compiled.ok:
             return self._result(subject, original, ERROR, "policy does not compile: " +
@@ -119,9 +174,11 @@ class MutatingPolicyEngine:
             return self._result(subject, original, outcome, message)
         # Partial exceptions (images, values) feed the `exceptions` variable, as for validations.
         run = _PolicyRun(compiled, data, exceptions.partial)
-        stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
+        stop = conditions_outcome(run, compiled.match_conditions if conditions is None else conditions,
+                                  compiled.policy.spec.failure_policy)
         if stop is not None:
             return self._result(subject, original, *stop)
+        replace_atomic = compiled.policy.spec.evaluation.use_server_side_apply
 
         current = original
         schema = self.schema_source(subject.type.group, subject.type.version, subject.type.kind)
@@ -129,7 +186,7 @@ class MutatingPolicyEngine:
             try:
                 value = run.eval(prog)
                 if patch_type == PATCH_APPLY_CONFIGURATION:
-                    current = apply_configuration(current, value, schema)
+                    current = apply_configuration(current, value, schema, replace_atomic=replace_atomic)
                 else:
                     if not isinstance(value, list):
                         raise PatchError(f"expected a list of JSONPatch, got {type(value).__name__}")

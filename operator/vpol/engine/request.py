@@ -47,6 +47,9 @@ class Subject:
     dry_run: bool = False
     #: A JSON payload (JSON mode); `object` then holds the payload itself.
     json_payload: bool = False
+    #: The ``request`` the policy sees when it is not this subject's own (a target of mutateExisting sees the
+    #: request of its trigger, as in Kyverno).
+    request: dict[str, Any] | None = None
 
     @property
     def current(self) -> dict[str, Any]:
@@ -74,6 +77,8 @@ class Subject:
         with its empty ``omitempty`` fields left out (see _OMITTED_WHEN_EMPTY), plus the objects themselves
         (``request.object``, ``request.oldObject``, as Kyverno's request type declares them). The API server's
         own ``request`` (generated VAPs) is its business."""
+        if self.request is not None:
+            return self.request
         t = self.type
         kind = {"group": t.group, "version": t.version, "kind": t.kind}
         resource = {"group": t.group, "version": t.version, "resource": t.resource}

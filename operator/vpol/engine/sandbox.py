@@ -39,7 +39,7 @@ from vpol.engine.admission import decide, mutation_response, review_response, su
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import ERROR, PolicyEngine, Rendered, Result, SubjectData, compile_exception
 from vpol.engine.match import constraints_match
-from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
+from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
@@ -160,6 +160,16 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
             try:
                 if op == "admit":
                     conn.send(("ok", _admit(engines, mutating_engines, subjects)))
+                    continue
+                if op in ("targets", "resolve"):
+                    # mutateExisting: one policy (only_mutating holds its index) on targets, or resolving the
+                    # targets of one trigger.
+                    (index,) = only_mutating or (0,)
+                    engine = mutating_engines[index]
+                    if op == "resolve":
+                        conn.send(("ok", [engine.resolve_targets(s) for s in subjects]))
+                    else:
+                        conn.send(("ok", [(m.result, m.object) for m in map(engine.mutate_target, subjects)]))
                     continue
                 batch: list[Any] = []
                 for subject in subjects:
@@ -388,6 +398,41 @@ class SandboxedEvaluator:
             out.append((subject.object if errors else None, errors,
                         [r.rendered() for r in validated] if rendered else validated))
         return out
+
+    def _mutating_index(self, key: str) -> frozenset[int]:
+        index = next((i for i, p in enumerate(self.mutating) if p.key == key), None)
+        if index is None:
+            raise KeyError(f"no MutatingPolicy {key} in this evaluator")
+        return frozenset((index,))
+
+    def mutate_targets(self, key: str, targets: Sequence[Subject]) -> list[tuple[Result, dict[str, Any]]]:
+        """The MutatingPolicy ``key`` applied to targets of mutateExisting (``MutatingPolicyEngine.mutate_target``),
+        in one round trip when nothing goes wrong; a batch that fails is redone one target at a time, and a target
+        whose mutation runs out of time or memory gets an ``error``."""
+        if not targets:
+            return []
+        wanted = self._mutating_index(key)
+        status, payload = self._ask(targets, frozenset(), "targets", wanted)
+        if status == "ok":
+            return list(payload)
+        out: list[tuple[Result, dict[str, Any]]] = []
+        for target in targets:
+            status, payload = self._ask([target], frozenset(), "targets", wanted)
+            if status == "ok":
+                out.extend(payload)
+                continue
+            out.append((Result(policy=key, result=ERROR, message=str(payload), api_version=target.type.api_version,
+                               kind=target.type.kind, namespace=target.namespace, name=target.name),
+                        target.object or {}))
+        return out
+
+    def resolve_targets(self, key: str, trigger: Subject) -> Targets:
+        """The targets the MutatingPolicy ``key``'s expression resolves from ``trigger`` (its matchConditions
+        first: none when one is false); a failure is an error of the resolution."""
+        status, payload = self._ask([trigger], frozenset(), "resolve", self._mutating_index(key))
+        if status == "ok":
+            return payload[0]  # type: ignore[no-any-return]
+        return Targets(error=str(payload))
 
     def evaluate_many(self, subjects: Sequence[Subject], policies: Sequence[str] | None = None
                       ) -> list[list[Result]]:

@@ -161,3 +161,41 @@ class Watcher(threading.Thread):
             resp.release_conn()
         return rv
 
+
+
+def object_path(group: str, version: str, resource: str, namespace: str, name: str, subresource: str = "") -> str:
+    return f"{collection_path(group, version, resource, namespace)}/{name}" + (f"/{subresource}" if subresource else "")
+
+
+def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, content_type: str = "",
+          query: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    method, url, headers, serialized, _post = api.param_serialize(
+        method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
+        auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, body=serialized)
+    data = resp.read()
+    if not 200 <= int(resp.status) < 300:
+        raise ApiException(status=int(resp.status), reason=data[:1000].decode(errors="replace"))
+    return dict(json.loads(data or b"{}"))
+
+
+def get_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str,
+               name: str) -> dict[str, Any] | None:
+    """One object (None when it does not exist)."""
+    try:
+        return _send(api, "GET", object_path(group, version, resource, namespace, name))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def json_patch_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str, name: str,
+                      patch: list[dict[str, Any]], *, field_manager: str, subresource: str = "") -> dict[str, Any]:
+    """A JSON patch (RFC 6902) of one object under ``field_manager``; a failed ``test`` operation (a guard on the
+    resourceVersion: the object changed since it was read) comes back as an ApiException (422 or 409)."""
+    return _send(api, "PATCH", object_path(group, version, resource, namespace, name, subresource), body=patch,
+                 content_type="application/json-patch+json", query=[("fieldManager", field_manager)])

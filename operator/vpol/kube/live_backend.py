@@ -86,7 +86,17 @@ class LiveBackend(Backend):
 
     def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:
         path, _sub = self._path(api_version, resource, namespace)
-        return dict(self._get(path, [("limit", 500)]))
+        listed = dict(self._get(path, [("limit", 500)]))
+        # The API server leaves apiVersion and kind out of a list's items; Kyverno's client (client-go's
+        # unstructured list decoding) puts them back from the list's, so policies see them.
+        kind = str(listed.get("kind") or "")
+        item_kind = kind[:-4] if kind.endswith("List") else ""
+        for item in listed.get("items") or []:
+            if isinstance(item, dict):
+                item.setdefault("apiVersion", listed.get("apiVersion") or api_version)
+                if item_kind:
+                    item.setdefault("kind", item_kind)
+        return listed
 
     def post_resource(self, api_version: str, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         from kubernetes.client.rest import ApiException

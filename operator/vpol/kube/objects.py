@@ -20,6 +20,7 @@ POLICY_PLURAL = "validatingpolicies"
 NAMESPACED_POLICY_PLURAL = "namespacedvalidatingpolicies"
 EXCEPTION_PLURAL = "policyexceptions"
 MUTATING_POLICY_PLURAL = "mutatingpolicies"
+NAMESPACED_MUTATING_POLICY_PLURAL = "namespacedmutatingpolicies"
 STORAGE_VERSION = "v1"
 #: MutatingAdmissionPolicy kinds, each served by one API class per version.
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
@@ -88,8 +89,13 @@ class Objects:
                                                                     body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
-    def get_mutating_policy(self, name: str) -> dict[str, Any] | None:
+    def get_mutating_policy(self, key: str) -> dict[str, Any] | None:
+        """The MutatingPolicy ``name``, or the NamespacedMutatingPolicy ``namespace/name``."""
+        namespace, _, name = key.rpartition("/")
         try:
+            if namespace:
+                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace,
+                                                                NAMESPACED_MUTATING_POLICY_PLURAL, name)
             return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL, name)
         except ApiException as exc:
             if exc.status == 404:
@@ -97,17 +103,27 @@ class Objects:
             raise
 
     def list_mutating_policies(self) -> list[dict[str, Any]]:
-        try:
-            out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL)
-        except ApiException as exc:
-            if exc.status == 404:  # the CRD is not installed
-                return []
-            raise
-        return list(out.get("items") or [])
+        """Every MutatingPolicy and NamespacedMutatingPolicy (none of a kind whose CRD is not installed)."""
+        items: list[dict[str, Any]] = []
+        for plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
+            try:
+                out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, plural)
+            except ApiException as exc:
+                if exc.status == 404:  # the CRD is not installed
+                    continue
+                raise
+            items.extend(out.get("items") or [])
+        return items
 
-    def patch_mutating_policy_status(self, name: str, status: Mapping[str, Any]) -> str:
-        result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL, name,
-                                                                {"status": dict(status)})
+    def patch_mutating_policy_status(self, key: str, status: Mapping[str, Any]) -> str:
+        namespace, _, name = key.rpartition("/")
+        body = {"status": dict(status)}
+        if namespace:
+            result = self.custom.patch_namespaced_custom_object_status(
+                GROUP, STORAGE_VERSION, namespace, NAMESPACED_MUTATING_POLICY_PLURAL, name, body)
+        else:
+            result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL,
+                                                                    name, body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
     # -- generated admission policies

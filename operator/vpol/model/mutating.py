@@ -25,8 +25,13 @@ from vpol.model.policy import (
 from vpol.model.problems import Position
 
 MUTATING_KIND = "MutatingPolicy"
+#: The namespaced twin: the same spec, acting only on objects in its own namespace.
+NAMESPACED_MUTATING_KIND = "NamespacedMutatingPolicy"
+MUTATING_KINDS = (MUTATING_KIND, NAMESPACED_MUTATING_KIND)
 #: Versions Kyverno serves for MutatingPolicy (NOTES.md section 10); v1alpha1 is deprecated.
 MUTATING_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+#: Versions Kyverno serves for the namespaced policy kinds (no v1alpha1).
+NAMESPACED_VERSIONS = ("v1", "v1beta1")
 
 PATCH_APPLY_CONFIGURATION = "ApplyConfiguration"
 PATCH_JSON_PATCH = "JSONPatch"
@@ -49,8 +54,13 @@ class Mutation:
 class MutatingEvaluation:
     admission_enabled: bool = True
     background_enabled: bool = True
-    #: Kyverno's mutation of existing objects (targetMatchConstraints); vpol does not act on it.
+    #: Mutation of existing objects (the targets: targetMatchConstraints, else what matchConstraints matches).
     mutate_existing_enabled: bool = False
+    #: Changes made by vpol's own mutation of existing objects do not trigger it again (Kyverno's default).
+    skip_background_requests: bool = True
+    #: Apply configurations merged with server-side-apply semantics, atomic fields included (Kyverno's
+    #: ``useServerSideApply``; false keeps a native MAP's refusal of atomic fields).
+    use_server_side_apply: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,9 @@ class MutatingSpec:
     autogen: MutatingAutogen = MutatingAutogen()
     webhook_timeout_seconds: int | None = None
     target_match_constraints: MatchResources | None = None
+    #: ``spec.targetMatchConstraints.expression``: resolves the targets (one object, or ``{items: [...]}``) from
+    #: the trigger; "" when the targets are listed.
+    target_expression: str = ""
     target_match_conditions: tuple[NamedExpression, ...] = ()
 
 
@@ -95,6 +108,14 @@ class MutatingPolicy(PolicyIdentity):
     def json_mode(self) -> bool:
         return False
 
+    @property
+    def targets_others(self) -> bool:
+        """Whether ``spec.targetMatchConstraints`` chooses the targets (resource rules or an expression): then the
+        request that matches the policy only triggers the mutation of its targets and is not mutated itself
+        (Kyverno's NoTargetMatchConstraintPolicy, negated)."""
+        target = self.spec.target_match_constraints
+        return bool(self.spec.target_expression or (target is not None and target.resource_rules))
+
     def expressions(self) -> list[tuple[str, str, str]]:
         """Every CEL expression as (field path, source, role), in evaluation order."""
         out: list[tuple[str, str, str]] = []
@@ -105,4 +126,8 @@ class MutatingPolicy(PolicyIdentity):
             out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
         for i, m in enumerate(s.mutations):
             out.append((f"spec.mutations[{i}].{m.field}.expression", m.expression, m.field))
+        if s.target_expression:
+            out.append(("spec.targetMatchConstraints.expression", s.target_expression, "targetExpression"))
+        for i, mc in enumerate(s.target_match_conditions):
+            out.append((f"spec.targetMatchConditions[{i}].expression", mc.expression, "matchCondition"))
         return out

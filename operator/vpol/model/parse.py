@@ -40,8 +40,9 @@ from vpol.model.policy import (
     Validation,
 )
 from vpol.model.mutating import (
-    MUTATING_KIND,
+    MUTATING_KINDS,
     MUTATING_VERSIONS,
+    NAMESPACED_VERSIONS,
     PATCH_APPLY_CONFIGURATION,
     PATCH_TYPES,
     REINVOCATION_POLICIES,
@@ -406,6 +407,8 @@ def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tup
     if kind not in kinds:
         expected = kinds[0] if len(kinds) == 1 else "one of " + ", ".join(kinds)
         r.problem("kind", f'unsupported kind "{kind}": expected {expected}')
+    if kind.startswith("Namespaced"):
+        versions = tuple(v for v in versions if v in NAMESPACED_VERSIONS)  # Kyverno serves no v1alpha1 of them
     if group != GROUP or version not in versions:
         r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/'
                                 f'{{{",".join(versions)}}}')
@@ -477,6 +480,11 @@ _MUTATING_SPEC_FIELDS = ("matchConstraints", "matchConditions", "variables", "mu
                          "targetMatchConstraints", "targetMatchConditions")
 
 
+#: ``spec.targetMatchConstraints``: a MatchResources and the expression resolving targets from the trigger.
+_TARGET_FIELDS = ("resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector", "matchPolicy",
+                  "expression")
+
+
 def _mutation(r: Reader, item: dict[str, Any], here: str) -> Mutation | None:
     r.obj(item, here, ("patchType", "applyConfiguration", "jsonPatch"))
     patch_type = r.str_(item, "patchType", here, required=True, choices=PATCH_TYPES)
@@ -504,17 +512,18 @@ def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
                                           "(supported: Kubernetes)")
     mutate_existing = r.bool_(r.obj(ev.get("mutateExisting"), "spec.evaluation.mutateExisting", ("enabled",)),
                               "enabled", "spec.evaluation.mutateExisting", False)
-    if mutate_existing:
-        r.problem("spec.evaluation.mutateExisting.enabled",
-                  "mutation of existing objects is not supported by vpol: the policy mutates admission requests only",
-                  "warning")
     evaluation = MutatingEvaluation(
         admission_enabled=r.bool_(r.obj(ev.get("admission"), "spec.evaluation.admission", ("enabled",)),
                                   "enabled", "spec.evaluation.admission", True),
         background_enabled=r.bool_(r.obj(ev.get("background"), "spec.evaluation.background", ("enabled",)),
                                    "enabled", "spec.evaluation.background", True),
         mutate_existing_enabled=mutate_existing,
+        skip_background_requests=r.bool_(ev, "skipBackgroundRequests", "spec.evaluation", True),
+        use_server_side_apply=r.bool_(ev, "useServerSideApply", "spec.evaluation", False),
     )
+    if not evaluation.admission_enabled and not evaluation.mutate_existing_enabled:
+        # Kyverno's rule (its MutatingPolicy validation), whatever background says.
+        r.problem("spec.evaluation", "disabling both admission and mutateExisting evaluation modes is not allowed")
     ag = r.obj(d.get("autogen"), "spec.autogen", ("podControllers", "mutatingAdmissionPolicy"))
     pc = r.obj(ag.get("podControllers"), "spec.autogen.podControllers", ("controllers",))
     controllers = None
@@ -532,6 +541,7 @@ def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
     match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if match is None or not match.resource_rules:
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
+    target = r.obj(d.get("targetMatchConstraints"), "spec.targetMatchConstraints", _TARGET_FIELDS)
     mutations = r.objects(d, "mutations", "spec", lambda i, h: _mutation(r, i, h))
     if not d.get("mutations"):
         r.problem("spec.mutations", "at least one mutation is required")
@@ -546,22 +556,27 @@ def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
         evaluation=evaluation,
         autogen=MutatingAutogen(controllers, map_enabled),
         webhook_timeout_seconds=timeout,
-        target_match_constraints=_match_resources(r, d.get("targetMatchConstraints"), "spec.targetMatchConstraints"),
+        target_match_constraints=_match_resources(r, {k: v for k, v in target.items() if k != "expression"},
+                                                  "spec.targetMatchConstraints") if target else None,
+        target_expression=r.expression(target, "expression", "spec.targetMatchConstraints", required=False)
+        if target else "",
         target_match_conditions=_named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
     )
 
 
 def is_mutating_policy_document(data: Any) -> bool:
     return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
-        data.get("kind") == MUTATING_KIND
+        data.get("kind") in MUTATING_KINDS
 
 
 def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
-    """Parse one MutatingPolicy document. Returns the policy (None when invalid) and all problems."""
-    r, api_version, _kind_name = _head(data, doc, (MUTATING_KIND,), MUTATING_VERSIONS)
+    """Parse one MutatingPolicy or NamespacedMutatingPolicy document. Returns the policy (None when invalid) and
+    all problems."""
+    r, api_version, kind = _head(data, doc, MUTATING_KINDS, MUTATING_VERSIONS)
     if api_version is None:
         return None, r.problems
-    name, _namespace, labels, annotations, uid, generation = _metadata(r, data, False)
+    namespaced = kind == MUTATING_KINDS[1]
+    name, namespace, labels, annotations, uid, generation = _metadata(r, data, namespaced)
     if "spec" not in data or data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems
@@ -569,6 +584,7 @@ def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[Mutat
     if r.failed:
         return None, r.problems
     return MutatingPolicy(
-        name=name, spec=spec, api_version=api_version, uid=uid, generation=generation, labels=labels,
-        annotations=annotations, raw=data, source=doc.file if doc else "", positions=doc.positions if doc else {},
+        name=name, spec=spec, kind=kind or MUTATING_KINDS[0], api_version=api_version, namespace=namespace, uid=uid,
+        generation=generation, labels=labels, annotations=annotations, raw=data, source=doc.file if doc else "",
+        positions=doc.positions if doc else {},
     ), r.problems

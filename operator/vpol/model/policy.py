@@ -139,6 +139,7 @@ class PolicyIdentity:
     kind: str
     source: str
     positions: Mapping[str, Position]
+    annotations: dict[str, str]
 
     def locate(self, problem: Problem) -> Problem:
         """The problem with this policy's file, reference and the field's position filled in."""
@@ -152,6 +153,18 @@ class PolicyIdentity:
     @property
     def ref(self) -> str:
         return f"{self.kind}/{self.name}" if not self.namespace else f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def severity(self) -> str:
+        return self.annotations.get(ANNOTATION_SEVERITY, "")
+
+    @property
+    def category(self) -> str:
+        return self.annotations.get(ANNOTATION_CATEGORY, "")
+
+    @property
+    def scored(self) -> bool:
+        return self.annotations.get(ANNOTATION_SCORED, "true") != "false"
 
 
 @dataclass(frozen=True)
@@ -172,18 +185,6 @@ class ValidatingPolicy(PolicyIdentity):
     #: Position in the source file of each field, by field path.
     positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
-
-    @property
-    def severity(self) -> str:
-        return self.annotations.get(ANNOTATION_SEVERITY, "")
-
-    @property
-    def category(self) -> str:
-        return self.annotations.get(ANNOTATION_CATEGORY, "")
-
-    @property
-    def scored(self) -> bool:
-        return self.annotations.get(ANNOTATION_SCORED, "true") != "false"
 
     @property
     def json_mode(self) -> bool:

@@ -37,8 +37,9 @@ def test_routes() -> None:
                           generation="opt-in", compiles=True) == NATIVE
     assert mutating_route(_policy(KYVERNO_ONLY), generation="eligible", compiles=True) == WEBHOOK
     assert mutating_route(_policy(PLAIN), generation="eligible", compiles=True, map_refused=True) == WEBHOOK
-    assert mutating_route(_policy(PLAIN, evaluation={"admission": {"enabled": False}}), generation="eligible",
-                          compiles=True) == NOT_APPLICABLE
+    assert mutating_route(_policy(PLAIN, evaluation={"admission": {"enabled": False},
+                                                     "mutateExisting": {"enabled": True}}),
+                          generation="eligible", compiles=True) == NOT_APPLICABLE
     # orValue on what may not be an optional: Kyverno's reading, not the API server's.
     compat = 'Object{metadata: Object.metadata{labels: {"a": object.metadata.labels.orValue({}).b}}}'
     assert mutating_route(_policy(compat), generation="eligible", compiles=True) == WEBHOOK

@@ -28,6 +28,7 @@ from vpol.kube.objects import (
     EXCEPTION_PLURAL,
     GROUP,
     MUTATING_POLICY_PLURAL,
+    NAMESPACED_MUTATING_POLICY_PLURAL,
     NAMESPACED_POLICY_PLURAL,
     POLICY_PLURAL,
     STORAGE_VERSION,
@@ -98,6 +99,7 @@ class AdmissionPolicies:
             (NAMESPACED_POLICY_PLURAL, "NamespacedValidatingPolicy", self._on_policy),
             (EXCEPTION_PLURAL, "PolicyException", self._on_exception),
             (MUTATING_POLICY_PLURAL, "MutatingPolicy", self._on_mutating),
+            (NAMESPACED_MUTATING_POLICY_PLURAL, "NamespacedMutatingPolicy", self._on_mutating),
         ):
             watcher = Watcher(self.api, GROUP, STORAGE_VERSION, plural, _tracked(self, plural, handler), kind=kind,
                               on_list=self._listing_starts(plural))
@@ -175,8 +177,9 @@ class AdmissionPolicies:
 
     def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
         with self._lock:
-            if plural == MUTATING_POLICY_PLURAL:
-                gone = [k for k in self._mutating if k not in seen]
+            if plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
+                namespaced = plural == NAMESPACED_MUTATING_POLICY_PLURAL
+                gone = [k for k in self._mutating if ("/" in k) == namespaced and k not in seen]
                 for k in gone:
                     del self._mutating[k]
             elif plural == EXCEPTION_PLURAL:

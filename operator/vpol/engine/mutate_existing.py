@@ -1,0 +1,126 @@
+"""Mutation of existing objects (a MutatingPolicy's ``mutateExisting``): which objects are targets, and the request
+they are mutated with (pure). The evaluation itself is the mutate path of :mod:`vpol.engine.mutate`
+(``MutatingPolicyEngine.mutate_target`` and ``resolve_targets``).
+
+Kyverno 1.19.1's semantics (its background controller, ``pkg/background/mpol``; written down in
+docs/mutate-existing.md):
+
+- **Listed targets** (no ``targetMatchConstraints.expression``): the objects of ``targetMatchConstraints`` when
+  it has resource rules, else of ``matchConstraints``; listed per group/version/resource of the rules (a
+  ``res/sub`` resource lists ``res`` and writes the subresource), filtered by the namespace selector (a
+  namespaced policy: its own namespace only), the object selector and ``resourceNames``. Exclusions, operations
+  and ``matchPolicy`` do not filter targets.
+- **Resolved targets** (an expression): evaluated on the trigger (see ``resolve_targets``).
+- **Each target**: ``object`` is the target, ``oldObject`` and ``namespaceObject`` null, ``request`` the trigger's
+  request (for a run started by the policy itself or a periodic scan: a synthetic UPDATE of the target);
+  only ``targetMatchConditions`` are checked; nothing is written when nothing changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from vpol.engine.match import rule_matches, selectors_match
+from vpol.engine.request import Subject
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.policy import MatchResources, Rule
+
+#: A target's resource as listed: (group, version, resource, subresource).
+TargetResource = tuple[str, str, str, str]
+
+
+def target_constraints(policy: MutatingPolicy) -> MatchResources | None:
+    """The constraints listed targets come from: targetMatchConstraints with resource rules (and no expression),
+    else matchConstraints (Kyverno ignores a targetMatchConstraints of selectors only)."""
+    target = policy.spec.target_match_constraints
+    if target is not None and target.resource_rules and not policy.spec.target_expression:
+        return target
+    return policy.spec.match_constraints
+
+
+def listed_resources(constraints: MatchResources | None) -> list[tuple[str, str, str, str]]:
+    """Every (group, version, resource, subresource) the rules name, in order (wildcards left as written: the
+    caller resolves them against discovery, or passes over what it cannot list)."""
+    out: list[tuple[str, str, str, str]] = []
+    for rule in (constraints.resource_rules if constraints else ()):
+        for group in rule.api_groups:
+            for version in rule.api_versions:
+                for resource in rule.resources:
+                    res, _, sub = resource.partition("/")
+                    key = (group, version, res, sub)
+                    if key not in out:
+                        out.append(key)
+    return out
+
+
+def target_resources(policy: MutatingPolicy, discovery: Discovery) -> list[tuple[ResourceInfo, str]]:
+    """The listable resources targets are listed from, with the subresource writes go to ("" for none). Names
+    discovery cannot resolve, wildcards included, list nothing (Kyverno maps each combination to a kind and
+    passes over what does not map)."""
+    out: list[tuple[ResourceInfo, str]] = []
+    for group, version, resource, sub in listed_resources(target_constraints(policy)):
+        if "*" in (group, version, resource):
+            continue
+        info = discovery.resource(group, version, resource)
+        if info is not None and (info, sub) not in out:
+            out.append((info, sub))
+    return out
+
+
+def trigger_resources(policy: MutatingPolicy, discovery: Discovery) -> list[ResourceInfo]:
+    """The resources whose changes can trigger the policy (its matchConstraints' rules; wildcards resolved)."""
+    found: dict[tuple[str, str, str], ResourceInfo] = {}
+    constraints = policy.spec.match_constraints
+    for rule in constraints.resource_rules if constraints else ():
+        resources = tuple(r for r in rule.resources if "/" not in r)
+        for info in discovery.resolve(rule.api_groups, rule.api_versions, resources) if resources else ():
+            if not info.subresource:
+                found[(info.group, info.version, info.resource)] = info
+    return [found[k] for k in sorted(found)]
+
+
+def _any_operation(rule: Rule) -> Rule:
+    return dataclasses.replace(rule, operations=("*",))
+
+
+def selects_target(policy: MutatingPolicy, target: Subject) -> bool:
+    """Whether a listed object is a target of ``policy``: its type is in the target rules (any operation), the
+    selectors hold, its name is in ``resourceNames`` when those are given, and a namespaced policy's targets are
+    in its namespace. (Exclusions do not filter targets, as in Kyverno.)"""
+    constraints = target_constraints(policy)
+    if constraints is None:
+        return False
+    if policy.namespace and not (target.type.namespaced and target.namespace == policy.namespace) and \
+            not (target.type.kind == "Namespace" and target.type.group == ""):
+        return False
+    if not any(rule_matches(_any_operation(rule), target) for rule in constraints.resource_rules):
+        return False
+    return selectors_match(constraints, target)
+
+
+def synthetic_request(target: Subject) -> dict[str, Any]:
+    """The ``request`` of a target mutated without a trigger (the policy was created or changed, or a periodic
+    scan): an UPDATE of the target itself, without userInfo or oldObject (Kyverno's)."""
+    return dataclasses.replace(target, operation="UPDATE", old_object=None, user_info={},
+                               request=None).admission_request()
+
+
+def as_target(target: Subject, trigger_request: dict[str, Any] | None) -> Subject:
+    """``target`` ready for ``mutate_target``: the trigger's request, or the synthetic one."""
+    request = trigger_request if trigger_request is not None else synthetic_request(target)
+    return dataclasses.replace(target, operation=str(request.get("operation") or "UPDATE"), old_object=None,
+                               namespace_object=None, request=request)
+
+
+def target_key(obj: dict[str, Any]) -> str:
+    """``namespace/name`` (or ``name``) of an object: how resolved targets are named."""
+    md = obj.get("metadata") or {}
+    ns = str(md.get("namespace") or "")
+    return f"{ns}/{md.get('name', '')}" if ns else str(md.get("name", ""))
+
+
+def mutate_existing_policies(policies: Iterable[MutatingPolicy]) -> list[MutatingPolicy]:
+    return [p for p in policies if p.spec.evaluation.mutate_existing_enabled]

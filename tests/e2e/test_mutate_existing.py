@@ -1,0 +1,209 @@
+"""MutatingPolicies with mutateExisting on the real control plane (the operator runs as the manifests'
+ServiceAccount: its RBAC is what background mutation may do).
+
+Kyverno's semantics (docs/mutate-existing.md): existing targets are mutated when the policy is created, on each
+trigger, and (background enabled) in each full scan; targetMatchConstraints choose targets other than the
+trigger (resource rules, or an expression evaluated on the trigger); nothing is written when nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
+from tests.e2e.vpol_fixtures import Policies, vpol_installed, wait_for  # noqa: F401
+
+CM = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}
+SERVICE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"]}
+#: Full scans every few seconds, so the background path can be seen acting (or not).
+SCAN_INTERVAL = 8
+
+
+@pytest.fixture(scope="module")
+def operator(vpol_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    tmp = tmp_path_factory.mktemp("operator-mutate-existing")
+    kubeconfig = sa_kubeconfig(vpol_installed, tmp / "kubeconfig")
+    proc = OperatorProcess(kubeconfig, tmp / "operator.log", extra=("--scan-interval", str(SCAN_INTERVAL))).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def mpols(operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Callable[..., str]
+          ) -> Iterator[Policies]:
+    p = Policies(cluster, namespace, unique_name, kind="MutatingPolicy", plural="mutatingpolicies")
+    yield p
+    p.cleanup()
+
+
+def label(key: str, value: str) -> str:
+    return f'Object{{metadata: Object.metadata{{labels: {{"{key}": {value}}}}}}}'
+
+
+def spec(expression: str, operations: list[str], **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "evaluation": {"mutateExisting": {"enabled": True}},
+        "matchConstraints": {"resourceRules": [{**CM, "operations": operations}]},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}],
+    }
+    out.update(extra)
+    return out
+
+
+def core(cluster: Any) -> Any:
+    return client.CoreV1Api(cluster.api_client)
+
+
+def make_cm(cluster: Any, namespace: str, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    body = {"metadata": {"name": name, "labels": labels or {}}, "data": {"k": "v"}}
+    return cluster.api_client.sanitize_for_serialization(core(cluster).create_namespaced_config_map(namespace, body))
+
+
+def labels_of(cluster: Any, namespace: str, name: str) -> dict[str, str]:
+    return core(cluster).read_namespaced_config_map(name, namespace).metadata.labels or {}
+
+
+def versions(cluster: Any, namespace: str) -> dict[str, str]:
+    return {c.metadata.name: c.metadata.resource_version
+            for c in core(cluster).list_namespaced_config_map(namespace).items}
+
+
+def metric(operator: OperatorProcess, policy: str, result: str) -> float:
+    needle = f'vpol_background_mutations_total{{policy="{policy}",result="{result}"}} '
+    for line in operator.metrics().splitlines():
+        if line.startswith(needle):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def report_result(cluster: Any, namespace: str, uid: str, policy: str) -> dict[str, Any] | None:
+    api = client.CustomObjectsApi(cluster.api_client)
+    try:
+        report = api.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", uid)
+    except client.ApiException:
+        return None
+    return next((r for r in report.get("results") or [] if r.get("policy") == policy), None)
+
+
+def test_existing_targets_are_mutated_on_creation_then_on_triggers_and_a_second_pass_writes_nothing(
+        operator: OperatorProcess, mpols: Policies, cluster: Any, namespace: str) -> None:
+    existing = [make_cm(cluster, namespace, f"old-{i}") for i in range(3)]
+    # CREATE only: removing the label later (an UPDATE) is no trigger, and the background scan is off.
+    name = mpols.create("existing", spec(label("team", '"platform"'), ["CREATE"],
+                                         evaluation={"mutateExisting": {"enabled": True},
+                                                     "background": {"enabled": False}}))
+    cond = mpols.wait_condition(name, "MutateExisting", "True")
+    assert "ConfigMap" in cond["message"] and "on each trigger" in cond["message"], cond
+    mpols.wait_condition(name, "Ready", "True")
+    for cm in existing:
+        wait_for(f"{cm['metadata']['name']} mutated",
+                 lambda cm=cm: labels_of(cluster, namespace, cm["metadata"]["name"]).get("team") == "platform", 60)
+    # Reported on each target.
+    result = wait_for("the pass result on the target's report",
+                      lambda: report_result(cluster, namespace, existing[0]["metadata"]["uid"], name), 30)
+    assert result["result"] == "pass" and result["message"] == "success", result
+    assert metric(operator, name, "mutated") >= 3
+
+    # Taken off by hand (an UPDATE, no trigger): stays off while no trigger comes, the background scan is off.
+    core(cluster).patch_namespaced_config_map("old-0", namespace, {"metadata": {"labels": {"team": None}}})
+    time.sleep(SCAN_INTERVAL + 4)
+    assert "team" not in labels_of(cluster, namespace, "old-0")
+    # A trigger: every target again (the one changed by hand is mutated, the others are left alone).
+    before = versions(cluster, namespace)
+    mutated_before = metric(operator, name, "mutated")
+    make_cm(cluster, namespace, "trigger")
+    wait_for("old-0 mutated by the trigger", lambda: labels_of(cluster, namespace, "old-0").get("team") == "platform",
+             60)
+    after = versions(cluster, namespace)
+    assert after["old-1"] == before["old-1"] and after["old-2"] == before["old-2"], (before, after)
+    # A second identical pass (another trigger) writes nothing.
+    wait_for("the first trigger's writes", lambda: metric(operator, name, "mutated") >= mutated_before + 1, 30)
+    time.sleep(2)
+    settled = versions(cluster, namespace)
+    unchanged = metric(operator, name, "unchanged")
+    make_cm(cluster, namespace, "trigger-2")
+    wait_for("the second pass", lambda: metric(operator, name, "unchanged") >= unchanged + 3, 60)
+    final = versions(cluster, namespace)
+    assert all(final[n] == settled[n] for n in settled), (settled, final)
+
+
+def test_background_scans_restore_targets_when_background_is_enabled(
+        operator: OperatorProcess, mpols: Policies, cluster: Any, namespace: str) -> None:
+    make_cm(cluster, namespace, "scanned")
+    name = mpols.create("background", spec(label("scanned", '"yes"'), ["CREATE"]))
+    mpols.wait_condition(name, "Ready", "True")
+    wait_for("mutated at creation", lambda: labels_of(cluster, namespace, "scanned").get("scanned") == "yes", 60)
+    core(cluster).patch_namespaced_config_map("scanned", namespace, {"metadata": {"labels": {"scanned": None}}})
+    wait_for("restored by a full scan", lambda: labels_of(cluster, namespace, "scanned").get("scanned") == "yes",
+             3 * SCAN_INTERVAL + 30)
+
+
+def test_target_match_constraints_choose_other_targets(operator: OperatorProcess, mpols: Policies, cluster: Any,
+                                                       namespace: str, unique_name: Callable[..., str]) -> None:
+    # Plain rules: a Service in the namespace triggers; ConfigMaps labelled target=yes are the targets.
+    chosen = make_cm(cluster, namespace, "chosen", {"target": "yes"})
+    make_cm(cluster, namespace, "ignored")
+    ns_selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    name = mpols.create("targets", {
+        "evaluation": {"mutateExisting": {"enabled": True}, "background": {"enabled": False}},
+        "matchConstraints": {"resourceRules": [{**SERVICE, "operations": ["CREATE", "DELETE"]}]},
+        "targetMatchConstraints": {"resourceRules": [{**CM, "operations": ["*"]}], "namespaceSelector": ns_selector,
+                                   "objectSelector": {"matchLabels": {"target": "yes"}}},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+            "expression": label("trigger", "request.operation + '-' + request.name")}}],
+    })
+    mpols.wait_condition(name, "Ready", "True")
+    # Created: the targets get the policy's synthetic request (an UPDATE of themselves).
+    wait_for("the target mutated at creation",
+             lambda: labels_of(cluster, namespace, "chosen").get("trigger") == "UPDATE-chosen", 60)
+    svc = {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}
+    core(cluster).create_namespaced_service(namespace, svc)
+    wait_for("the target mutated with the trigger's request",
+             lambda: labels_of(cluster, namespace, "chosen").get("trigger") == "CREATE-web", 60)
+    core(cluster).delete_namespaced_service("web", namespace)
+    wait_for("the target mutated by the deleted trigger",
+             lambda: labels_of(cluster, namespace, "chosen").get("trigger") == "DELETE-web", 60)
+    assert "trigger" not in labels_of(cluster, namespace, "ignored")
+    assert chosen["metadata"]["uid"]
+
+    # An expression: targets read from the trigger (resource.List), in another namespace than the trigger.
+    other = unique_name("ns", "targets")
+    core(cluster).create_namespace({"metadata": {"name": other}})
+    try:
+        make_cm(cluster, other, "remote-1")
+        make_cm(cluster, other, "remote-2")
+        expr = mpols.create("expression", {
+            "evaluation": {"mutateExisting": {"enabled": True}},
+            "matchConstraints": {"resourceRules": [{**CM, "operations": ["CREATE"]}], "namespaceSelector": ns_selector},
+            "targetMatchConstraints": {
+                "expression": "has(object.data) && 'targets' in object.data ? "
+                              "resource.List('v1', 'configmaps', object.data.targets) : {'items': []}"},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": label("from", "request.name")}}],
+        })
+        mpols.wait_condition(expr, "Ready", "True")
+        trigger = {"metadata": {"name": "pointer"}, "data": {"targets": other}}
+        core(cluster).create_namespaced_config_map(namespace, trigger)
+        for n in ("remote-1", "remote-2"):
+            wait_for(f"{n} mutated", lambda n=n: labels_of(cluster, other, n).get("from") == "pointer", 60)
+        # The trigger itself is not mutated (its policy chooses other targets).
+        assert "from" not in labels_of(cluster, namespace, "pointer")
+    finally:
+        core(cluster).delete_namespace(other)
+
+
+def test_a_policy_that_can_never_run_is_refused(operator: OperatorProcess, mpols: Policies, cluster: Any,
+                                                namespace: str) -> None:
+    body = mpols.body("never", spec(label("a", '"b"'), ["CREATE"],
+                                    evaluation={"admission": {"enabled": False}, "background": {"enabled": False},
+                                                "mutateExisting": {"enabled": False}}))
+    proc = cluster.kubectl("create", "-f", "-", input=json.dumps(body), check=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "spec.evaluation" in proc.stderr and \
+        "disabling both admission and mutateExisting evaluation modes is not allowed" in proc.stderr, proc.stderr
