@@ -366,7 +366,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
-                webhook_eval_timeout=args.webhook_eval_timeout))
+                webhook_eval_timeout=args.webhook_eval_timeout, owner_cluster_role=args.owner_clusterrole))
     return EXIT_OK
 
 
@@ -467,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation worker processes of the webhook (default 2)")
     p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",
                    help="longest evaluation of one admission request; beyond it the failurePolicy answers")
+    p.add_argument("--owner-clusterrole", default="", metavar="NAME",
+                   help="the installation's ClusterRole (the manifests and the Helm chart give theirs): it owns the "
+                        "webhook configurations, so uninstalling vpol garbage-collects them (default: no owner)")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

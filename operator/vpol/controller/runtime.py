@@ -48,6 +48,8 @@ class Options:
     webhook_cert_secret: str = ""
     webhook_workers: int = 2
     webhook_eval_timeout: float = 3.0
+    #: The installation's ClusterRole: it owns the webhook configurations, so uninstalling vpol deletes them.
+    owner_cluster_role: str = ""
 
 
 @dataclass

@@ -96,3 +96,46 @@ def test_configuration_is_written_only_once_the_local_server_answers():
     finally:
         configurator.stop()
         configurator.join(5)
+
+
+def test_with_an_owner_clusterrole_nothing_is_written_while_it_is_missing():
+    import threading
+
+    import pytest
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.configurator import WebhookConfigurator
+    from vpol.controller.admission.policies import Snapshot
+
+    class Policies:
+        synced = True
+        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])}, version=1)
+
+        def listen(self, _callback):
+            pass
+
+    class Objects:
+        owner: dict | None = None
+        applied: list = []
+
+        def cluster_role_reference(self, name):
+            return self.owner and {**self.owner, "name": name}
+
+        def get_webhook_configuration(self, name, mutating=False):
+            return None
+
+        def apply(self, obj):
+            self.applied.append(obj)
+
+    configurator = WebhookConfigurator(None, Policies(), name="vpol-validating",  # type: ignore[arg-type]
+                                       client_config=lambda: {"url": "https://127.0.0.1:1", "caBundle": "Q0E="},
+                                       leading=threading.Event(), owner_cluster_role="vpol-operator")
+    objects = Objects()
+    configurator.objects = objects  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="ClusterRole vpol-operator named by --owner-clusterrole does not exist"):
+        configurator.reconcile()
+    assert objects.applied == []
+    objects.owner = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "uid": "u-1"}
+    assert configurator.reconcile() == "applied"
+    [written] = objects.applied
+    assert written["metadata"]["ownerReferences"][0]["uid"] == "u-1"

@@ -15,6 +15,11 @@ few seconds, so an edited or deleted configuration is repaired.
 Nothing is written before every policy watch has listed once: a
 configuration computed from half the policies would drop rules of the other
 half, leaving them unenforced.
+
+With ``owner_cluster_role`` (``--owner-clusterrole``: the installation's own
+ClusterRole) every configuration written is owned by that ClusterRole, so
+uninstalling vpol garbage-collects it; while the ClusterRole does not exist
+(being uninstalled, or misnamed) nothing is written and ``error`` says why.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ class WebhookConfigurator(threading.Thread):
     def __init__(self, api: client.ApiClient, policies: AdmissionPolicies, *, name: str,
                  client_config: Callable[[], dict[str, Any] | None], leading: threading.Event,
                  timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
-                 period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False):
+                 period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False,
+                 owner_cluster_role: str = ""):
         super().__init__(daemon=True, name="vpol-mutating-webhook-configurator" if mutating
                          else "vpol-webhook-configurator")
         #: Writes the MutatingWebhookConfiguration of the webhook's MutatingPolicies instead.
@@ -72,6 +78,7 @@ class WebhookConfigurator(threading.Thread):
         self.objects = Objects(api)
         self.policies = policies
         self.name = name
+        self.owner_cluster_role = owner_cluster_role
         self.client_config = client_config
         self.leading = leading
         self.timeout_seconds = timeout_seconds
@@ -121,9 +128,16 @@ class WebhookConfigurator(threading.Thread):
         config = self.client_config()
         if config is None:
             raise RuntimeError("no serving certificate yet")
+        owner = None
+        if self.owner_cluster_role:
+            owner = self.objects.cluster_role_reference(self.owner_cluster_role)
+            if owner is None:
+                raise RuntimeError(f"the ClusterRole {self.owner_cluster_role} named by --owner-clusterrole does not "
+                                   "exist (vpol is being uninstalled, or the flag names the wrong ClusterRole); "
+                                   "the webhook configuration is written only with its owner")
         desired = desired_webhook_configuration(
             policies, client_config=config, timeout_seconds=self.timeout_seconds,
-            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating)
+            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner)
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name
