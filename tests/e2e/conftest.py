@@ -24,6 +24,8 @@ local_clusters (function)
     ``local_clusters.stop(state_dir)``; all are stopped at teardown.
 unique_name (session)
     ``unique_name(prefix, hint="")``: a random DNS-1123 name.
+own_cluster (module)
+    A local control plane of the test module's own (a :class:`KubeCluster`).
 controlplane_binary (session)
     Path of the built control-plane binary (its ``kubectl`` sits next to it).
 controlplane_script (session)
@@ -284,6 +286,30 @@ class LocalClusters:
     def stop_all(self) -> None:
         for state in self.started:
             stop_local_cluster(state)
+
+
+@pytest.fixture(scope="module")
+def own_cluster(controlplane_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A local control plane for one test module alone (for installs that would clash with the session
+    cluster's, and for counts over a whole cluster); stopped after the module."""
+    import json
+
+    state = tmp_path_factory.mktemp("own-controlplane")
+    try:
+        start_local_cluster(state)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        try:
+            stop_local_cluster(state)
+        finally:
+            unavailable(str(exc))
+    c = KubeCluster(state / "kubeconfig", controlplane_binary.parent / "kubectl", state_dir=state,
+                    info=json.loads((state / "ready.json").read_text()))
+    try:
+        yield c
+    finally:
+        c.close()
+        stop_local_cluster(state)
+        shutil.rmtree(state / "etcd", ignore_errors=True)
 
 
 @pytest.fixture

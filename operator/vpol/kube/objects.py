@@ -158,7 +158,7 @@ class Objects:
     def cluster_role_reference(self, name: str) -> dict[str, Any] | None:
         """An ownerReference to the ClusterRole ``name``; None when it does not exist."""
         try:
-            role = client.RbacAuthorizationV1Api(self.api).read_cluster_role(name)
+            role: Any = client.RbacAuthorizationV1Api(self.api).read_cluster_role(name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
