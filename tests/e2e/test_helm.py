@@ -124,8 +124,8 @@ class Pod:
         if "memory" in limits:
             args += ["--memory", f"{_mebibytes(limits['memory'])}m"]
         if "cpu" in limits:
-            args += ["--cpus", str(limits["cpu"]).removesuffix("m") if not str(limits["cpu"]).endswith("m")
-                     else str(int(str(limits["cpu"])[:-1]) / 1000)]
+            cpu = str(limits["cpu"])
+            args += ["--cpus", str(int(cpu[:-1]) / 1000) if cpu.endswith("m") else cpu]
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         for mount in c.get("volumeMounts") or []:
             empty = volumes[mount["name"]]["emptyDir"]

@@ -171,7 +171,10 @@ def scenario(own_cluster: KubeCluster, operator: OperatorProcess) -> Scenario:
                      else pol["metadata"]["name"])
 
     # Workloads as their controllers would make them (the test control plane runs none): a Deployment, its
-    # ReplicaSet and Pod; and a Pod of its own.
+    # ReplicaSet and Pod; and a Pod of its own. (Pods wait for their namespace's default ServiceAccount.)
+    for ns in (a, b):
+        wait_for(f"the default ServiceAccount of {ns}", lambda ns=ns: cluster.kubectl(
+            "get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60, 0.5)
     controlled: set[tuple[str, str, str]] = set()
     deployment = apply(cluster, {"apiVersion": "apps/v1", "kind": "Deployment",
                                  "metadata": {"name": "web", "namespace": a},
