@@ -14,7 +14,6 @@ holds, would clash with the release).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -30,22 +29,14 @@ from kubernetes import client
 from tests.e2e.conftest import KubeCluster
 from tests.e2e.operator_process import free_port
 from tests.e2e.test_admission import dry_cm
-from tests.e2e.test_deployment import MONITORING_CRDS
+from tests.e2e.test_deployment import MONITORING_CRDS, check_restricted, stand_in_crds
 from tests.e2e.test_image import docker, image  # noqa: F401 - fixture
 from tests.e2e.test_operator import CM_RULE, expect_denied
 from tests.e2e.vpol_fixtures import wait_for
 from tests.helm.chart import CHANGED, CHART, NAMESPACE, VARIANTS, Doc, find, helm, template
 
 RELEASE = "vpol"
-CERT_MANAGER_CRDS = [
-    {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-     "metadata": {"name": f"{plural}.cert-manager.io"},
-     "spec": {"group": "cert-manager.io", "scope": "Namespaced",
-              "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-              "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                  "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-    for kind, plural in (("Certificate", "certificates"), ("Issuer", "issuers"))
-]
+CERT_MANAGER_CRDS = stand_in_crds("cert-manager.io", (("Certificate", "certificates"), ("Issuer", "issuers")))
 WEBHOOK_CONFIGURATIONS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
 
 
@@ -324,22 +315,8 @@ def test_every_rendering_passes_a_server_side_dry_run(prepared: KubeCluster, nam
 
 @pytest.mark.parametrize("name", ["defaults", "changed"])
 def test_the_pod_passes_the_restricted_pod_security_level(prepared: KubeCluster, name: str) -> None:
-    cluster = prepared
     namespace = f"helm-pss-{name}"
-    cluster.kubectl("create", "namespace", namespace, check=False)
-    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
-                    "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
+    prepared.kubectl("create", "namespace", namespace, check=False)
     deployment = find(renderings()[name], "Deployment", "vpol")
     assert deployment is not None
-    template_ = deployment["spec"]["template"]
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "vpol-pss", "namespace": namespace, "labels": template_["metadata"]["labels"]},
-           "spec": copy.deepcopy(template_["spec"])}
-    pod["spec"]["serviceAccountName"] = "default"
-    proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
-    assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
-    bad = copy.deepcopy(pod)
-    bad["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
-    proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False)
-    assert proc.returncode != 0 and "violates PodSecurity" in proc.stderr, proc.stderr
-
+    check_restricted(prepared, namespace, deployment["spec"]["template"])

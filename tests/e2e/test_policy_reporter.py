@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -31,7 +30,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import KubeCluster, e2e_required, load_crds, unique_name
+from tests.e2e.conftest import KubeCluster, go_built, load_crds, unique_name
 from tests.e2e.operator_process import REPO, OperatorProcess, free_port, sa_kubeconfig
 from tests.e2e.vpol_fixtures import wait_for
 
@@ -51,13 +50,7 @@ CONTROLLERS = {"Pod": {"apps/v1/ReplicaSet", "apps/v1/StatefulSet", "batch/v1/Jo
 
 @pytest.fixture(scope="module")
 def policy_reporter() -> Path:
-    if not shutil.which("go"):
-        if e2e_required():
-            pytest.fail("Go is needed to build Policy Reporter (tests/policyreporter/build)")
-        pytest.skip("Go is not installed: Policy Reporter cannot be built")
-    proc = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return Path(go_built(BUILD, "Policy Reporter"))
 
 
 @pytest.fixture(scope="module")

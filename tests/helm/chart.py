@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.conftest import go_built
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "manifests" / "helm" / "vpol"
 HERE = Path(__file__).resolve().parent
@@ -31,21 +33,9 @@ HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io
 Doc = dict[str, Any]
 
 
-def e2e_required() -> bool:
-    from tests.e2e.conftest import e2e_required as required
-
-    return required()
-
-
 @functools.cache
 def helm_binary() -> str:
-    if not shutil.which("go"):
-        if e2e_required():
-            pytest.fail("Go is needed to build helm (tests/helm/build)")
-        pytest.skip("Go is not installed: helm cannot be built (tests/helm/build)")
-    proc = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+    return go_built(BUILD, "helm")
 
 
 def helm(*args: str, check: bool = True, env: dict[str, str] | None = None,

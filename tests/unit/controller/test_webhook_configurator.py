@@ -51,23 +51,32 @@ def test_a_status_write_does_not_change_the_webhook_policy_set():
     assert len(changes) == 3 and not admission.snapshot.policies
 
 
+def one_policy_source(version: int) -> type:
+    """A stand-in for AdmissionPolicies: synced, one webhook policy ``p`` at snapshot ``version``."""
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.policies import Snapshot
+
+    class Policies:
+        synced = True
+        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])},
+                            version=version)
+
+        def listen(self, _callback):
+            pass
+
+    return Policies
+
+
 def test_configuration_is_written_only_once_the_local_server_answers():
     # Found on a fresh cluster: the configuration named the webhook ~1 s before its TLS site listened (it
     # waits for the certificate), and a Fail webhook refused every matching request meanwhile.
     import threading
     import time
 
-    from tests.unit.policies import make_policy
     from vpol.controller.admission.configurator import WebhookConfigurator
     from vpol.controller.admission.policies import Snapshot
 
-    class Policies:
-        synced = True
-        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])}, version=3)
-
-        def listen(self, _callback):
-            pass
-
+    Policies = one_policy_source(version=3)
     answering = {"version": -1}
     leading = threading.Event()
     leading.set()
@@ -103,16 +112,9 @@ def test_with_an_owner_clusterrole_nothing_is_written_while_it_is_missing():
 
     import pytest
 
-    from tests.unit.policies import make_policy
     from vpol.controller.admission.configurator import WebhookConfigurator
-    from vpol.controller.admission.policies import Snapshot
 
-    class Policies:
-        synced = True
-        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])}, version=1)
-
-        def listen(self, _callback):
-            pass
+    Policies = one_policy_source(version=1)
 
     class Objects:
         owner: dict | None = None
