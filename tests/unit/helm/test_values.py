@@ -1,4 +1,5 @@
-"""The chart's values need no helm to check: documented, in the README, and true to `vpol run`."""
+"""What needs no helm to check: the chart's values documented, in the README and true to `vpol run`; the README's
+Policy Reporter configuration."""
 
 from __future__ import annotations
 
@@ -75,3 +76,15 @@ def test_operator_defaults_are_vpol_runs_own():
         "webhook_port": v["ports"]["webhook"], "http_allow": v["operator"]["httpAllow"] or None,
     }
     assert {k: getattr(args, k) for k in expected} == expected
+
+
+def test_the_readme_shows_the_policy_reporter_configuration_the_test_runs():
+    """README's Policy Reporter snippet is examples/policy-reporter/values.yaml (which the e2e test uses)."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("**Policy Reporter**"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "no yaml block after **Policy Reporter** in the README"
+    example = yaml.safe_load((REPO / "examples" / "policy-reporter" / "values.yaml").read_text())
+    assert yaml.safe_load(block.group(1)) == example
