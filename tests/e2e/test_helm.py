@@ -33,7 +33,7 @@ from tests.e2e.test_deployment import MONITORING_CRDS, check_restricted, stand_i
 from tests.e2e.test_image import docker, image  # noqa: F401 - fixture
 from tests.e2e.test_operator import CM_RULE, expect_denied
 from tests.e2e.vpol_fixtures import wait_for
-from tests.helm.chart import CHANGED, CHART, NAMESPACE, VARIANTS, Doc, find, helm, template
+from tests.helm.chart import CHANGED, CHART, NAMESPACE, REPO, VARIANTS, Doc, find, helm, template
 
 RELEASE = "vpol"
 CERT_MANAGER_CRDS = stand_in_crds("cert-manager.io", (("Certificate", "certificates"), ("Issuer", "issuers")))
@@ -238,6 +238,8 @@ def test_install_upgrade_uninstall_with_the_operator_running(own_cluster: KubeCl
 
         # Upgrade: Kyverno's opt-in VAP generation. The new Deployment's container replaces the old one
         # (the rollout); the native policy moves to vpol's webhook and stays enforced.
+        # (the README's upgrade: vpol's CRDs first, over those Helm created)
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "crds"))
         helm_on(cluster, "upgrade", RELEASE, *common, "--set", "operator.vapGeneration=opt-in")
         upgraded = find(installed(cluster), "Deployment", "vpol")
         assert upgraded is not None
