@@ -25,7 +25,6 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import e2e_required
+from tests.e2e.conftest import go_built
 from vpol.cel.backend import using
 from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
@@ -59,13 +58,7 @@ ORACLE_KINDS = {"ValidatingPolicy": "validating", "NamespacedValidatingPolicy": 
 
 
 def oracle() -> str:
-    if not shutil.which("go"):
-        if e2e_required():
-            pytest.fail("Go is needed to build the Kyverno oracle (tests/kyverno)")
-        pytest.skip("Go is not installed: the Kyverno oracle cannot be built")
-    proc = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+    return go_built(BUILD, "the Kyverno oracle", timeout=3000)
 
 
 def _variations(obj: dict[str, Any], rng: random.Random) -> list[dict[str, Any]]:

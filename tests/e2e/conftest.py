@@ -24,6 +24,8 @@ local_clusters (function)
     ``local_clusters.stop(state_dir)``; all are stopped at teardown.
 unique_name (session)
     ``unique_name(prefix, hint="")``: a random DNS-1123 name.
+own_cluster (module)
+    A local control plane of the test module's own (a :class:`KubeCluster`).
 controlplane_binary (session)
     Path of the built control-plane binary (its ``kubectl`` sits next to it).
 controlplane_script (session)
@@ -85,6 +87,18 @@ def unavailable(reason: str) -> NoReturn:
         pytest.fail(f"no Kubernetes cluster for e2e tests (required by CI=true / VPOL_REQUIRE_E2E): {reason}",
                     pytrace=False)
     pytest.skip(f"no Kubernetes cluster for e2e tests: {reason}")
+
+
+def go_built(script: Path, what: str, timeout: float = 3600) -> str:
+    """The path a build script prints (a binary it builds with Go once and caches outside the repository).
+    Without Go a local run skips; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure."""
+    if not shutil.which("go"):
+        if e2e_required():
+            pytest.fail(f"Go is needed to build {what} ({script.relative_to(REPO)})")
+        pytest.skip(f"Go is not installed: {what} cannot be built ({script.relative_to(REPO)})")
+    proc = subprocess.run([str(script)], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{script.relative_to(REPO)} failed:\n{proc.stderr[-3000:]}"
+    return proc.stdout.strip().splitlines()[-1]
 
 
 class KubectlError(subprocess.CalledProcessError):
@@ -218,8 +232,6 @@ def stop_local_cluster(state: Path) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    import json
-
     external = os.environ.get("VPOL_TEST_KUBECONFIG")
     if external:
         kubectl = os.environ.get("VPOL_KUBECTL") or shutil.which("kubectl")
@@ -234,8 +246,13 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         c.close()
         return
 
-    binary: Path = request.getfixturevalue("controlplane_binary")
-    state = tmp_path_factory.mktemp("controlplane")
+    yield from _local_cluster(request.getfixturevalue("controlplane_binary"), tmp_path_factory.mktemp("controlplane"))
+
+
+def _local_cluster(binary: Path, state: Path) -> Iterator[KubeCluster]:
+    """A local control plane with its state in ``state`` for as long as the generator runs."""
+    import json
+
     try:
         start_local_cluster(state)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -284,6 +301,13 @@ class LocalClusters:
     def stop_all(self) -> None:
         for state in self.started:
             stop_local_cluster(state)
+
+
+@pytest.fixture(scope="module")
+def own_cluster(controlplane_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A local control plane for one test module alone (for installs that would clash with the session
+    cluster's, and for counts over a whole cluster); stopped after the module."""
+    yield from _local_cluster(controlplane_binary, tmp_path_factory.mktemp("own-controlplane"))
 
 
 @pytest.fixture

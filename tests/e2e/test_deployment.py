@@ -13,16 +13,23 @@ import yaml
 from tests.e2e.operator_process import REPO
 from tests.e2e.vpol_fixtures import GROUP, PLURAL, VERSION, operator, policies, vpol_installed, wait_for  # noqa: F401
 
-# Stand-ins for the Prometheus Operator's CRDs (only their existence matters for a dry run).
-MONITORING_CRDS = [
-    {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-     "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-     "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-              "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-              "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                  "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-    for kind, plural in (("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules"))
-]
+def stand_in_crds(group: str, kinds: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """Stand-ins for another project's CRDs, (kind, plural) at v1 with any content: only their existence
+    matters for a dry run."""
+    return [
+        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+         "metadata": {"name": f"{plural}.{group}"},
+         "spec": {"group": group, "scope": "Namespaced",
+                  "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                      "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        for kind, plural in kinds
+    ]
+
+
+# The Prometheus Operator's.
+MONITORING_CRDS = stand_in_crds("monitoring.coreos.com",
+                                (("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")))
 
 
 def rendered() -> list[dict[str, Any]]:
@@ -52,11 +59,11 @@ def test_everything_kustomize_renders_is_accepted(vpol_installed: Any) -> None:
         assert proc.returncode == 0, f"{doc['kind']}/{doc['metadata']['name']}: {proc.stderr}"
 
 
-def test_operator_pod_is_admitted_under_restricted_pod_security(cluster: Any, namespace: str) -> None:
+def check_restricted(cluster: Any, namespace: str, template: dict[str, Any]) -> None:
+    """A Pod from ``template`` is admitted without a warning in a namespace enforcing the restricted Pod
+    Security level, and (the check has teeth) a variant keeping its capabilities is rejected there."""
     cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
                     "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
-    deployment = next(d for d in rendered() if d["kind"] == "Deployment")
-    template = deployment["spec"]["template"]
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "vpol-pss", "namespace": namespace, "labels": template["metadata"]["labels"]},
            "spec": copy.deepcopy(template["spec"])}
@@ -64,11 +71,15 @@ def test_operator_pod_is_admitted_under_restricted_pod_security(cluster: Any, na
     proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
-    # and the check has teeth: a variant keeping its capabilities is rejected in the same namespace
     bad = copy.deepcopy(pod)
     del bad["spec"]["containers"][0]["securityContext"]["capabilities"]
     proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(bad), check=False)
     assert proc.returncode != 0 and "violates PodSecurity" in proc.stderr
+
+
+def test_operator_pod_is_admitted_under_restricted_pod_security(cluster: Any, namespace: str) -> None:
+    deployment = next(d for d in rendered() if d["kind"] == "Deployment")
+    check_restricted(cluster, namespace, deployment["spec"]["template"])
 
 
 def test_example_policies_enforced_natively_admit_vpols_deployment(policies: Any, cluster: Any,

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
 from tests.e2e.vpol_fixtures import Policies, vpol_installed, wait_for  # noqa: F401
+from vpol.desired.report import report_name
 
 CM = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}
 SERVICE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"]}
@@ -85,7 +86,8 @@ def metric(operator: OperatorProcess, policy: str, result: str) -> float:
 def report_result(cluster: Any, namespace: str, uid: str, policy: str) -> dict[str, Any] | None:
     api = client.CustomObjectsApi(cluster.api_client)
     try:
-        report = api.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", uid)
+        report = api.get_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports",
+                                                  report_name(uid))
     except client.ApiException:
         return None
     return next((r for r in report.get("results") or [] if r.get("policy") == policy), None)

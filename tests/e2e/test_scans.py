@@ -43,10 +43,11 @@ def make_cm(cluster: Any, namespace: str, name: str, data: dict[str, str]) -> st
     return str(cm.metadata.uid)
 
 
-def report(cluster: Any, namespace: str, uid: str) -> dict[str, Any] | None:
+def report(cluster: Any, namespace: str, uid: str, name: str = "") -> dict[str, Any] | None:
+    """vpol's report about the resource ``uid`` (``name``: another report)."""
     try:
         return client.CustomObjectsApi(cluster.api_client).get_namespaced_custom_object(
-            "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", uid)
+            "wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", name or f"vpol-{uid}")
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -156,7 +157,7 @@ def test_a_report_the_operator_does_not_know_is_taken_over(policies: Policies, c
     custom = client.CustomObjectsApi(cluster.api_client)
     custom.create_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", {
         "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-        "metadata": {"name": uid, "annotations": {"vpol.kyverno.io/scan-key": "stale"}},
+        "metadata": {"name": f"vpol-{uid}", "annotations": {"vpol.kyverno.io/scan-key": "stale"}},
         "results": [{"policy": "someone-else", "result": "pass", "source": "other"}],
     })
     name = policies.create("takeover", owner_policy())
@@ -174,6 +175,59 @@ def test_a_report_the_operator_does_not_know_is_taken_over(policies: Policies, c
              == "pass", 60)
     r = report(cluster, namespace, uid)
     assert [x["result"] for x in r["results"]] == ["pass"] and r["summary"]["fail"] == 0
+
+
+def kyverno_report(uid: str, namespace: str, name: str, managed_by: str, source: str) -> dict[str, Any]:
+    """A report as Kyverno's reports controller writes it for a resource: named by its bare UID."""
+    return {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+        "metadata": {"name": uid, "labels": {"app.kubernetes.io/managed-by": managed_by}},
+        "scope": {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "namespace": namespace, "uid": uid},
+        "summary": {"pass": 1, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+        "results": [{"policy": "require-labels", "result": "pass", "source": source, "scored": True,
+                     "message": "success", "timestamp": {"seconds": 1, "nanos": 0}}],
+    }
+
+
+def test_kyvernos_report_about_the_same_resource_is_left_alone(policies: Policies, cluster: Any,
+                                                                 namespace: str) -> None:
+    """Kyverno names its report about a resource by the resource's UID; vpol's is vpol-<UID>, so both tools
+    report on one cluster without overwriting each other (Policy Reporter shows both)."""
+    uid = make_cm(cluster, namespace, "shared", {"x": "1"})
+    custom = client.CustomObjectsApi(cluster.api_client)
+    custom.create_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports",
+                                           kyverno_report(uid, namespace, "shared", "kyverno",
+                                                          "KyvernoValidatingPolicy"))
+    name = policies.create("beside-kyverno", owner_policy())
+    wait_for("vpol's report", lambda: result_of(cluster, namespace, uid, name), 60)
+    client.CoreV1Api(cluster.api_client).patch_namespaced_config_map("shared", namespace, {"data": {"owner": "x"}})
+    wait_for("vpol's report to follow", lambda: (result_of(cluster, namespace, uid, name) or {}).get("result")
+             == "pass", 60)
+    theirs = report(cluster, namespace, uid, name=uid)
+    assert theirs is not None and [r["source"] for r in theirs["results"]] == ["KyvernoValidatingPolicy"]
+    assert theirs["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kyverno"}
+    assert "managedFields" not in theirs["metadata"] or all(
+        f["manager"] != "vpol" for f in theirs["metadata"]["managedFields"])
+
+
+def test_a_report_an_older_vpol_named_by_the_uid_is_replaced(policies: Policies, cluster: Any, namespace: str,
+                                                              operator: OperatorProcess) -> None:
+    uid = make_cm(cluster, namespace, "legacy", {"x": "1"})
+    name = policies.create("legacy", owner_policy())
+    wait_for("vpol's report", lambda: result_of(cluster, namespace, uid, name), 60)
+    operator.stop()
+    custom = client.CustomObjectsApi(cluster.api_client)
+    custom.delete_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", f"vpol-{uid}")
+    legacy = kyverno_report(uid, namespace, "legacy", "vpol", "vpol")
+    legacy["results"] = [{"policy": name, "result": "fail", "source": "vpol", "scored": True,
+                          "message": "an owner key is required", "properties": {"validation": "0"},
+                          "timestamp": {"seconds": 1, "nanos": 0}}]
+    custom.create_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", legacy)
+    operator.start()
+    wait_for("the legacy report to go", lambda: report(cluster, namespace, uid, name=uid) is None, 60)
+    result = wait_for("the result under vpol's name", lambda: result_of(cluster, namespace, uid, name), 60)
+    assert result["result"] == "fail"
+    assert result["properties"] == {"cel.validationIndex": "0", "process": "background scan"}
 
 
 def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: Any, namespace: str) -> None:

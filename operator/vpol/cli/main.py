@@ -359,7 +359,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
                 webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on",
-                events=args.events == "on", events_per_second=args.events_per_second))
+                events=args.events == "on", events_per_second=args.events_per_second,
+                owner_cluster_role=args.owner_clusterrole))
     return EXIT_OK
 
 
@@ -468,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events-per-second", type=float, default=5.0, metavar="N",
                    help="most Events sent per second (bursts of 10 times that; beyond a queue of 1000 they are "
                         "dropped and counted); default 5")
+    p.add_argument("--owner-clusterrole", default="", metavar="NAME",
+                   help="the installation's ClusterRole (the manifests and the Helm chart give theirs): it owns the "
+                        "webhook configurations, so uninstalling vpol garbage-collects them (default: no owner)")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

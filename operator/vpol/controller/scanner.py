@@ -49,6 +49,7 @@ from vpol.desired.report import (
     merge,
     now_seconds,
     report_for,
+    report_name,
 )
 from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
@@ -419,7 +420,7 @@ class Scanner(threading.Thread):
         it is consulted for every resource)."""
         with self._lock:
             if self._meta_cache is None:
-                self._meta_cache = {n: PolicyMeta(p.severity, p.category, p.scored)
+                self._meta_cache = {n: PolicyMeta.of(p.severity, p.category, p.scored)
                                     for n, p in self._policies.items()}
                 for p in self.mutation.policies():
                     self._meta_cache[p.key] = PolicyMeta(p.severity, p.category, p.scored)
@@ -580,7 +581,7 @@ class Scanner(threading.Thread):
     def _write(self, w: _Write) -> None:
         """One report write (runs in a writer thread)."""
         if w.entries is None:
-            self.reports.delete(w.ref.uid, w.ref.namespace)
+            self.reports.delete(report_name(w.ref.uid), w.ref.namespace)
             metrics.REPORT_WRITES.labels("delete").inc()
             return
         report = report_for(w.ref, by_policy(w.entries), w.meta or {}, w.key)
@@ -696,14 +697,21 @@ class Scanner(threading.Thread):
     def _seed_from_reports(self) -> None:
         for report in self.reports.existing(f"{MANAGED_BY_LABEL}={MANAGED_BY}"):
             scope = report.get("scope") or {}
-            uid = str(scope.get("uid") or (report.get("metadata") or {}).get("name", ""))
+            md = report.get("metadata") or {}
+            uid = str(scope.get("uid") or md.get("name", ""))
             if not uid:
                 continue
             ref = ResourceRef(str(scope.get("apiVersion", "")), str(scope.get("kind", "")),
                               str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
             entries = self._pool_entries.results(entries_from_report(report).values())
-            key = str(((report.get("metadata") or {}).get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
-            self._state[uid] = _State(ref, entries, True, key)
+            key = str((md.get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
+            written = md.get("name") == report_name(uid)
+            if not written:
+                # Written by an older vpol under the resource's bare UID, the name Kyverno gives its own
+                # reports: removed, and its results rewritten under vpol's name by the first scan.
+                self.reports.delete(str(md.get("name", "")), ref.namespace)
+                key = ""
+            self._state[uid] = _State(ref, entries, written, key)
             self._count(entries, ref, +1)
 
 

@@ -2,11 +2,22 @@
 
 Kyverno's layout (NOTES.md section 5): one wgpolicyk8s.io/v1alpha2
 ``PolicyReport`` per namespaced resource (``ClusterPolicyReport`` for a
-cluster-scoped one), named by the resource's UID, owned by the resource so
-the garbage collector removes it with the resource, ``scope`` naming the
-resource, the managed-by label, a ``summary`` of counts and one result per
-policy. Timestamps of unchanged results are kept, so an unchanged scan
-yields an identical report and no write.
+cluster-scoped one), owned by the resource so the garbage collector removes
+it with the resource, ``scope`` naming the resource, the managed-by label, a
+``summary`` of counts and one result per policy, with the fields Kyverno's
+reports controller writes for a ValidatingPolicy (``pkg/utils/report`` of
+Kyverno 1.19: ``source``, ``policy`` (``namespace/name`` for a namespaced
+policy), ``result``, ``message``, ``scored``, ``severity`` and ``category``
+from the policy's annotations, ``timestamp``, and the properties ``process``
+and ``cel.validationIndex`` besides the audit annotations). Policy Reporter
+reads these fields (tests/e2e/test_policy_reporter.py). Timestamps of
+unchanged results are kept, so an unchanged scan yields an identical report
+and no write.
+
+Two things differ from Kyverno on purpose, so both can report on one cluster:
+the ``source`` is ``vpol`` (Kyverno's is ``KyvernoValidatingPolicy``), and a
+report is named ``vpol-<resource UID>`` (Kyverno names its own by the bare
+UID: one name for both would make each overwrite the other's results).
 """
 
 from __future__ import annotations
@@ -24,6 +35,27 @@ SOURCE = "vpol"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "vpol"
 SUMMARY_KEYS = ("pass", "fail", "warn", "error", "skip")
+#: The severities a report result may carry (the report CRD's enum); Kyverno writes none for any other
+#: value of the ``policies.kyverno.io/severity`` annotation (``SeverityFromString``).
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+#: Property naming the failing (or erroring) validation's index, as Kyverno's engine names it.
+VALIDATION_INDEX = "cel.validationIndex"
+#: Property Kyverno gives every result of a background-enabled policy: how it was produced.
+PROCESS = "process"
+BACKGROUND_SCAN = "background scan"
+#: Report names: this prefix and the resource's UID.
+NAME_PREFIX = "vpol-"
+
+
+def report_name(uid: str) -> str:
+    """The name of vpol's report about the resource with ``uid``."""
+    return NAME_PREFIX + uid
+
+
+def severity_of(annotation: str) -> str:
+    """The report severity for a ``policies.kyverno.io/severity`` annotation: the value when it is one
+    of :data:`SEVERITIES` (exactly, as Kyverno compares), else none."""
+    return annotation if annotation in SEVERITIES else ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +81,11 @@ class PolicyMeta:
     category: str = ""
     scored: bool = True
 
+    @classmethod
+    def of(cls, severity: str, category: str, scored: bool) -> "PolicyMeta":
+        """From the policy's annotations: a severity outside :data:`SEVERITIES` is left out."""
+        return cls(severity_of(severity), category, scored)
+
 
 @dataclass(frozen=True, slots=True)
 class ReportEntry:
@@ -68,7 +105,7 @@ class ReportEntry:
     def of(cls, res: Result, now: int) -> "ReportEntry":
         props = dict(res.properties)
         if res.validation is not None:
-            props.setdefault("validation", str(res.validation))
+            props.setdefault(VALIDATION_INDEX, str(res.validation))
         if res.autogen:
             props.setdefault("autogen", res.autogen)
         return cls(sys.intern(res.policy), sys.intern(res.result), sys.intern(res.message),
@@ -171,15 +208,14 @@ def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
             "scored": meta.scored,
             "timestamp": {"seconds": entry.timestamp, "nanos": 0},
         }
-        if meta.severity:
+        if severity_of(meta.severity):
             item["severity"] = meta.severity
         if meta.category:
             item["category"] = meta.category
-        if entry.properties:
-            item["properties"] = dict(entry.properties)
+        item["properties"] = {**dict(entry.properties), PROCESS: BACKGROUND_SCAN}
         results.append(item)
     metadata: dict[str, Any] = {
-        "name": ref.uid,
+        "name": report_name(ref.uid),
         "labels": {MANAGED_BY_LABEL: MANAGED_BY},
         "ownerReferences": [{"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}],
     }
@@ -207,7 +243,7 @@ def entries_from_report(report: Mapping[str, Any]) -> dict[str, ReportEntry]:
     for item in report.get("results") or []:
         if not isinstance(item, Mapping) or item.get("source") != SOURCE:
             continue
-        props = item.get("properties") or {}
+        props = {k: v for k, v in (item.get("properties") or {}).items() if k != PROCESS}
         ts = (item.get("timestamp") or {}).get("seconds", 0)
         policy = sys.intern(str(item.get("policy", "")))
         out[policy] = ReportEntry(

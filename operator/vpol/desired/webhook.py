@@ -19,6 +19,12 @@ the caller), so a broken policy can never lock the cluster out.
 
 ``timeoutSeconds``: the largest ``spec.webhookConfiguration.timeoutSeconds``
 of the webhook's policies, else the operator's default.
+
+Owner: when the operator is given its installation's ClusterRole
+(``--owner-clusterrole``), the configuration is owned by it, so deleting the
+installation (``helm uninstall``, ``kubectl delete -k manifests/operator``)
+lets the garbage collector delete the configuration too: a webhook left
+behind without its server would fail (or slow) every request it matches.
 """
 
 from __future__ import annotations
@@ -114,14 +120,21 @@ def client_config_at(base: Mapping[str, Any], path: str) -> dict[str, Any]:
     return config
 
 
+def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """An ownerReference to a cluster-scoped object (no controller or blockOwnerDeletion: the garbage
+    collector only has to delete the dependent once the owner is gone)."""
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+
+
 def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_config: Mapping[str, Any],
                                   timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
-                                  mutating: bool = False) -> dict[str, Any] | None:
+                                  mutating: bool = False,
+                                  owner: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none.
 
     ``mutating``: a MutatingWebhookConfiguration (``vpol-mutating``, webhooks ``<fp>.mutate.vpol.kyverno.io``
     at ``/mutate/<fp>``) for MutatingPolicies; its ``reinvocationPolicy`` is ``IfNeeded`` when any policy of
-    the webhook asks for it.
+    the webhook asks for it. ``owner``: an ownerReference (:func:`owner_reference`) the configuration carries.
     """
     if not policies:
         return None
@@ -152,10 +165,13 @@ def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_confi
         webhooks.append(webhook)
     if not webhooks:
         return None
+    metadata: dict[str, Any] = {"name": MUTATING_WEBHOOK_CONFIGURATION if mutating else WEBHOOK_CONFIGURATION,
+                                "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+    if owner is not None:
+        metadata["ownerReferences"] = [dict(owner)]
     return {
         "apiVersion": API_VERSION,
         "kind": "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration",
-        "metadata": {"name": MUTATING_WEBHOOK_CONFIGURATION if mutating else WEBHOOK_CONFIGURATION,
-                     "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        "metadata": metadata,
         "webhooks": webhooks,
     }

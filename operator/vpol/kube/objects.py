@@ -14,6 +14,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.desired.webhook import owner_reference
+
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
 POLICY_PLURAL = "validatingpolicies"
@@ -168,6 +170,16 @@ class Objects:
             if exc.status == 404:
                 return None
             raise
+
+    def cluster_role_reference(self, name: str) -> dict[str, Any] | None:
+        """An ownerReference to the ClusterRole ``name``; None when it does not exist."""
+        try:
+            role: Any = client.RbacAuthorizationV1Api(self.api).read_cluster_role(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return owner_reference("rbac.authorization.k8s.io/v1", "ClusterRole", name, str(role.metadata.uid))
 
     def delete_webhook_configuration(self, name: str, mutating: bool = False) -> bool:
         """Delete it; False when it did not exist."""

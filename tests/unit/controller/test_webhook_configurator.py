@@ -51,23 +51,32 @@ def test_a_status_write_does_not_change_the_webhook_policy_set():
     assert len(changes) == 3 and not admission.snapshot.policies
 
 
+def one_policy_source(version: int) -> type:
+    """A stand-in for AdmissionPolicies: synced, one webhook policy ``p`` at snapshot ``version``."""
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.policies import Snapshot
+
+    class Policies:
+        synced = True
+        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])},
+                            version=version)
+
+        def listen(self, _callback):
+            pass
+
+    return Policies
+
+
 def test_configuration_is_written_only_once_the_local_server_answers():
     # Found on a fresh cluster: the configuration named the webhook ~1 s before its TLS site listened (it
     # waits for the certificate), and a Fail webhook refused every matching request meanwhile.
     import threading
     import time
 
-    from tests.unit.policies import make_policy
     from vpol.controller.admission.configurator import WebhookConfigurator
     from vpol.controller.admission.policies import Snapshot
 
-    class Policies:
-        synced = True
-        snapshot = Snapshot(policies={"p": make_policy(name="p", validations=[{"expression": "true"}])}, version=3)
-
-        def listen(self, _callback):
-            pass
-
+    Policies = one_policy_source(version=3)
     answering = {"version": -1}
     leading = threading.Event()
     leading.set()
@@ -96,3 +105,39 @@ def test_configuration_is_written_only_once_the_local_server_answers():
     finally:
         configurator.stop()
         configurator.join(5)
+
+
+def test_with_an_owner_clusterrole_nothing_is_written_while_it_is_missing():
+    import threading
+
+    import pytest
+
+    from vpol.controller.admission.configurator import WebhookConfigurator
+
+    Policies = one_policy_source(version=1)
+
+    class Objects:
+        owner: dict | None = None
+        applied: list = []
+
+        def cluster_role_reference(self, name):
+            return self.owner and {**self.owner, "name": name}
+
+        def get_webhook_configuration(self, name, mutating=False):
+            return None
+
+        def apply(self, obj):
+            self.applied.append(obj)
+
+    configurator = WebhookConfigurator(None, Policies(), name="vpol-validating",  # type: ignore[arg-type]
+                                       client_config=lambda: {"url": "https://127.0.0.1:1", "caBundle": "Q0E="},
+                                       leading=threading.Event(), owner_cluster_role="vpol-operator")
+    objects = Objects()
+    configurator.objects = objects  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="ClusterRole vpol-operator named by --owner-clusterrole does not exist"):
+        configurator.reconcile()
+    assert objects.applied == []
+    objects.owner = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "uid": "u-1"}
+    assert configurator.reconcile() == "applied"
+    [written] = objects.applied
+    assert written["metadata"]["ownerReferences"][0]["uid"] == "u-1"

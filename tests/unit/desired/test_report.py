@@ -28,14 +28,15 @@ def test_layout_is_kyvernos():
     meta = {"a": PolicyMeta("high", "Pod Security", True), "b": PolicyMeta()}
     r = report_for(POD, entries, meta)
     assert r["apiVersion"] == "wgpolicyk8s.io/v1alpha2" and r["kind"] == "PolicyReport"
-    assert r["metadata"]["name"] == "uid-1" and r["metadata"]["namespace"] == "team-a"
+    assert r["metadata"]["name"] == "vpol-uid-1" and r["metadata"]["namespace"] == "team-a"
     assert r["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "vpol"}
     assert r["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "uid-1"}]
     assert r["scope"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "team-a", "uid": "uid-1"}
     assert r["summary"] == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
     first = r["results"][0]
     assert first == {"source": "vpol", "policy": "a", "result": "fail", "message": "bad", "scored": True,
-                     "timestamp": {"seconds": 100, "nanos": 0}, "severity": "high", "category": "Pod Security"}
+                     "timestamp": {"seconds": 100, "nanos": 0}, "severity": "high", "category": "Pod Security",
+                     "properties": {"process": "background scan"}}
     cluster = report_for(NODE, entries, meta)
     assert cluster["kind"] == "ClusterPolicyReport" and "namespace" not in cluster["metadata"]
 
@@ -43,7 +44,7 @@ def test_layout_is_kyvernos():
 def test_result_properties_carry_validation_index_and_audit_annotations():
     res = Result(policy="p", result="fail", message="x", validation=2, properties={"team": "a"})
     e = ReportEntry.of(res, 5)
-    assert dict(e.properties) == {"team": "a", "validation": "2"}
+    assert dict(e.properties) == {"team": "a", "cel.validationIndex": "2"}
 
 
 def test_merge_keeps_timestamps_of_unchanged_outcomes_and_other_policies():
@@ -58,15 +59,15 @@ def test_merge_keeps_timestamps_of_unchanged_outcomes_and_other_policies():
 
 
 def test_entries_round_trip_through_a_report():
-    entries = {"a": ReportEntry("a", "fail", "bad", (("validation", "0"),), 42)}
+    entries = {"a": ReportEntry("a", "fail", "bad", (("cel.validationIndex", "0"),), 42)}
     report = report_for(POD, entries, {})
     assert entries_from_report(report) == entries
 
 
 def test_entry_pool_shares_equal_entries_and_result_sets() -> None:
     pool = EntryPool()
-    a = [ReportEntry("p2", "fail", "bad", (("validation", "0"),), 10), ReportEntry("p1", "pass", "", (), 10)]
-    b = [ReportEntry("p1", "pass", "", (), 10), ReportEntry("p2", "fail", "bad", (("validation", "0"),), 10)]
+    a = [ReportEntry("p2", "fail", "bad", (("cel.validationIndex", "0"),), 10), ReportEntry("p1", "pass", "", (), 10)]
+    b = [ReportEntry("p1", "pass", "", (), 10), ReportEntry("p2", "fail", "bad", (("cel.validationIndex", "0"),), 10)]
     ra, rb = pool.results(a), pool.results(b)
     assert ra is rb
     assert [e.policy for e in ra] == ["p1", "p2"]
@@ -90,3 +91,16 @@ def test_every_report_carries_the_scan_key_annotation() -> None:
     entries = {"p1": ReportEntry("p1", "pass", "", (), 1)}
     assert report_for(ref, entries, {}, "")["metadata"]["annotations"] == {SCAN_KEY_ANNOTATION: ""}
     assert report_for(ref, entries, {}, "1/2/h")["metadata"]["annotations"] == {SCAN_KEY_ANNOTATION: "1/2/h"}
+
+
+def test_severities_are_kyvernos_five_or_none():
+    """The report CRD allows five severities: any other annotation value is left out (as Kyverno's
+    SeverityFromString does), instead of making every write of the report fail."""
+    entries = {"a": entry("a", "fail", "bad")}
+    for annotation, expected in (("critical", "critical"), ("info", "info"), ("High", None), ("urgent", None),
+                                 ("", None)):
+        meta = PolicyMeta.of(annotation, "", True)
+        assert meta.severity == (expected or "")
+        assert report_for(POD, entries, {"a": meta})["results"][0].get("severity") == expected
+    # a PolicyMeta built without .of cannot slip an invalid one through either
+    assert "severity" not in report_for(POD, entries, {"a": PolicyMeta("High")})["results"][0]

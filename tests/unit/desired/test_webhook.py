@@ -93,3 +93,16 @@ def test_policy_timeouts():
     assert hook["timeoutSeconds"] == 25
     (hook,) = build([q], timeout_seconds=7)["webhooks"]
     assert hook["timeoutSeconds"] == 7
+
+
+def test_an_owner_is_carried_so_uninstalling_collects_the_configuration():
+    from vpol.desired.webhook import owner_reference
+
+    policy = make_policy(name="a", validations=CHECK, rules=[CM_RULE])
+    assert "ownerReferences" not in build([policy])["metadata"]
+    owner = owner_reference("rbac.authorization.k8s.io/v1", "ClusterRole", "vpol-operator", "u-1")
+    for mutating in (False, True):
+        config = build([policy], owner=owner, mutating=mutating)
+        assert config["metadata"]["ownerReferences"] == [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "vpol-operator",
+             "uid": "u-1"}]

@@ -15,6 +15,11 @@ few seconds, so an edited or deleted configuration is repaired.
 Nothing is written before every policy watch has listed once: a
 configuration computed from half the policies would drop rules of the other
 half, leaving them unenforced.
+
+With ``owner_cluster_role`` (``--owner-clusterrole``: the installation's own
+ClusterRole) every configuration written is owned by that ClusterRole, so
+uninstalling vpol garbage-collects it; while the ClusterRole does not exist
+(being uninstalled, or misnamed) nothing is written and ``error`` says why.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ class WebhookConfigurator(threading.Thread):
                  client_config: Callable[[], dict[str, Any] | None], leading: threading.Event,
                  timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
                  period: float = 5.0, serving: Callable[[], int] | None = None, mutating: bool = False,
-                 probe_namespace: str = ""):
+                 probe_namespace: str = "", owner_cluster_role: str = ""):
         super().__init__(daemon=True, name="vpol-mutating-webhook-configurator" if mutating
                          else "vpol-webhook-configurator")
         #: Writes the MutatingWebhookConfiguration of the webhook's MutatingPolicies instead.
@@ -75,6 +80,7 @@ class WebhookConfigurator(threading.Thread):
         self.objects = Objects(api)
         self.policies = policies
         self.name = name
+        self.owner_cluster_role = owner_cluster_role
         self.client_config = client_config
         self.leading = leading
         self.timeout_seconds = timeout_seconds
@@ -129,9 +135,10 @@ class WebhookConfigurator(threading.Thread):
         config = self.client_config()
         if config is None:
             raise RuntimeError("no serving certificate yet")
+        owner = self.owner()
         desired = desired_webhook_configuration(
             policies, client_config=config, timeout_seconds=self.timeout_seconds,
-            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating)
+            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner)
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name
@@ -140,6 +147,18 @@ class WebhookConfigurator(threading.Thread):
             # The probe webhook proves the API server calls vpol with this configuration (vpol.desired.probe).
             desired = with_probe(desired, client_config_at(config, PROBE_PATH), self.probe_namespace, self.mutating)
         return desired
+
+    def owner(self) -> dict[str, Any] | None:
+        """The ownerReference of the configuration (``--owner-clusterrole``), None without the flag; raises while
+        that ClusterRole does not exist (nothing is written without its owner)."""
+        if not self.owner_cluster_role:
+            return None
+        owner = self.objects.cluster_role_reference(self.owner_cluster_role)
+        if owner is None:
+            raise RuntimeError(f"the ClusterRole {self.owner_cluster_role} named by --owner-clusterrole does not "
+                               "exist (vpol is being uninstalled, or the flag names the wrong ClusterRole); "
+                               "the webhook configuration is written only with its owner")
+        return owner
 
     def reconcile(self) -> str:
         """Make the cluster's configuration the desired one; returns what was done."""
@@ -162,8 +181,6 @@ class WebhookConfigurator(threading.Thread):
         return "applied"
 
 
-
-
 class PolicyValidationConfigurator(WebhookConfigurator):
     """Writes ``vpol-policy-validation`` (vpol.desired.policy_webhook): vpol's own kinds validated at apply time.
 
@@ -183,4 +200,8 @@ class PolicyValidationConfigurator(WebhookConfigurator):
         config = self.client_config()
         if config is None:
             raise RuntimeError("no serving certificate yet")
-        return policy_validation_configuration(config, timeout_seconds=self.timeout_seconds)
+        desired = policy_validation_configuration(config, timeout_seconds=self.timeout_seconds)
+        owner = self.owner()
+        if owner is not None:
+            desired["metadata"]["ownerReferences"] = [owner]
+        return desired

@@ -75,16 +75,18 @@ class Admission:
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=self.server.answering_version, probe_namespace=options.namespace)
+            serving=self.server.answering_version, probe_namespace=options.namespace,
+            owner_cluster_role=options.owner_cluster_role)
         self.mutating_configurator = WebhookConfigurator(
             api, self.policies, name=MUTATING_WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
             excluded_namespaces=("kube-system", options.namespace),
-            serving=self.server.answering_version, mutating=True, probe_namespace=options.namespace)
+            serving=self.server.answering_version, mutating=True, probe_namespace=options.namespace,
+            owner_cluster_role=options.owner_cluster_role)
         self.policy_configurator = PolicyValidationConfigurator(
             api, self.policies, enabled=options.policy_validation, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
-            serving=self.server.answering_version)
+            serving=self.server.answering_version, owner_cluster_role=options.owner_cluster_role)
         self._stop = threading.Event()
         self._cert_thread = threading.Thread(target=self._certificates, daemon=True, name="vpol-webhook-certificate")
 
