@@ -22,7 +22,7 @@ from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, loa
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
 from vpol.engine.mutate import MutatingPolicyEngine, Mutated
-from vpol.engine.mutate_existing import as_target, selects_target, target_key
+from vpol.engine.mutate_existing import offline_runs
 from vpol.engine.subjects import json_subject, subject_for
 from vpol.model.documents import Document
 from vpol.model.problems import InputError, Problem
@@ -211,26 +211,21 @@ class _TargetRuns:
                  values: Any, resolve: Any) -> None:
         self.by_target: dict[tuple[str, str, str, str], list[tuple[str, Mutated]]] = {}
         self.targets = targets
-        engines = [e for e in engines if e.policy.spec.evaluation.mutate_existing_enabled]
-        if not engines or not targets:
-            return
-        subjects = [(d, subject_for(d.data, operation="UPDATE", resolve=resolve, namespaces=values.namespaces))
+        by_key = {e.policy.key: e for e in engines}
+        subjects = [subject_for(d.data, operation="UPDATE", resolve=resolve, namespaces=values.namespaces)
                     for d in targets]
-        for trigger_doc in triggers:
-            trigger = subject_for(trigger_doc.data, operation="CREATE", resolve=resolve,
-                                  namespaces=values.namespaces, user_info=values.user_info)
-            request = trigger.admission_request()
-            for engine in engines:
-                resolved = None
-                if engine.policy.spec.target_expression:
-                    found = engine.resolve_targets(trigger, conditions=False)
-                    resolved = {target_key(o) for o in found.objects}
-                for doc, subject in subjects:
-                    chosen = target_key(subject.current) in resolved if resolved is not None else \
-                        selects_target(engine.policy, subject)
-                    if chosen:
-                        mutated = engine.mutate_target(as_target(subject, request))
-                        self.by_target.setdefault(_identity(doc.data), []).append((engine.policy.name, mutated))
+        trigger_subjects = [subject_for(d.data, operation="CREATE", resolve=resolve, namespaces=values.namespaces,
+                                        user_info=values.user_info) for d in triggers] if subjects else []
+
+        def mutate(policy: Any, target: Any) -> tuple[Result, dict[str, Any]]:
+            mutated = by_key[policy.key].mutate_target(target)
+            return mutated.result, mutated.object
+
+        runs = offline_runs([e.policy for e in engines], trigger_subjects, subjects,
+                            resolve=lambda p, t: by_key[p.key].resolve_targets(t, conditions=False), mutate=mutate)
+        for policy, index, result, patched in runs:
+            self.by_target.setdefault(_identity(targets[index].data), []).append(
+                (policy.name, Mutated(result, patched)))
 
     def find(self, name: str, kind: str) -> list[Document]:
         return [d for d in self.targets if (not kind or str(d.data.get("kind", "")) == kind) and

@@ -18,7 +18,7 @@ import yaml
 
 from vpol import __version__
 from vpol.cli.context import build_backend, load_user_info, load_values
-from vpol.cli.inputs import Loaded, iter_resources, load_exceptions, load_policies
+from vpol.cli.inputs import Loaded, iter_resources, load_exceptions, load_policies, load_resources
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
 from vpol.model import documents
@@ -103,7 +103,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         values = load_values(args.values or [])
         user_info = load_user_info([args.userinfo] if args.userinfo else [])
         backend, extra = build_backend(context_files=args.context or [],
-                                       cluster_resource_files=args.cluster_resources or [])
+                                       cluster_resource_files=[*(args.cluster_resources or []),
+                                                               *(args.target_resources or [])])
     except InputError as exc:
         _print_problems([exc.problem])
         return EXIT_INPUT
@@ -118,6 +119,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     progress = Progress(0, "evaluating", enabled=not args.no_progress)
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
     count = 0
+    #: The trigger subjects, kept only when target resources are given (mutateExisting needs every trigger).
+    triggers: list[Subject] = []
+    target_rows: list[dict[str, Any]] = []
     # Resources stream: parsed, evaluated and dropped a batch at a time (memory bounded by the batch, not the
     # input). Each batch goes to a bounded worker in one round trip; with several workers (one per core by
     # default) batches are evaluated side by side and their results kept in input order.
@@ -182,6 +186,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
             count += 1
             batch.append(subject_for(doc.data, operation=args.operation, resolve=resolve,
                                      namespaces=values.namespaces, user_info=user_info))
+            if args.target_resources:
+                triggers.append(batch[-1])
             originals.append(doc.data)
             if len(batch) >= BATCH:
                 flush(batch, originals)
@@ -189,6 +195,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if batch:
             flush(batch, originals)
         drain(0)
+        if args.target_resources:
+            target_rows = _apply_targets(args, loaded, triggers, sandboxes[0], resolve, values)
     finally:
         pool.shutdown(wait=True)
         for sandbox in sandboxes:
@@ -202,6 +210,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
         return EXIT_INPUT if loaded.unreadable else EXIT_FAIL
     if patched and args.output == "table":
         _print_mutated(patched, diff=args.diff)
+    if target_rows and args.output == "table":
+        print("patched targets:")
+        _print_mutated([(r.pop("original"), r["patchedResource"]) for r in target_rows if r["result"] == "pass"],
+                       diff=args.diff)
+    for r in target_rows:
+        r.pop("original", None)
+    rows.extend(target_rows)
     if args.output in ("json", "yaml"):
         for index, mutated_resource in patched_rows:
             mutating_row = rows[index]
@@ -223,6 +238,34 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.has_errors or any(not e.ok for e in engines):
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
+
+
+def _apply_targets(args: argparse.Namespace, loaded: Loaded, triggers: list[Any], sandbox: Any, resolve: Any,
+                   values: Any) -> list[dict[str, Any]]:
+    """mutateExisting on ``--target-resource`` objects, as Kyverno's CLI does (vpol.engine.mutate_existing
+    .offline_runs), in the bounded worker: a row per (policy, target) with ``target: true`` and the patched target;
+    they do not count in the summary, as in Kyverno's CLI."""
+    from vpol.engine.mutate_existing import offline_runs
+    from vpol.engine.subjects import subject_for
+
+    targets = load_resources(args.target_resources, Loaded())
+    _print_problems(targets.unreadable)
+    subjects = [subject_for(d.data, operation="UPDATE", resolve=resolve, namespaces=values.namespaces)
+                for d in targets.resources]
+
+    def mutate(policy: Any, target: Any) -> tuple[Any, dict[str, Any]]:
+        ((result, patched),) = sandbox.mutate_targets(policy.key, [target])
+        return result, patched
+
+    runs = offline_runs(loaded.mutating, triggers, subjects,
+                        resolve=lambda p, t: sandbox.resolve_targets(p.key, t, conditions=False), mutate=mutate)
+    rows = []
+    for policy, index, result, patched in runs:
+        row = {**result.as_dict(), "target": True, "original": targets.resources[index].data}
+        if result.result == "pass":
+            row["patchedResource"] = patched
+        rows.append(row)
+    return rows
 
 
 def _print_mutated(patched: list[tuple[dict[str, Any], dict[str, Any]]], *, diff: bool) -> None:
@@ -391,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--values", "-f", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI values file")
     p.add_argument("--context", nargs="+", action="extend", metavar="FILE", help="Kyverno CLI context file")
     p.add_argument("--cluster-resources", nargs="+", action="extend", metavar="PATH", help="objects standing in for the cluster")
+    p.add_argument("--target-resource", "--target-resources", dest="target_resources", nargs="+", action="extend",
+                   metavar="PATH", help="existing objects the MutatingPolicies with mutateExisting change (Kyverno's "
+                                        "targets; they stand in for the cluster too)")
     p.add_argument("--userinfo", "-u", metavar="FILE",
                    help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
     p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"],

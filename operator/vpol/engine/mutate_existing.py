@@ -19,7 +19,7 @@ docs/mutate-existing.md):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from vpol.engine.match import rule_matches, selectors_match
@@ -124,3 +124,28 @@ def target_key(obj: dict[str, Any]) -> str:
 
 def mutate_existing_policies(policies: Iterable[MutatingPolicy]) -> list[MutatingPolicy]:
     return [p for p in policies if p.spec.evaluation.mutate_existing_enabled]
+
+
+def offline_runs(policies: Sequence[MutatingPolicy], triggers: Sequence[Subject], targets: Sequence[Subject], *,
+                 resolve: Callable[[MutatingPolicy, Subject], Any],
+                 mutate: Callable[[MutatingPolicy, Subject], tuple[Any, dict[str, Any]]]
+                 ) -> list[tuple[MutatingPolicy, int, Any, dict[str, Any]]]:
+    """mutateExisting offline, as Kyverno's CLI runs it: every trigger against every given target of each policy
+    with mutateExisting (a target the policy's target rules select, or one its expression resolves from the
+    trigger, by namespace/name; the trigger's matchConditions are not checked), each target mutated with the
+    trigger's request. ``resolve(policy, trigger)`` gives the expression's Targets (evaluated without the
+    matchConditions), ``mutate(policy, target)`` the (result, patched object) of ``mutate_target``.
+    Returns (policy, index of the target, result, patched object) per run, in order."""
+    out: list[tuple[MutatingPolicy, int, Any, dict[str, Any]]] = []
+    for trigger in triggers:
+        request = trigger.admission_request()
+        for policy in mutate_existing_policies(policies):
+            names = None
+            if policy.spec.target_expression:
+                names = {target_key(o) for o in resolve(policy, trigger).objects}
+            for index, target in enumerate(targets):
+                chosen = target_key(target.current) in names if names is not None else selects_target(policy, target)
+                if chosen:
+                    result, patched = mutate(policy, as_target(target, request))
+                    out.append((policy, index, result, patched))
+    return out

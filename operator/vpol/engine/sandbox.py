@@ -161,13 +161,13 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                 if op == "admit":
                     conn.send(("ok", _admit(engines, mutating_engines, subjects)))
                     continue
-                if op in ("targets", "resolve"):
+                if op in ("targets", "resolve", "resolve-unconditional"):
                     # mutateExisting: one policy (only_mutating holds its index) on targets, or resolving the
-                    # targets of one trigger.
+                    # targets of one trigger (unconditional: without its matchConditions, as Kyverno's CLI).
                     (index,) = only_mutating or (0,)
                     engine = mutating_engines[index]
-                    if op == "resolve":
-                        conn.send(("ok", [engine.resolve_targets(s) for s in subjects]))
+                    if op != "targets":
+                        conn.send(("ok", [engine.resolve_targets(s, conditions=op == "resolve") for s in subjects]))
                     else:
                         conn.send(("ok", [(m.result, m.object) for m in map(engine.mutate_target, subjects)]))
                     continue
@@ -426,10 +426,11 @@ class SandboxedEvaluator:
                         target.object or {}))
         return out
 
-    def resolve_targets(self, key: str, trigger: Subject) -> Targets:
+    def resolve_targets(self, key: str, trigger: Subject, *, conditions: bool = True) -> Targets:
         """The targets the MutatingPolicy ``key``'s expression resolves from ``trigger`` (its matchConditions
-        first: none when one is false); a failure is an error of the resolution."""
-        status, payload = self._ask([trigger], frozenset(), "resolve", self._mutating_index(key))
+        first, unless ``conditions`` is false: none when one is false); a failure is an error of the resolution."""
+        op = "resolve" if conditions else "resolve-unconditional"
+        status, payload = self._ask([trigger], frozenset(), op, self._mutating_index(key))
         if status == "ok":
             return payload[0]  # type: ignore[no-any-return]
         return Targets(error=str(payload))
