@@ -171,7 +171,10 @@ def test_webhook_rules_follow_the_policies_and_drift_is_repaired(policies: Polic
     enforcement(policies, name, "Webhook")
     config = webhook_configuration(policies)
     assert config is not None
-    (hook,) = config["webhooks"]
+    # One webhook for the policy's failurePolicy, and the enforcement probe's (vpol.desired.probe).
+    (hook, probe) = config["webhooks"]
+    assert probe["name"] == "probe.validate.vpol.kyverno.io" and probe["failurePolicy"] == "Ignore"
+    assert probe["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "vpol-system"}}
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["admissionReviewVersions"] == ["v1"] and hook["timeoutSeconds"] == 10
     assert [r["resources"] for r in hook["rules"]] == [["configmaps"]]
