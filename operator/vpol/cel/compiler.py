@@ -378,8 +378,24 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
         prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
         if prog:
             out.audit_annotations.append((aa.key, prog))
+    if policy.namespace:
+        out.problems.extend(namespaced_global_context(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]
     return out
+
+
+def namespaced_global_context(expressions: Sequence[tuple[str, str, str]]) -> list[Problem]:
+    """Kyverno refuses a namespaced policy that names ``globalContext`` in any expression (cluster-wide data is
+    not for a namespace's policies; pkg/cel/policies/vpol/validate.go): the first such use, with its position."""
+    for path, src, _role in expressions:
+        previous = ""
+        for tok in tokens(src):
+            if tok.kind == "ident" and tok.text == "globalContext" and previous != ".":
+                at = Position(*line_column(src, tok.start))
+                return [Problem("globalContext.* is not allowed in namespaced policies", path=path,
+                                expression_position=at, excerpt=excerpt_at(src, at))]
+            previous = tok.text
+    return []
 
 
 @dataclass
