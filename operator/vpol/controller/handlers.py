@@ -31,7 +31,9 @@ from vpol.controller.queue import WorkQueue
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key
 from vpol.controller.reconcile_mutating import key_for as mutating_key
+from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.scanner import ScanOptions, Scanner
+from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
 from vpol.kube.errors import describe
@@ -78,10 +80,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         rt.leader = LeaderElection(rt.api, options.namespace)
         rt.leader.start()
     backend = LiveBackend(options.kubeconfig, options.context, http_allowlist=options.http_allow)
+    # GlobalContextEntry data: every replica loads it (every replica evaluates); the leader writes the status.
+    rt.global_context = GlobalContextStore()
+    rt.global_context_controller = GlobalContextController(
+        rt.api, rt.global_context, leading=rt.leader.leading if rt.leader else None,
+        options=GlobalContextOptions(max_objects=options.global_context_max_objects,
+                                     max_bytes=options.global_context_max_bytes,
+                                     call_timeout=options.global_context_call_timeout))
+    rt.global_context_controller.start()
     if options.scan_interval > 0:
         limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
-                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits))
+                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits),
+                             global_context=rt.global_context)
         rt.scanner.start()
     rt.reconciler = Reconciler(rt.api, discovery=discovery,
                                on_policy=rt.scanner.set_policy if rt.scanner else None,
@@ -91,7 +102,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
                                      generation=options.vap_generation, webhook=options.webhook)
     if options.webhook:
-        rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery)
+        rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery,
+                                 global_context=rt.global_context)
         await rt.admission.start()
 
     reconciler = rt.reconciler
@@ -166,6 +178,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if rt.scanner:
         rt.scanner.stop()
         await asyncio.to_thread(rt.scanner.join, 10)
+    if rt.global_context_controller:
+        rt.global_context_controller.stop()
+        await asyncio.to_thread(rt.global_context_controller.join, 5)
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)

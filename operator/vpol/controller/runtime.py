@@ -48,6 +48,11 @@ class Options:
     webhook_cert_secret: str = ""
     webhook_workers: int = 2
     webhook_eval_timeout: float = 3.0
+    #: Bounds of one GlobalContextEntry's cached data (vpol.controller.global_context).
+    global_context_max_objects: int = 10_000
+    global_context_max_bytes: int = 10_000_000
+    #: Timeout of one GlobalContextEntry API call.
+    global_context_call_timeout: float = 30.0
 
 
 @dataclass
@@ -62,6 +67,9 @@ class Runtime:
     leader: Any = None
     #: The admission webhook's parts (None with --webhook=off).
     admission: Any = None
+    #: GlobalContextEntry data (vpol.engine.global_context.GlobalContextStore) and its controller.
+    global_context: Any = None
+    global_context_controller: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)

@@ -54,6 +54,7 @@ from vpol.controller import metrics
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.request import ResourceType
+from vpol.engine.global_context import GlobalContextSource
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
@@ -114,11 +115,14 @@ class _State:
 
 class Scanner(threading.Thread):
     def __init__(self, api: client.ApiClient, backend: LiveBackend, discovery: Any, *,
-                 leading: threading.Event | None = None, options: ScanOptions | None = None):
+                 leading: threading.Event | None = None, options: ScanOptions | None = None,
+                 global_context: GlobalContextSource | None = None):
         super().__init__(daemon=True, name="vpol-scanner")
         self.api = api
         self.reports = Reports(api)
         self.backend = backend
+        #: GlobalContextEntry data for globalContext.Get (the operator's store).
+        self.global_context = global_context
         self.discovery = discovery  # has .get() -> Discovery
         self.leading = leading or _always()
         self.options = options or ScanOptions()
@@ -376,7 +380,8 @@ class Scanner(threading.Thread):
         if self._evaluator is None or key != self._evaluator_key:
             if self._evaluator:
                 self._evaluator.close()
-            self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits)
+            self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits,
+                                                 global_context=self.global_context)
             self._evaluator_key = key
         return self._evaluator
 

@@ -175,3 +175,33 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_bad_go_durations(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_go_duration(text)
+
+
+# --- status (vpol.desired.global_context) ----------------------------------------------------------------------
+
+
+def test_status_is_kyvernos_ready_condition_and_last_refresh_time() -> None:
+    from vpol.desired.global_context import entry_status, status_changed
+
+    first = entry_status(ready=True, message="loaded", generation=2, last_refresh="2026-01-01T00:00:00Z",
+                         previous={}, now="2026-01-01T00:00:01Z")
+    assert first == {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded", "message": "loaded",
+                                     "observedGeneration": 2, "lastTransitionTime": "2026-01-01T00:00:01Z"}],
+                     "lastRefreshTime": "2026-01-01T00:00:00Z"}
+    # nothing new: nothing to write; the transition time moves only when the status flips
+    again = entry_status(ready=True, message="loaded", generation=2, last_refresh="", previous=first,
+                         now="2026-01-01T00:09:00Z")
+    assert not status_changed(first, again)
+    failed = entry_status(ready=False, message="HTTP 403", generation=2, last_refresh="", previous=first,
+                          now="2026-01-01T00:10:00Z")
+    assert failed["conditions"][0]["reason"] == "Failed" and failed["conditions"][0]["lastTransitionTime"] == \
+        "2026-01-01T00:10:00Z"
+    assert failed["lastRefreshTime"] == "2026-01-01T00:00:00Z"  # the last success is kept
+
+
+@pytest.mark.parametrize("seconds,text", [(600, "10m0s"), (5400, "1h30m0s"), (2, "2s"), (1.5, "1.5s"), (0.3, "300ms"),
+                                          (3600, "1h0m0s"), (90, "1m30s")])
+def test_go_duration_strings(seconds: float, text: str) -> None:
+    from vpol.controller.global_context import go_duration
+
+    assert go_duration(seconds) == text
