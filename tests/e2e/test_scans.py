@@ -177,7 +177,7 @@ def test_a_report_the_operator_does_not_know_is_taken_over(policies: Policies, c
 
 
 def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: Any, namespace: str) -> None:
-    """resource.Get reads the cluster; http.* is off unless allowlisted; globalContext reports why it fails."""
+    """resource.Get reads the cluster; http.* is off unless allowlisted (globalContext: test_global_context.py)."""
     make_cm(cluster, namespace, "settings", {"required": "team"})
     target = make_cm(cluster, namespace, "target", {"team": "a"})
     lookup = ("resource.Get('v1', 'configmaps', object.metadata.namespace, 'settings').data.required "
