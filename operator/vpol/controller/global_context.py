@@ -53,7 +53,7 @@ from vpol.desired.global_context import entry_status, status_changed
 from vpol.engine.global_context import GlobalContextStore
 from vpol.kube.dynamic import StopWatching, Watcher
 from vpol.kube.errors import describe
-from vpol.kube.global_context import CallFailed, call, patch_status
+from vpol.kube.global_context import CallFailed, call, patch_status, served
 from vpol.model.global_context import (
     GROUP,
     KIND,
@@ -246,6 +246,10 @@ class _ResourceLoader(_Loader):
 
     def _on_error(self, exc: BaseException) -> None:
         status = getattr(exc, "status", None)
+        exists = None
+        if status in (403, 404):
+            s = self.source
+            exists = served(self.api, s.group, s.version, s.resource)
         with self._lock:
             if self._stopped:
                 raise StopWatching()
@@ -253,11 +257,11 @@ class _ResourceLoader(_Loader):
                 return  # a broken watch: it relists; meanwhile the objects held are served, as an informer's
             verb = "watching" if self._synced else "listing"
             hint = ""
-            if status in (401, 403):
+            if exists is False or status == 404:
+                hint = " (the API server does not serve this resource)"
+            elif status in (401, 403):
                 hint = (" (grant the operator's ServiceAccount get, list and watch on it, see "
                         "docs/global-context.md)")
-            elif status == 404:
-                hint = " (the resource does not exist in the cluster)"
             message = (f"failed to load global context entry {go_quote(self.entry.name)}: {verb} "
                        f"{self.source.describe()}: {describe(exc)}{hint}")
             self.store.set_state(self._state(FAILED, message))

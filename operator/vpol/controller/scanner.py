@@ -54,7 +54,7 @@ from vpol.controller import metrics
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.request import ResourceType
-from vpol.engine.global_context import GlobalContextSource
+from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
@@ -380,8 +380,9 @@ class Scanner(threading.Thread):
         if self._evaluator is None or key != self._evaluator_key:
             if self._evaluator:
                 self._evaluator.close()
+            source = self.global_context if reads_global_context(policies) else None
             self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits,
-                                                 global_context=self.global_context)
+                                                 global_context=source)
             self._evaluator_key = key
         return self._evaluator
 

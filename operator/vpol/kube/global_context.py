@@ -118,3 +118,20 @@ def patch_status(api: client.ApiClient, name: str, status: Mapping[str, Any]) ->
     """Merge-patch an entry's status (its conditions list is replaced whole)."""
     custom: Any = client.CustomObjectsApi(api)
     custom.patch_cluster_custom_object_status(GROUP, READ_VERSION, PLURAL, name, {"status": dict(status)})
+
+
+def served(api: client.ApiClient, group: str, version: str, resource: str) -> bool | None:
+    """Whether the API server serves ``resource`` in ``group/version`` (None: discovery cannot say). An identity
+    without access to a resource is refused it (403) whether it exists or not: discovery tells the two apart."""
+    from vpol.kube.dynamic import _call
+
+    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    try:
+        resp = _call(api, path, [], timeout=10)
+        data = json.loads(resp.data)
+        resp.release_conn()
+    except ApiException as exc:
+        return False if exc.status == 404 else None
+    except Exception:  # noqa: BLE001 - unknown
+        return None
+    return any(r.get("name") == resource for r in data.get("resources") or [] if isinstance(r, dict))

@@ -54,3 +54,11 @@ def test_a_namespaced_policy_merely_mentioning_the_word_is_fine() -> None:
                                            "messageExpression": "'see globalContext docs'"},
                                           {"expression": "has(object.globalContext)"}]))
     assert compiled.ok, compiled.errors()
+
+
+def test_only_policies_naming_global_context_get_its_data() -> None:
+    from vpol.engine.global_context import reads_global_context
+
+    assert reads_global_context([make_policy(validations=READS_GLOBAL_CONTEXT)])
+    assert not reads_global_context([make_policy(validations=[{"expression": "object.metadata.name != 'x'"}]),
+                                     make_policy(validations=[{"expression": "has(object.spec.globalContextX)"}])])

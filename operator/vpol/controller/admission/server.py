@@ -50,7 +50,7 @@ from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
-from vpol.engine.global_context import GlobalContextSource
+from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
@@ -84,6 +84,9 @@ class EvaluatorPool:
         policies = sorted(snapshot.policies.values(), key=lambda p: p.key)
         # MutatingPolicies apply in name order (the API server's order among policies is unspecified).
         mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
+        # Workers of policies that never read globalContext are sent none of its data.
+        if not reads_global_context([*policies, *mutating]):
+            global_context = None
         self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating,
                                               global_context=global_context)
                            for _ in range(max(1, size))]
