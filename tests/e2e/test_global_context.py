@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -20,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.test_scans import result_of
+from tests.e2e.test_scans import result_of, touch_until
 from tests.e2e.vpol_fixtures import (  # noqa: F401 - fixtures
     Policies,
     operator,
@@ -140,15 +139,10 @@ def test_kubernetes_resource_entry_at_admission_in_scans_and_offline(
     assert res["result"] == "fail" and "requires ghost" in res["message"], res
     admitted, message = create(cluster, deployment(namespace, "ghost"))
     assert admitted, message
-    touches = iter(range(1000))
-
-    def passes_after_touch() -> bool:
-        client.AppsV1Api(cluster.api_client).patch_namespaced_deployment(
-            "orphan", namespace, {"metadata": {"annotations": {"touched": str(next(touches))}}})
-        time.sleep(1)
-        return (result_of(cluster, namespace, orphan, name) or {}).get("result") == "pass"
-
-    wait_for("the scan to see the new Deployment", passes_after_touch, 60, 1)
+    touch_until("the scan to see the new Deployment",
+                lambda n: client.AppsV1Api(cluster.api_client).patch_namespaced_deployment(
+                    "orphan", namespace, {"metadata": {"annotations": {"touched": str(n)}}}),
+                lambda: (result_of(cluster, namespace, orphan, name) or {}).get("result") == "pass")
 
     # Offline: `vpol apply` with the same entry over the same Deployments decides as the webhook did.
     listed = client.AppsV1Api(cluster.api_client).list_namespaced_deployment(namespace)

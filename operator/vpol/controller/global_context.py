@@ -108,8 +108,14 @@ def go_duration(seconds: float) -> str:
 class _Loader:
     """Loads one entry into the store; says how it went (``ready``, ``message``, ``last_refresh``)."""
 
-    def __init__(self, entry: GlobalContextEntry, changed: Callable[[str], None]) -> None:
+    def __init__(self, entry: GlobalContextEntry, api: Any, store: GlobalContextStore,
+                 options: GlobalContextOptions, changed: Callable[[str], None]) -> None:
         self.entry = entry
+        #: The API client (None for an entry that calls nothing).
+        self.api: client.ApiClient = api
+        self.store = store
+        self.options = options
+        self.projections = tuple((p.name, p.jmes_path) for p in entry.projections)
         self.changed = changed
         self.ready: bool | None = None  # None: still loading
         self.message = ""
@@ -135,9 +141,8 @@ class _InvalidEntry(_Loader):
     """An entry that does not validate: it serves its problems as an error."""
 
     def __init__(self, name: str, problems: str, store: GlobalContextStore, changed: Callable[[str], None]) -> None:
-        super().__init__(GlobalContextEntry(name=name), changed)
+        super().__init__(GlobalContextEntry(name=name), None, store, GlobalContextOptions(), changed)
         self.problems = problems
-        self.store = store
 
     def start(self) -> None:
         message = f"invalid GlobalContextEntry: {self.problems}"
@@ -149,13 +154,9 @@ class _InvalidEntry(_Loader):
 class _ResourceLoader(_Loader):
     def __init__(self, entry: GlobalContextEntry, api: client.ApiClient, store: GlobalContextStore,
                  options: GlobalContextOptions, changed: Callable[[str], None]) -> None:
-        super().__init__(entry, changed)
+        super().__init__(entry, api, store, options, changed)
         assert entry.resource is not None
         self.source = entry.resource
-        self.api = api
-        self.store = store
-        self.options = options
-        self.projections = tuple((p.name, p.jmes_path) for p in entry.projections)
         self._watcher: Watcher | None = None
         self._retry: threading.Timer | None = None
         self._sizes: dict[str, int] = {}
@@ -273,13 +274,9 @@ class _ResourceLoader(_Loader):
 class _ApiCallLoader(_Loader):
     def __init__(self, entry: GlobalContextEntry, api: client.ApiClient, store: GlobalContextStore,
                  options: GlobalContextOptions, changed: Callable[[str], None]) -> None:
-        super().__init__(entry, changed)
+        super().__init__(entry, api, store, options, changed)
         assert entry.api_call is not None
         self.spec = entry.api_call
-        self.api = api
-        self.store = store
-        self.options = options
-        self.projections = tuple((p.name, p.jmes_path) for p in entry.projections)
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"gctx-{entry.name}")
 
