@@ -62,3 +62,19 @@ def test_only_policies_naming_global_context_get_its_data() -> None:
     assert reads_global_context([make_policy(validations=READS_GLOBAL_CONTEXT)])
     assert not reads_global_context([make_policy(validations=[{"expression": "object.metadata.name != 'x'"}]),
                                      make_policy(validations=[{"expression": "has(object.spec.globalContextX)"}])])
+
+
+def test_a_mutating_policy_reading_global_context_is_applied_by_the_webhook() -> None:
+    from vpol.desired.map import WEBHOOK, map_ineligibility, mutating_route
+    from vpol.model.parse import parse_mutating_policy
+
+    policy, problems = parse_mutating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                 "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                     "expression": "Object{metadata: Object.metadata{labels: "
+                                   "{'team': string(globalContext.Get('teams', 'default'))}}}"}}]}})
+    assert policy is not None, problems
+    assert "globalContext" in map_ineligibility(policy)
+    assert mutating_route(policy, generation="eligible", compiles=True) == WEBHOOK
