@@ -1,7 +1,7 @@
 // The Kyverno oracle of vpol's differential test (tests/differential): Kyverno's own CEL policy engine,
-// nothing of its CLI. It imports the ValidatingPolicy and MutatingPolicy compilers and engines of the
-// kyverno/kyverno module (pinned in go.mod) with their fake context provider, and evaluates every policy
-// of one case on every resource of it.
+// none of its CLI's commands (only the CLI's resolution of mocked GlobalContextEntries). It imports the
+// ValidatingPolicy and MutatingPolicy compilers and engines of the kyverno/kyverno module (pinned in
+// go.mod) with their fake context provider, and evaluates every policy of one case on every resource of it.
 //
 // Input (stdin, JSON): one case
 //
@@ -15,7 +15,10 @@
 //	namespaces   [Namespace]  what namespaceObject resolves to (nil for any other namespace, as in
 //	             Kyverno's CLI, which knows only the namespaces of its values file)
 //	context      {resources: [object], images: [image as in a CLI Context file],
-//	             httpMocks: {"GET:url": {body, statusCode}}}
+//	             httpMocks: {"GET:url": {body, statusCode}},
+//	             globalContextEntries: [a Kyverno CLI test's globalContextEntries, resourceFiles already read
+//	             into resources]: validated and resolved by Kyverno's CLI code (its apis and store packages,
+//	             not its commands), then handed to the fake context provider as the CLI hands them}
 //
 // Output (stdout, JSON): {"error": compile error} or {"results": [per resource {"policies": [{"policy",
 // "rules": [{"status", "message"}]}], "patched": object or null, "error"}]}. A policy appears once per
@@ -30,6 +33,8 @@ import (
 	"strings"
 
 	policiesv1beta1 "github.com/kyverno/api/api/policies.kyverno.io/v1beta1"
+	clitest "github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno/apis/v1alpha1"
+	clistore "github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno/store"
 	celengine "github.com/kyverno/kyverno/pkg/cel/engine"
 	"github.com/kyverno/kyverno/pkg/cel/libs"
 	"github.com/kyverno/kyverno/pkg/cel/matching"
@@ -68,9 +73,10 @@ type imageData struct {
 }
 
 type caseContext struct {
-	Resources []map[string]any `json:"resources"`
-	Images    []imageData      `json:"images"`
-	HTTPMocks map[string]any   `json:"httpMocks"`
+	Resources            []map[string]any                  `json:"resources"`
+	Images               []imageData                       `json:"images"`
+	HTTPMocks            map[string]any                    `json:"httpMocks"`
+	GlobalContextEntries []clitest.GlobalContextEntryValue `json:"globalContextEntries"`
 }
 
 type input struct {
@@ -176,6 +182,16 @@ func run(in input) (map[string]any, error) {
 	}
 	if len(in.Context.HTTPMocks) > 0 {
 		fake.SetHTTPMocks(in.Context.HTTPMocks)
+	}
+	if err := clitest.ValidateGlobalContextEntries(in.Context.GlobalContextEntries); err != nil {
+		return map[string]any{"error": err.Error()}, nil
+	}
+	for _, entry := range in.Context.GlobalContextEntries {
+		data, err := clistore.ResolveGlobalContextMockData(entry)
+		if err != nil {
+			return map[string]any{"error": err.Error()}, nil
+		}
+		fake.AddGlobalReference(entry.Name, data)
 	}
 	// The compilers bind the http library (and its mocks) to this package variable, as Kyverno's CLI sets it.
 	libs.LibraryContext = fake
