@@ -188,5 +188,5 @@ def api_call_state(name: str, data: Any, projections: Iterable[tuple[str, str]])
         try:
             projected[pname] = go_jmespath.search(expression, data)
         except Exception as exc:  # noqa: BLE001 - the entry reports it
-            return EntryState(name, API_CALL, FAILED, error=f"projection {go_quote(pname)}: {exc}")
+            return EntryState(name, API_CALL, FAILED, error=str(exc))  # Kyverno's entry answers the bare error
     return EntryState(name, API_CALL, READY, data=data, projected=projected)

@@ -10,6 +10,9 @@ int64):
 * literals (`` `2` ``) are floats, as Go decodes them;
 * ``==`` and ``!=`` compare as Go's ``reflect.DeepEqual`` (``1`` and ``1.0`` differ, so do ``true`` and ``1``);
 * ``<``, ``<=``, ``>``, ``>=`` order two floats, and give null for anything else (an int included);
+* a field missing from an object is go-jmespath's ``NotFoundError``: inside projections, filters, function
+  arguments, ``||``, ``!`` and pipes it reads as null, but at the top of the expression (``missing``,
+  ``a.missing``) it is an error, ``Unknown key "missing" in path``;
 * a function taking a number accepts only a float (an int is an invalid type, as in go-jmespath), and the
   functions that return numbers (``length``, ``sum``, ``avg``, ``abs``, ``ceil``, ``floor``, ``to_number``)
   return floats; ``contains`` on an array compares as ``==`` does.
@@ -28,7 +31,7 @@ import jmespath
 from jmespath import functions, visitor
 from jmespath.exceptions import JMESPathError
 
-__all__ = ["JMESPathError", "compile_query", "go_json", "go_equal", "search"]
+__all__ = ["JMESPathError", "NotFound", "compile_query", "go_json", "go_equal", "search"]
 
 
 def go_json(value: Any) -> Any:
@@ -55,7 +58,7 @@ def go_equal(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
-_REVERSE_TYPES = dict(functions.REVERSE_TYPES_MAP, number=("float",))
+_REVERSE_TYPES = dict(functions.REVERSE_TYPES_MAP, number=("float",), expref=("_Expression", "_SoftExpression"))
 
 
 class _GoFunctions(functions.Functions):
@@ -113,13 +116,58 @@ class _GoFunctions(functions.Functions):
         return any(go_equal(item, search) for item in subject)
 
 
+class NotFound(JMESPathError):
+    """go-jmespath's ``NotFoundError``: a field missing from an object. Most expressions read it as null; what
+    reaches the top of an expression is an error."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f'Unknown key "{key}" in path')
+
+
+def _is_false(value: Any) -> bool:
+    """go-jmespath's ``isFalse``: false, null, and empty strings, lists and objects (numbers never are)."""
+    return value is None or value is False or (isinstance(value, str | list | dict) and len(value) == 0)
+
+
+class _SoftExpression(visitor._Expression):  # type: ignore[misc]
+    """An expression argument (``sort_by(@, &x)``...): functions read a missing field as null."""
+
+    def visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.interpreter.visit(node, *args, **kwargs)
+        except NotFound:
+            return None
+
+
 class _GoInterpreter(visitor.TreeInterpreter):  # type: ignore[misc]
+    """The tree interpreter with go-jmespath's rules (its treeInterpreter.execute): where a missing field is an
+    error and where it is null, which errors a projection's left side swallows, equality and ordering."""
+
+    def _soft(self, node: Any, value: Any) -> Any:
+        try:
+            return self.visit(node, value)
+        except NotFound:
+            return None
+
+    def _or_none(self, node: Any, value: Any) -> Any:
+        try:
+            return self.visit(node, value)
+        except JMESPathError:
+            return None
+
+    def visit_field(self, node: dict[str, Any], value: Any) -> Any:
+        if isinstance(value, dict):
+            if node["value"] in value:
+                return value[node["value"]]
+            raise NotFound(node["value"])
+        return None
+
     def visit_literal(self, node: dict[str, Any], value: Any) -> Any:
         return go_json(node["value"])
 
     def visit_comparator(self, node: dict[str, Any], value: Any) -> Any:
-        left = self.visit(node["children"][0], value)
-        right = self.visit(node["children"][1], value)
+        left = self._soft(node["children"][0], value)
+        right = self._soft(node["children"][1], value)
         op = node["value"]
         if op == "eq":
             return go_equal(left, right)
@@ -128,6 +176,77 @@ class _GoInterpreter(visitor.TreeInterpreter):  # type: ignore[misc]
         if type(left) is not float or type(right) is not float:
             return None
         return self.COMPARATOR_FUNC[op](left, right)
+
+    def visit_expref(self, node: dict[str, Any], value: Any) -> Any:
+        return _SoftExpression(node["children"][0], self)
+
+    def visit_function_expression(self, node: dict[str, Any], value: Any) -> Any:
+        args = [self._soft(child, value) for child in node["children"]]
+        return self._functions.call_function(node["value"], args)
+
+    def visit_filter_projection(self, node: dict[str, Any], value: Any) -> Any:
+        base = self._or_none(node["children"][0], value)
+        if not isinstance(base, list):
+            return None
+        collected = []
+        for element in base:
+            if not _is_false(self._soft(node["children"][2], element)):
+                current = self._soft(node["children"][1], element)
+                if current is not None:
+                    collected.append(current)
+        return collected
+
+    def visit_flatten(self, node: dict[str, Any], value: Any) -> Any:
+        base = self._or_none(node["children"][0], value)
+        if not isinstance(base, list):
+            return None
+        out: list[Any] = []
+        for element in base:
+            out.extend(element) if isinstance(element, list) else out.append(element)
+        return out
+
+    def visit_projection(self, node: dict[str, Any], value: Any) -> Any:
+        base = self._soft(node["children"][0], value)
+        if not isinstance(base, list):
+            return None
+        return [c for c in (self._soft(node["children"][1], e) for e in base) if c is not None]
+
+    def visit_value_projection(self, node: dict[str, Any], value: Any) -> Any:
+        base = self._or_none(node["children"][0], value)
+        if not isinstance(base, dict):
+            return None
+        return [c for c in (self._soft(node["children"][1], e) for e in base.values()) if c is not None]
+
+    def visit_multi_select_dict(self, node: dict[str, Any], value: Any) -> Any:
+        if value is None:
+            return None
+        return {child["value"]: self._soft(child, value) for child in node["children"]}
+
+    def visit_multi_select_list(self, node: dict[str, Any], value: Any) -> Any:
+        if value is None:
+            return None
+        return [self._soft(child, value) for child in node["children"]]
+
+    def visit_or_expression(self, node: dict[str, Any], value: Any) -> Any:
+        matched = self._soft(node["children"][0], value)
+        if _is_false(matched):
+            matched = self._soft(node["children"][1], value)
+        return matched
+
+    def visit_and_expression(self, node: dict[str, Any], value: Any) -> Any:
+        matched = self._soft(node["children"][0], value)
+        if _is_false(matched):
+            return matched
+        return self.visit(node["children"][1], value)
+
+    def visit_not_expression(self, node: dict[str, Any], value: Any) -> Any:
+        return _is_false(self._soft(node["children"][0], value))
+
+    def visit_pipe(self, node: dict[str, Any], value: Any) -> Any:
+        result = value
+        for child in node["children"]:
+            result = self._soft(child, result)
+        return result
 
 
 _OPTIONS = jmespath.Options(custom_functions=_GoFunctions())

@@ -167,13 +167,17 @@ class _ResourceLoader(_Loader):
     def _state(self, status: str, error: str = "") -> EntryState:
         return EntryState(self.entry.name, RESOURCE, status, error=error, projections=self.projections)
 
+    def prepare(self) -> None:
+        """The entry in the store, loading, holding nothing yet (what the watch's events then fill)."""
+        self.store.set_state(self._state(LOADING, f"listing {self.source.describe()}"))
+        self.store.clear_objects(self.entry.name)
+        self._sizes, self._bytes, self._synced = {}, 0, False
+
     def start(self) -> None:
         with self._lock:
             if self._stopped:
                 return
-            self.store.set_state(self._state(LOADING, f"listing {self.source.describe()}"))
-            self.store.clear_objects(self.entry.name)
-            self._sizes, self._bytes, self._synced = {}, 0, False
+            self.prepare()
             s = self.source
             self._watcher = Watcher(self.api, s.group, s.version, s.resource, self._on_event, timeout=60,
                                     namespace=s.namespace, on_list=self._on_list, on_error=self._on_error)

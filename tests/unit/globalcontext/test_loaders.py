@@ -38,7 +38,7 @@ def loader(options: GlobalContextOptions = GlobalContextOptions()) -> tuple[_Res
     changed: list[str] = []
     ld = _ResourceLoader(entry(RESOURCE), api=None, store=store, options=options,  # type: ignore[arg-type]
                          changed=changed.append)
-    store.set_state(ld._state("loading"))
+    ld.prepare()
     return ld, store, changed
 
 

@@ -104,7 +104,10 @@ def test_api_call_entry() -> None:
         with pytest.raises(GlobalContextError, match="^no data available$"):
             view.get("c", projection)
     failing = api_call_state("c", data, [("bad", "abs(items)")])
-    assert failing.status == FAILED and failing.error.startswith('projection "bad": ')
+    assert failing.status == FAILED and failing.error.startswith("In function abs(), invalid type")
+    # go-jmespath: a missing field at the top of a projection is an error, which the whole entry then answers
+    missing = api_call_state("c", data, [("m", "nothing.here")])
+    assert missing.status == FAILED and missing.error == 'Unknown key "nothing" in path'
 
 
 def test_numbers_of_api_answers_are_go_float64s() -> None:
@@ -144,6 +147,21 @@ def test_library_errors_name_the_call_and_kyvernos_reason() -> None:
 def test_go_number_model(expression: str, data: Any, expected: Any) -> None:
     result = go_jmespath.search(expression, data)
     assert result == expected and type(result) is type(expected)
+
+
+@pytest.mark.parametrize("expression,expected", [
+    ("items[].a", [1.0]), ("items[?a].a", [1.0]), ("missing || n", 2.0), ("[missing, n]", [None, 2.0]),
+    ("{x: missing}", {"x": None}), ("!missing", True), ("missing | n", None),
+])
+def test_missing_fields_read_as_null_inside_expressions(expression: str, expected: Any) -> None:
+    assert go_jmespath.search(expression, {"items": [{"a": 1.0}, {"b": 2.0}], "n": 2.0}) == expected
+
+
+@pytest.mark.parametrize("expression,key", [("missing", "missing"), ("a.b", "a"), ("items[0].b", "b"),
+                                            ("n && missing", "missing")])
+def test_missing_fields_at_the_top_are_errors(expression: str, key: str) -> None:
+    with pytest.raises(go_jmespath.NotFound, match=f'^Unknown key "{key}" in path$'):
+        go_jmespath.search(expression, {"items": [{"a": 1.0}], "n": 2.0})
 
 
 def test_go_number_model_refuses_ints_where_a_number_is_required() -> None:
