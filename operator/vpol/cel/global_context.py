@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel import go_jmespath
+from vpol.cel.declare import Checked, guard_result
 from vpol.cel.libraries.kubernetes.goquote import go_quote
 
 RESOURCE = "kubernetesResource"
@@ -84,19 +85,38 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 
 class _Held:
-    __slots__ = ("state", "objects", "listed", "projected", "stale")
+    __slots__ = ("state", "objects", "unchecked", "listed", "projected", "stale", "data", "answers", "checked")
 
     def __init__(self, state: EntryState) -> None:
         self.state = state
+        #: A resource entry's objects, by key, as CEL values (vpol.cel.declare.guard_result, once, on arrival).
         self.objects: dict[str, Any] = {}
+        #: Keys of objects CEL cannot take as they are (an integer beyond 64 bits...): checked on each read.
+        self.unchecked: set[str] = set()
         self.listed: list[Any] | None = None
         #: Last good result of each projection (kept when a later evaluation fails, as Kyverno keeps it).
         self.projected: dict[str, Any] = {}
         self.stale = True
+        #: An apiCall entry's answer and projections, as CEL values when ``checked``.
+        self.data: Any = None
+        self.answers: Mapping[str, Any] = {}
+        self.checked = True
+
+
+def _as_cel(value: Any) -> tuple[Any, bool]:
+    """(``value`` made of CEL values, True), or (``value`` as it is, False) when CEL cannot take it."""
+    try:
+        return guard_result(value), True
+    except ValueError:
+        return value, False
 
 
 class GlobalContextView:
-    """Every entry's data as changes delivered it; answers ``globalContext.Get`` (see the module docstring)."""
+    """Every entry's data as changes delivered it; answers ``globalContext.Get`` (see the module docstring).
+
+    Data is made of CEL values once, when it arrives (and a list of every object once per change), so a
+    policy reading an entry pays for its conversion into CEL, not for a Python copy of it: the library gets
+    it wrapped in :class:`vpol.cel.declare.Checked` (:meth:`get_checked`)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, _Held] = {}
@@ -114,21 +134,35 @@ class GlobalContextView:
                 held = self._entries[name] = _Held(change.state)
             if held.state.projections != change.state.projections:
                 held.projected = {}
+            if change.state.kind == API_CALL and (held.state is not change.state or held.data is None):
+                held.data, data_ok = _as_cel(change.state.data)
+                held.answers, answers_ok = _as_cel(dict(change.state.projected))
+                held.checked = data_ok and answers_ok
             held.state = change.state
             if change.reset:
-                held.objects = dict(change.objects)
-            else:
-                held.objects.update(change.objects)
+                held.objects, held.unchecked = {}, set()
+            for key, obj in change.objects.items():
+                held.objects[key], ok = _as_cel(obj)
+                (held.unchecked.discard if ok else held.unchecked.add)(key)
             for key in change.removed:
                 held.objects.pop(key, None)
+                held.unchecked.discard(key)
             if change.reset or change.objects or change.removed:
                 held.listed = None
                 held.stale = True
 
     def get(self, name: str, projection: str) -> Any:
+        return self._value(name, projection)[0]
+
+    def get_checked(self, name: str, projection: str) -> Any:
+        """What :meth:`get` answers, wrapped in :class:`Checked` when it is made of CEL values already."""
+        value, checked = self._value(name, projection)
+        return Checked(value) if checked else value
+
+    def _value(self, name: str, projection: str) -> tuple[Any, bool]:
         held = self._entries.get(name)
         if held is None:
-            return None
+            return None, False
         state = held.state
         if state.status == LOADING:
             raise GlobalContextError(f"no data available: global context entry {go_quote(name)} is not loaded yet"
@@ -136,18 +170,20 @@ class GlobalContextView:
         if state.status == FAILED:
             raise GlobalContextError(state.error or f"global context entry {go_quote(name)} could not be loaded")
         if state.kind == API_CALL:
-            value = state.data if projection == "" else state.projected.get(projection)
+            value = held.data if projection == "" else held.answers.get(projection)
             if value is None:
                 raise GlobalContextError("no data available")
-            return value
+            return value, held.checked
+        checked = not held.unchecked
         if projection == "":
-            return self._listed(held)
+            return self._listed(held), checked
         if projection not in dict(state.projections):
             raise GlobalContextError(f"projection {go_quote(projection)} not found")
         self._project(held)
         if projection not in held.projected:
             raise GlobalContextError(f"projection {go_quote(projection)} not found")
-        return held.projected[projection]
+        # JMESPath results are made of the (checked) objects' parts and of JSON values.
+        return held.projected[projection], checked
 
     @staticmethod
     def _listed(held: _Held) -> list[Any]:
@@ -165,19 +201,6 @@ class GlobalContextView:
             except Exception:  # noqa: BLE001 - Kyverno keeps the last good result (and emits an event)
                 continue
         held.stale = False
-
-    def projection_errors(self, name: str) -> dict[str, str]:
-        """Projections of a resource entry that cannot be evaluated on its current objects (for its status)."""
-        held = self._entries.get(name)
-        if held is None or held.state.kind != RESOURCE:
-            return {}
-        out: dict[str, str] = {}
-        for pname, expression in held.state.projections:
-            try:
-                go_jmespath.search(expression, self._listed(held))
-            except Exception as exc:  # noqa: BLE001 - reported, never raised
-                out[pname] = str(exc)
-        return out
 
 
 def api_call_state(name: str, data: Any, projections: Iterable[tuple[str, str]]) -> EntryState:

@@ -277,7 +277,7 @@ class OfflineBackend(Backend):
         # Kyverno's CLI (its FakeContextProvider) answers null for an unknown entry, and looks a projection up as
         # a key of the entry's mocked data.
         if name not in self._global_context:
-            return self.global_entries.get(name, projection) if self.global_entries is not None else None
+            return self.global_entries.get_checked(name, projection) if self.global_entries is not None else None
         data = self._global_context[name]
         if not projection:
             return data

@@ -205,7 +205,7 @@ class GlobalContextBackend(Backend):
         return self.inner.http_put(url, body, headers)
 
     def global_context(self, name: str, projection: str) -> Any:
-        return self.view.get(name, projection)
+        return self.view.get_checked(name, projection)
 
     def image_metadata(self, image: str) -> dict[str, Any]:
         return self.inner.image_metadata(image)

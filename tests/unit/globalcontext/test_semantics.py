@@ -26,6 +26,7 @@ from vpol.cel.global_context import (
     GlobalContextView,
     api_call_state,
 )
+from vpol.cel.declare import Checked
 from vpol.cel.offline_backend import OfflineBackend
 from vpol.cli.global_context import load_mock_entries, resolve_mock_entry, validate_mock_entries
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextStore
@@ -213,8 +214,22 @@ def test_backend_wrapper_delegates_everything_else() -> None:
     inner = OfflineBackend(resources=[deploy("a")], global_context={"m": {"k": 1}})
     wrapped = GlobalContextBackend(inner, resource_view(deploy("x")))
     assert wrapped.get_resource("apps/v1", "deployments", "default", "a")["metadata"]["name"] == "a"
-    assert wrapped.global_context("deps", "")[0]["metadata"]["name"] == "x"
+    served = wrapped.global_context("deps", "")
+    assert isinstance(served, Checked)  # made of CEL values once, on arrival: not walked again per call
+    assert served.value[0]["metadata"]["name"] == "x"
     assert wrapped.global_context("m", "") is None  # the view answers, not the inner backend
+
+
+def test_data_cel_cannot_take_as_it_is_is_still_checked_per_call() -> None:
+    huge = deploy("big")
+    huge["spec"]["replicas"] = 2**70
+    view = resource_view(huge)
+    assert not isinstance(view.get_checked("deps", ""), Checked)
+    backend = GlobalContextBackend(OfflineBackend(), view)
+    assert "does not fit in 64 bits" in error('globalContext.Get("deps", "")', backend=backend)
+    state = api_call_state("c", {"n": 2**70}, [])
+    view.apply({"c": EntryChange(state)})
+    assert not isinstance(view.get_checked("c", ""), Checked)
 
 
 # --- Kyverno CLI's mocked entries ---------------------------------------------------------------------------
