@@ -10,7 +10,8 @@ MutatingPolicies (CREATE) also on pod shapes mutations meet (more containers, in
 set, everything set). A pair agrees when both give no result (the policy does not select the resource) or
 the same result; a `fail` must also carry the same message, and a mutation that passes must leave the same
 object. The oracle gets what Kyverno's CLI gives its engine (the suite's context objects and images, HTTP
-mocks, the namespaces of its values file, its user info); which kinds are namespaced comes from vpol.
+mocks, mocked GlobalContextEntries, the namespaces of its values file, its user info); which kinds are
+namespaced comes from vpol.
 Documented deviations (tests/differential/deviations.yaml) are classes of behaviour, each matched by the
 two outcomes, never by a test's name.
 
@@ -36,6 +37,7 @@ import yaml
 from tests.e2e.conftest import go_built
 from vpol.cel.backend import using
 from vpol.cli.context import build_backend, load_user_info, load_values
+from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
 from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.cli.resolve import resolver
@@ -206,6 +208,16 @@ def _oracle_input(suite: Suite) -> dict[str, Any]:
         method = str(mock.get("method") or "").strip().upper()
         context["httpMocks"][f"{method}:{url}" if method else url] = {
             "body": response.get("body"), "statusCode": response.get("statusCode") or 200}
+    # Mocked GlobalContextEntries, their resourceFiles read into resources (Kyverno's CLI does the same before it
+    # resolves them; the oracle resolves them with the CLI's own code).
+    gctx = []
+    for entry in suite.spec.get("globalContextEntries") or []:
+        entry = dict(entry)
+        if entry.get("resourceFiles") is not None:
+            entry["resources"] = [d for f in entry.pop("resourceFiles") or []
+                                  for d in _documents([suite.test_file.parent / str(f).strip()]) if d]
+        gctx.append(entry)
+    context["globalContextEntries"] = gctx
     out["context"] = context
     namespaces: dict[str, Any] = {}
     for doc in _documents(suite.files("variables")):
@@ -262,7 +274,9 @@ def _backend(suite: Suite) -> tuple[Any, Any]:
     rel = lambda key: [str(p) for p in suite.files(key)]  # noqa: E731
     backend, extra = build_backend(context_files=rel("context"), cluster_resource_files=rel("clusterResources"),
                                    api_call_responses=[r for r in suite.spec.get("apiCallResponses") or []
-                                                       if isinstance(r, dict)])
+                                                       if isinstance(r, dict)],
+                                   global_context=load_mock_entries(suite.spec.get("globalContextEntries"),
+                                                                    suite.test_file.parent, str(suite.test_file)))
     return backend, resolver(extra)
 
 

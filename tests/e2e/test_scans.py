@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -57,6 +58,19 @@ def report(cluster: Any, namespace: str, uid: str, name: str = "") -> dict[str, 
 def result_of(cluster: Any, namespace: str, uid: str, policy: str) -> dict[str, Any] | None:
     r = report(cluster, namespace, uid)
     return next((x for x in (r or {}).get("results") or [] if x["policy"] == policy), None)
+
+
+def touch_until(what: str, touch: Callable[[int], Any], done: Callable[[], bool], timeout: float = 60) -> None:
+    """Change an object (``touch(n)``, n counting up) until ``done()``: a rescan follows each change, so what
+    the scan reads from elsewhere (a looked-up object, global context data) is seen without a full scan."""
+    touches = iter(range(100_000))
+
+    def touched() -> bool:
+        touch(next(touches))
+        time.sleep(1)
+        return done()
+
+    wait_for(what, touched, timeout, 1)
 
 
 def gauge(op: OperatorProcess, policy: str, result: str) -> float:
@@ -231,7 +245,7 @@ def test_a_report_an_older_vpol_named_by_the_uid_is_replaced(policies: Policies,
 
 
 def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: Any, namespace: str) -> None:
-    """resource.Get reads the cluster; http.* is off unless allowlisted; globalContext reports why it fails."""
+    """resource.Get reads the cluster; http.* is off unless allowlisted (globalContext: test_global_context.py)."""
     make_cm(cluster, namespace, "settings", {"required": "team"})
     target = make_cm(cluster, namespace, "target", {"team": "a"})
     lookup = ("resource.Get('v1', 'configmaps', object.metadata.namespace, 'settings').data.required "
@@ -245,15 +259,10 @@ def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: A
                                                                      {"data": {"required": "owner"}})
     # The settings change is not an event on the target: a later evaluation of the target sees it
     # (lookups are cached for a few seconds), so touch the target until it does.
-    touches = iter(range(1000))
-
-    def failed_after_touch() -> bool:
-        client.CoreV1Api(cluster.api_client).patch_namespaced_config_map(
-            "target", namespace, {"metadata": {"labels": {"touched": str(next(touches))}}})
-        time.sleep(1)
-        return (result_of(cluster, namespace, target, name) or {}).get("result") == "fail"
-
-    wait_for("a fail after the looked-up object changed", failed_after_touch, 60, 1)
+    touch_until("a fail after the looked-up object changed",
+                lambda n: client.CoreV1Api(cluster.api_client).patch_namespaced_config_map(
+                    "target", namespace, {"metadata": {"labels": {"touched": str(n)}}}),
+                lambda: (result_of(cluster, namespace, target, name) or {}).get("result") == "fail")
 
     # An object that does not exist is null (Kyverno's answer to NotFound), not an error.
     absent = policies.create("absent", owner_policy(

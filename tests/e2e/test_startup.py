@@ -17,7 +17,7 @@ from tests.e2e.operator_process import REPO, OperatorProcess
 from tests.e2e.vpol_fixtures import wait_for
 
 EXPECTED = {"crd/validatingpolicies", "crd/namespacedvalidatingpolicies", "crd/mutatingpolicies",
-            "crd/policyexceptions", "crd/policyreports", "crd/clusterpolicyreports"}
+            "crd/policyexceptions", "crd/globalcontextentries", "crd/policyreports", "crd/clusterpolicyreports"}
 
 
 def _get(url: str) -> str:

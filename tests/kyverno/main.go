@@ -1,7 +1,7 @@
 // The Kyverno oracle of vpol's differential test (tests/differential): Kyverno's own CEL policy engine,
-// nothing of its CLI. It imports the ValidatingPolicy and MutatingPolicy compilers and engines of the
-// kyverno/kyverno module (pinned in go.mod) with their fake context provider, and evaluates every policy
-// of one case on every resource of it.
+// none of its CLI's commands (only the CLI's resolution of mocked GlobalContextEntries). It imports the
+// ValidatingPolicy and MutatingPolicy compilers and engines of the kyverno/kyverno module (pinned in
+// go.mod) with their fake context provider, and evaluates every policy of one case on every resource of it.
 //
 // Input (stdin, JSON): one case
 //
@@ -15,7 +15,15 @@
 //	namespaces   [Namespace]  what namespaceObject resolves to (nil for any other namespace, as in
 //	             Kyverno's CLI, which knows only the namespaces of its values file)
 //	context      {resources: [object], images: [image as in a CLI Context file],
-//	             httpMocks: {"GET:url": {body, statusCode}}}
+//	             httpMocks: {"GET:url": {body, statusCode}},
+//	             globalContextEntries: [a Kyverno CLI test's globalContextEntries, resourceFiles already read
+//	             into resources]: validated and resolved by Kyverno's CLI code (its apis and store packages,
+//	             not its commands), then handed to the fake context provider as the CLI hands them,
+//	             clusterGlobalContext: [{entry: a GlobalContextEntry object, objects: [what its
+//	             kubernetesResource lists], response: the answer of its apiCall urlPath, error: or its
+//	             failure}]: real store entries (Kyverno's k8sresource entry over a fake dynamic client,
+//	             its externalapi entry over a canned API client) behind Kyverno's own context provider,
+//	             which answers globalContext.Get in place of the fake one}
 //
 // Output (stdout, JSON): {"error": compile error} or {"results": [per resource {"policies": [{"policy",
 // "rules": [{"status", "message"}]}], "patched": object or null, "error"}]}. A policy appears once per
@@ -25,11 +33,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	policiesv1beta1 "github.com/kyverno/api/api/policies.kyverno.io/v1beta1"
+	kyvernov2beta1 "github.com/kyverno/kyverno/api/kyverno/v2beta1"
+	clitest "github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno/apis/v1alpha1"
+	clistore "github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno/store"
 	celengine "github.com/kyverno/kyverno/pkg/cel/engine"
 	"github.com/kyverno/kyverno/pkg/cel/libs"
 	"github.com/kyverno/kyverno/pkg/cel/matching"
@@ -37,14 +52,22 @@ import (
 	mpolengine "github.com/kyverno/kyverno/pkg/cel/policies/mpol/engine"
 	vpolcompiler "github.com/kyverno/kyverno/pkg/cel/policies/vpol/compiler"
 	vpolengine "github.com/kyverno/kyverno/pkg/cel/policies/vpol/engine"
+	"github.com/kyverno/kyverno/pkg/config"
 	engineapi "github.com/kyverno/kyverno/pkg/engine/api"
+	"github.com/kyverno/kyverno/pkg/engine/jmespath"
+	"github.com/kyverno/kyverno/pkg/event"
+	"github.com/kyverno/kyverno/pkg/globalcontext/externalapi"
+	"github.com/kyverno/kyverno/pkg/globalcontext/k8sresource"
+	gctxstore "github.com/kyverno/kyverno/pkg/globalcontext/store"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"sigs.k8s.io/kubectl-validate/pkg/openapiclient"
 )
 
@@ -68,9 +91,90 @@ type imageData struct {
 }
 
 type caseContext struct {
-	Resources []map[string]any `json:"resources"`
-	Images    []imageData      `json:"images"`
-	HTTPMocks map[string]any   `json:"httpMocks"`
+	Resources            []map[string]any                  `json:"resources"`
+	Images               []imageData                       `json:"images"`
+	HTTPMocks            map[string]any                    `json:"httpMocks"`
+	GlobalContextEntries []clitest.GlobalContextEntryValue `json:"globalContextEntries"`
+	ClusterGlobalContext []clusterEntry                    `json:"clusterGlobalContext"`
+}
+
+// clusterEntry is a GlobalContextEntry as a cluster holds it, with what it reads there.
+type clusterEntry struct {
+	Entry    json.RawMessage  `json:"entry"`
+	Objects  []map[string]any `json:"objects"`
+	Response json.RawMessage  `json:"response"`
+	Error    string           `json:"error"`
+}
+
+type noEvents struct{}
+
+func (noEvents) Add(...event.Info) {}
+
+// cannedAPI answers an apiCall entry's urlPath call with the case's response (or error).
+type cannedAPI struct{ entry clusterEntry }
+
+func (c cannedAPI) RawAbsPath(context.Context, string, string, io.Reader) ([]byte, error) {
+	if c.entry.Error != "" {
+		return nil, errors.New(c.entry.Error)
+	}
+	return c.entry.Response, nil
+}
+
+// withClusterGlobalContext is the fake context provider with globalContext.Get answered by Kyverno's own
+// context provider over real store entries.
+type withClusterGlobalContext struct {
+	*libs.FakeContextProvider
+	cluster libs.Context
+}
+
+func (w *withClusterGlobalContext) GetGlobalReference(name, projection string) (any, error) {
+	return w.cluster.GetGlobalReference(name, projection)
+}
+
+func clusterStore(ctx context.Context, entries []clusterEntry) (gctxstore.Store, error) {
+	s := gctxstore.New(0)
+	jp := jmespath.New(config.NewDefaultConfiguration(false))
+	for _, ce := range entries {
+		gce := &kyvernov2beta1.GlobalContextEntry{}
+		if err := json.Unmarshal(ce.Entry, gce); err != nil {
+			return nil, fmt.Errorf("global context entry: %w", err)
+		}
+		var entry gctxstore.Entry
+		var err error
+		if kr := gce.Spec.KubernetesResource; kr != nil {
+			gvr := schema.GroupVersionResource{Group: kr.Group, Version: kr.Version, Resource: kr.Resource}
+			objects := make([]runtime.Object, 0, len(ce.Objects))
+			listKind := "List"
+			for _, o := range ce.Objects {
+				u := &unstructured.Unstructured{Object: o}
+				listKind = u.GetKind() + "List"
+				objects = append(objects, u)
+			}
+			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{gvr: listKind}, objects...)
+			entry, err = k8sresource.New(ctx, gce, noEvents{}, client, logr.Discard(), gvr, kr.Namespace, jp)
+		} else if call := gce.Spec.APICall; call != nil {
+			if call.RefreshInterval == nil { // the CRD's default
+				call.RefreshInterval = &metav1.Duration{Duration: 10 * time.Minute}
+			}
+			entry, err = externalapi.New(ctx, gce, noEvents{}, nil, nil, logr.Discard(), cannedAPI{ce}, call.APICall,
+				call.RefreshInterval.Duration, 10_000_000, 30*time.Second, false, jp)
+			// The first call runs in the background: wait until it answered.
+			for deadline := time.Now().Add(5 * time.Second); err == nil && time.Now().Before(deadline); {
+				if _, getErr := entry.Get(""); getErr == nil || getErr.Error() != "no data available" {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Set(gce.Name, entry); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 type input struct {
@@ -177,8 +281,32 @@ func run(in input) (map[string]any, error) {
 	if len(in.Context.HTTPMocks) > 0 {
 		fake.SetHTTPMocks(in.Context.HTTPMocks)
 	}
+	if err := clitest.ValidateGlobalContextEntries(in.Context.GlobalContextEntries); err != nil {
+		return map[string]any{"error": err.Error()}, nil
+	}
+	for _, entry := range in.Context.GlobalContextEntries {
+		data, err := clistore.ResolveGlobalContextMockData(entry)
+		if err != nil {
+			return map[string]any{"error": err.Error()}, nil
+		}
+		fake.AddGlobalReference(entry.Name, data)
+	}
+	var libsCtx libs.Context = fake
+	if len(in.Context.ClusterGlobalContext) > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		store, err := clusterStore(ctx, in.Context.ClusterGlobalContext)
+		if err != nil {
+			return map[string]any{"error": err.Error()}, nil
+		}
+		cluster, err := libs.NewContextProvider(nil, nil, store, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		libsCtx = &withClusterGlobalContext{FakeContextProvider: fake, cluster: cluster}
+	}
 	// The compilers bind the http library (and its mocks) to this package variable, as Kyverno's CLI sets it.
-	libs.LibraryContext = fake
+	libs.LibraryContext = libsCtx
 	namespaces := map[string]*corev1.Namespace{}
 	for i := range in.Namespaces {
 		namespaces[in.Namespaces[i].Name] = &in.Namespaces[i]
@@ -294,6 +422,11 @@ func main() {
 	}
 	for i := range in.Context.Resources {
 		numbers(in.Context.Resources[i], false)
+	}
+	for i := range in.Context.ClusterGlobalContext {
+		for j := range in.Context.ClusterGlobalContext[i].Objects {
+			numbers(in.Context.ClusterGlobalContext[i].Objects[j], false)
+		}
 	}
 	for i := range in.Context.Images {
 		img := &in.Context.Images[i]

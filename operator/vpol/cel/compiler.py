@@ -378,8 +378,34 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
         prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
         if prog:
             out.audit_annotations.append((aa.key, prog))
+    if policy.namespace:
+        out.problems.extend(namespaced_forbidden(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]
     return out
+
+
+#: Libraries a namespaced policy may not name (Kyverno's rule, pkg/cel/policies/vpol/validate.go and
+#: mpol/validate.go: they reach beyond the namespace), with Kyverno's messages.
+NAMESPACED_FORBIDDEN = {
+    "globalContext": "globalContext.* is not allowed in namespaced policies",
+    "http": "http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable",
+}
+
+
+def namespaced_forbidden(expressions: Sequence[tuple[str, str, str]]) -> list[Problem]:
+    """Kyverno refuses a namespaced policy that names ``globalContext`` or ``http`` in any expression: the first
+    use of each, with its position (a name in a string, or a field after ``.`` or ``.?``, does not count)."""
+    found: dict[str, Problem] = {}
+    for path, src, _role in expressions:
+        before, previous = "", ""
+        for tok in tokens(src):
+            selected = previous == "." or (previous == "?" and before == ".")
+            if tok.kind == "ident" and not selected and tok.text in NAMESPACED_FORBIDDEN and tok.text not in found:
+                at = Position(*line_column(src, tok.start))
+                found[tok.text] = Problem(NAMESPACED_FORBIDDEN[tok.text], path=path, expression_position=at,
+                                          excerpt=excerpt_at(src, at))
+            before, previous = previous, tok.text
+    return [found[name] for name in NAMESPACED_FORBIDDEN if name in found]
 
 
 @dataclass
@@ -418,5 +444,7 @@ def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = F
         prog = frame.add(mc.expression, f"spec.targetMatchConditions[{i}].expression", "matchCondition")
         if prog:
             out.target_match_conditions.append((mc.name, prog))
+    if policy.namespace:
+        out.problems.extend(namespaced_forbidden(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]
     return out

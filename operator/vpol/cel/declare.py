@@ -160,8 +160,20 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 
+class Checked:
+    """A result its implementation has already made of types CEL accepts (with :func:`guard_result`, once, for
+    data it serves again and again): :func:`guard_result` passes it on without walking it a second time."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def guard_result(value: Any) -> Any:
     """A copy of ``value`` made of types CEL accepts; raises ValueError otherwise."""
+    if type(value) is Checked:
+        return value.value
     if value is None or isinstance(value, bool | str | float):
         return value
     if isinstance(value, int):

@@ -8,7 +8,9 @@ already read and parsed (this module does no file or network I/O):
   ``ClusterResource`` ``spec.resources``, ``--cluster-resources`` files),
 * CustomResourceDefinitions, which give the plural (and scope) of their kind,
 * image metadata (``Context`` ``spec.images``), keyed by the exact reference,
-* GlobalContextEntry data by entry name,
+* GlobalContextEntry data: mocked by entry name (a Kyverno CLI test's ``globalContextEntries``, answered as
+  Kyverno's CLI answers them), or entries read from files and served as in a cluster
+  (:class:`vpol.cel.global_context.GlobalContextView`),
 * canned HTTP responses (a Kyverno CLI test's ``apiCallResponses``:
   ``{method, url, response}``; the ``response`` value is what the call
   returns, e.g. ``{"statusCode": 200, "body": {...}}``).
@@ -28,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
+from vpol.cel.global_context import GlobalContextView
+from vpol.cel.libraries.kubernetes.goquote import go_quote
 
 _CLI_GROUP = "cli.kyverno.io"
 
@@ -83,6 +87,7 @@ class OfflineBackend(Backend):
         images: Iterable[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]] = (),
         global_context: Mapping[str, Any] | None = None,
         http_responses: Iterable[Mapping[str, Any]] = (),
+        global_entries: GlobalContextView | None = None,
     ) -> None:
         """
         :param resources: Kubernetes objects (``apiVersion``, ``kind``,
@@ -92,7 +97,10 @@ class OfflineBackend(Backend):
             and are also served as ``apiextensions.k8s.io/v1`` objects.
         :param images: ``Context`` ``spec.images`` entries (each with an
             ``image`` reference), or a mapping reference -> metadata.
-        :param global_context: GlobalContextEntry name -> data.
+        :param global_context: GlobalContextEntry name -> mocked data (a test's ``globalContextEntries``,
+            resolved: the data, or a mapping projection name -> value).
+        :param global_entries: GlobalContextEntry objects read from files, with their data (served as in a
+            cluster); a mocked name wins.
         :param http_responses: ``{"method": "GET", "url": ..., "response":
             ...}`` entries; ``method`` may be omitted to answer any method.
         """
@@ -118,6 +126,7 @@ class OfflineBackend(Backend):
             for entry in images:
                 self._add_image(entry)
         self._global_context: dict[str, Any] = dict(global_context or {})
+        self.global_entries = global_entries
         self._responses: dict[tuple[str, str], Any] = {}
         for response in http_responses:
             method = str(response.get("method") or "").upper()
@@ -130,6 +139,7 @@ class OfflineBackend(Backend):
         *,
         global_context: Mapping[str, Any] | None = None,
         http_responses: Iterable[Mapping[str, Any]] = (),
+        global_entries: GlobalContextView | None = None,
     ) -> OfflineBackend:
         """Build from parsed YAML documents of context and cluster-resource files.
 
@@ -169,9 +179,16 @@ class OfflineBackend(Backend):
 
         for document in documents:
             take(document)
-        return cls(resources=resources, crds=crds, images=images, global_context=global_context, http_responses=http_responses)
+        return cls(resources=resources, crds=crds, images=images, global_context=global_context,
+                   http_responses=http_responses, global_entries=global_entries)
 
     # -- indexing -----------------------------------------------------------
+
+    def objects(self) -> Iterable[dict[str, Any]]:
+        """Every object held (context and cluster resources, CRDs included)."""
+        for by_namespace in self._objects.values():
+            for by_name in by_namespace.values():
+                yield from by_name.values()
 
     def plural(self, group: str, kind: str) -> str:
         """The resource name of ``kind`` in ``group``: a CRD's plural, else the guess."""
@@ -257,16 +274,19 @@ class OfflineBackend(Backend):
         return self._canned("PUT", url)
 
     def global_context(self, name: str, projection: str) -> Any:
-        # Kyverno's CLI answers null for an unknown entry, and looks a
-        # projection up as a key of the entry's data.
+        # Kyverno's CLI (its FakeContextProvider) answers null for an unknown entry, and looks a projection up as
+        # a key of the entry's mocked data.
         if name not in self._global_context:
-            return None
+            return self.global_entries.get_checked(name, projection) if self.global_entries is not None else None
         data = self._global_context[name]
-        if projection and isinstance(data, Mapping):
-            if projection not in data:
-                raise NotFound(f'projection "{projection}" not found in global context entry "{name}"')
-            return copy.deepcopy(data[projection])
-        return copy.deepcopy(data)
+        if not projection:
+            return data
+        if not isinstance(data, Mapping):
+            raise NotFound(f"projection {go_quote(projection)} not found in global context entry {go_quote(name)}: "
+                           "stored value is not an object")
+        if projection not in data:
+            raise NotFound(f"projection {go_quote(projection)} not found in global context entry {go_quote(name)}")
+        return data[projection]
 
     def image_metadata(self, image: str) -> dict[str, Any]:
         found = self._images.get(image)

@@ -3,7 +3,8 @@
 These files stand in for the cluster when evaluating offline. Values give
 namespaces (objects or just labels); context, clusterResources and
 apiCallResponses feed the offline backend behind ``resource.*``,
-``image.GetMetadata`` and ``http.*``.
+``image.GetMetadata`` and ``http.*``; mocked GlobalContextEntries
+(vpol.cli.global_context) the one behind ``globalContext.Get``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpol.cel.backend import Backend
 from vpol.cel.offline_backend import OfflineBackend
 from vpol.cli.inputs import load_documents
 from vpol.engine.request import ResourceType
@@ -88,11 +88,13 @@ def _objects(paths: Iterable[str]) -> list[tuple[str, Any]]:
 
 
 def build_backend(*, context_files: Iterable[str] = (), cluster_resource_files: Iterable[str] = (),
-                  api_call_responses: Iterable[dict[str, Any]] = ()) -> tuple[Backend, list[ResourceType]]:
+                  api_call_responses: Iterable[dict[str, Any]] = (), global_context: dict[str, Any] | None = None
+                  ) -> tuple[OfflineBackend, list[ResourceType]]:
     """An offline backend from the files, and the resource types their CRDs declare.
 
     ``ClusterResource`` documents name CRD files relative to themselves;
-    those are read here and handed over as documents.
+    those are read here and handed over as documents. ``global_context``: mocked GlobalContextEntry data by
+    name (vpol.cli.global_context).
     """
     documents: list[dict[str, Any]] = []
     crds: list[dict[str, Any]] = []
@@ -110,7 +112,8 @@ def build_backend(*, context_files: Iterable[str] = (), cluster_resource_files: 
     for doc in documents:
         if doc.get("kind") == "CustomResourceDefinition":
             crds.append(doc)
-    backend = OfflineBackend.from_documents(documents, http_responses=list(api_call_responses))
+    backend = OfflineBackend.from_documents(documents, http_responses=list(api_call_responses),
+                                            global_context=global_context)
     return backend, [_crd_type(c, v) for c in crds for v in (c.get("spec") or {}).get("versions") or []]
 
 

@@ -2,7 +2,8 @@
 
 A test file (``cli.kyverno.io/v1alpha1``, kind ``Test``) names policies,
 resources (or JSON payloads), optional exceptions, a values file, a context
-file and cluster resources, and lists expected results per policy,
+file, cluster resources, mocked API answers and GlobalContextEntries
+(``globalContextEntries``, vpol.cli.global_context), and lists expected results per policy,
 resource and kind. Each expectation is reported as agreed or not. Payload
 modes vpol does not support (HTTP, Envoy) are reported as unsupported, not
 as failures of the engine.
@@ -18,6 +19,7 @@ from typing import Any
 
 from vpol.cel.backend import using
 from vpol.cli.context import build_backend, load_user_info, load_values
+from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
@@ -125,10 +127,12 @@ def run_test_document(doc: Document) -> TestOutcome:
     try:
         values = load_values(_rel(base, spec.get("variables")))
         values.user_info = load_user_info(_rel(base, spec.get("userinfo")))
+        global_context = load_mock_entries(spec.get("globalContextEntries"), base, doc.file)
         backend, extra_types = build_backend(
             context_files=_rel(base, spec.get("context")),
             cluster_resource_files=_rel(base, spec.get("clusterResources")) + _rel(base, spec.get("targetResources")),
             api_call_responses=[r for r in spec.get("apiCallResponses") or [] if isinstance(r, dict)],
+            global_context=global_context,
         )
     except InputError as exc:
         outcome.problems.append(exc.problem)

@@ -8,6 +8,7 @@ unreadable input or bad usage.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -18,11 +19,13 @@ import yaml
 
 from vpol import __version__
 from vpol.cli.context import build_backend, load_user_info, load_values
+from vpol.cli.global_context import entries_in, entries_view, load_mock_files
 from vpol.cli.inputs import Loaded, iter_resources, load_exceptions, load_policies, load_resources
 from vpol.cli.progress import Progress
 from vpol.cli.resolve import resolver
 from vpol.model import documents
 from vpol.model.documents import MAX_DOCUMENT_BYTES
+from vpol.model.global_context import is_global_context_document
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import InputError, Problem
@@ -102,12 +105,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         values = load_values(args.values or [])
         user_info = load_user_info([args.userinfo] if args.userinfo else [])
+        mocks, entries = load_mock_files(args.global_context or [])
         backend, extra = build_backend(context_files=args.context or [],
                                        cluster_resource_files=[*(args.cluster_resources or []),
-                                                               *(args.target_resources or [])])
+                                                               *(args.target_resources or [])],
+                                       global_context=mocks)
+        entries += entries_in(args.resource)
     except InputError as exc:
         _print_problems([exc.problem])
         return EXIT_INPUT
+    if entries:
+        given = Loaded()
+        objects = itertools.chain(backend.objects(), (d.data for d in iter_resources(args.resource, given)))
+        backend.global_entries = entries_view([e for e, _file in entries], objects, backend.plural)
     resolve = resolver(extra)
     counts = dict.fromkeys(("pass", "fail", "warn", "error", "skip"), 0)
     # A row is a dict, or for a ValidatingPolicy's result the JSON text of its dict, made in the worker
@@ -183,6 +193,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         batch: list[Subject] = []
         originals: list[dict[str, Any]] = []
         for doc in iter_resources(args.resource, loaded):
+            if is_global_context_document(doc.data):
+                continue  # an entry, not a resource to evaluate (Kyverno's CLI takes them out too)
             count += 1
             batch.append(subject_for(doc.data, operation=args.operation, resolve=resolve,
                                      namespaces=values.namespaces, user_info=user_info))
@@ -403,7 +415,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
                 webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on",
                 events=args.events == "on", events_per_second=args.events_per_second,
-                owner_cluster_role=args.owner_clusterrole))
+                owner_cluster_role=args.owner_clusterrole,
+                global_context_max_objects=args.global_context_max_objects,
+                global_context_max_bytes=args.global_context_max_bytes,
+                global_context_call_timeout=args.global_context_call_timeout))
     return EXIT_OK
 
 
@@ -437,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-resource", "--target-resources", dest="target_resources", nargs="+", action="extend",
                    metavar="PATH", help="existing objects the MutatingPolicies with mutateExisting change (Kyverno's "
                                         "targets; they stand in for the cluster too)")
+    p.add_argument("--global-context", nargs="+", action="extend", metavar="FILE",
+                   help="GlobalContextEntry data for globalContext.Get: a globalContextEntries list as in a Kyverno "
+                        "CLI test file, or GlobalContextEntry objects (kubernetesResource entries hold the given "
+                        "resources of their kind; GlobalContextEntry objects among --resource files count too)")
     p.add_argument("--userinfo", "-u", metavar="FILE",
                    help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
     p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"],
@@ -518,6 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner-clusterrole", default="", metavar="NAME",
                    help="the installation's ClusterRole (the manifests and the Helm chart give theirs): it owns the "
                         "webhook configurations, so uninstalling vpol garbage-collects them (default: no owner)")
+    p.add_argument("--global-context-max-objects", type=int, default=10_000, metavar="N",
+                   help="most objects one GlobalContextEntry (kubernetesResource) may hold; beyond it the entry "
+                        "serves an error saying so (default 10000)")
+    p.add_argument("--global-context-max-bytes", type=int, default=10_000_000, metavar="BYTES",
+                   help="most bytes one GlobalContextEntry may hold (its objects as JSON, or an API call's answer; "
+                        "default 10000000, Kyverno's maxAPICallResponseLength)")
+    p.add_argument("--global-context-call-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="timeout of one GlobalContextEntry API call (default 30, Kyverno's apiCallTimeout)")
     p.add_argument("--reload", action="store_true", help="development: restart when a source file changes")
     p.set_defaults(func=cmd_run)
 

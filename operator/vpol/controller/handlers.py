@@ -33,7 +33,9 @@ from vpol.controller.events import EventRecorder
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
+from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.scanner import ScanOptions, Scanner
+from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
 from vpol.kube.errors import describe
@@ -86,10 +88,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         rt.events = EventRecorder(Objects(rt.api).create_event, per_second=options.events_per_second,
                                   burst=max(1, int(options.events_per_second * 10)))
         rt.events.start()
+    # GlobalContextEntry data: every replica loads it (every replica evaluates); the leader writes the status.
+    rt.global_context = GlobalContextStore()
+    rt.global_context_controller = GlobalContextController(
+        rt.api, rt.global_context, leading=rt.leader.leading if rt.leader else None,
+        options=GlobalContextOptions(max_objects=options.global_context_max_objects,
+                                     max_bytes=options.global_context_max_bytes,
+                                     call_timeout=options.global_context_call_timeout))
+    rt.global_context_controller.start()
     if options.scan_interval > 0:
         limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
-                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits), events=rt.events)
+                             options=ScanOptions(scan_interval=options.scan_interval, limits=limits), events=rt.events,
+                             global_context=rt.global_context)
         rt.scanner.start()
     loop = asyncio.get_running_loop()
     queue = rt.queue
@@ -113,7 +124,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                      scans=rt.scanner is not None)
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery,
-                                 events=rt.events)
+                                 events=rt.events, global_context=rt.global_context)
         await rt.admission.start()
 
     reconciler = rt.reconciler
@@ -192,6 +203,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         rt.prover.stop()
     if rt.events:
         rt.events.stop()
+    if rt.global_context_controller:
+        rt.global_context_controller.stop()
+        await asyncio.to_thread(rt.global_context_controller.join, 5)
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)

@@ -55,6 +55,11 @@ class Options:
     events_per_second: float = 5.0
     #: The installation's ClusterRole: it owns the webhook configurations, so uninstalling vpol deletes them.
     owner_cluster_role: str = ""
+    #: Bounds of one GlobalContextEntry's cached data (vpol.controller.global_context).
+    global_context_max_objects: int = 10_000
+    global_context_max_bytes: int = 10_000_000
+    #: Timeout of one GlobalContextEntry API call.
+    global_context_call_timeout: float = 30.0
 
 
 @dataclass
@@ -73,6 +78,9 @@ class Runtime:
     prover: Any = None
     #: Sends PolicyViolation Events (vpol.controller.events; None with --events=off).
     events: Any = None
+    #: GlobalContextEntry data (vpol.engine.global_context.GlobalContextStore) and its controller.
+    global_context: Any = None
+    global_context_controller: Any = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     #: Last known readiness per policy (for metrics).
     ready: dict[str, bool] = field(default_factory=dict)

@@ -57,6 +57,7 @@ from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, vi
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.request import ResourceType
+from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
@@ -118,7 +119,8 @@ class _State:
 
 class Scanner(threading.Thread):
     def __init__(self, api: client.ApiClient, backend: LiveBackend, discovery: Any, *,
-                 leading: threading.Event | None = None, options: ScanOptions | None = None, events: Any = None):
+                 leading: threading.Event | None = None, options: ScanOptions | None = None, events: Any = None,
+                 global_context: GlobalContextSource | None = None):
         super().__init__(daemon=True, name="vpol-scanner")
         self.api = api
         #: Where PolicyViolation Events of new failing results go (vpol.controller.events; None: off).
@@ -128,6 +130,8 @@ class Scanner(threading.Thread):
                                            namespaces={}, store=self._store_one)
         self.reports = Reports(api)
         self.backend = backend
+        #: GlobalContextEntry data for globalContext.Get (the operator's store).
+        self.global_context = global_context
         self.discovery = discovery  # has .get() -> Discovery
         self.leading = leading or _always()
         self.options = options or ScanOptions()
@@ -410,8 +414,9 @@ class Scanner(threading.Thread):
         if self._evaluator is None or key != self._evaluator_key:
             if self._evaluator:
                 self._evaluator.close()
+            source = self.global_context if reads_global_context([*policies, *mutating]) else None
             self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits,
-                                                 mutating=mutating)
+                                                 mutating=mutating, global_context=source)
             self._evaluator_key = key
         return self._evaluator
 

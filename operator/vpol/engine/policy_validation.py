@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.compiler import compile_mutating_policy, compile_policy
-from vpol.cel.object_literals import tokens
 from vpol.cel.typecheck import check_policy
 from vpol.engine.evaluate import compile_exception
 from vpol.model.discovery import Discovery
@@ -57,36 +56,13 @@ def policy_problems(policy: ValidatingPolicy | MutatingPolicy, *, typecheck: boo
     `vpol check` calls it an error; at apply time it is a warning (Kyverno, which does not type-check against
     schemas, admits such a policy, and vpol refuses only what Kyverno refuses)."""
     compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
-    problems = list(compiled.problems) + namespaced_problems(policy)
+    problems = list(compiled.problems)
     if typecheck:
         problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
                                               severity="error" if w.wrong_result and wrong_result_is_error
                                               else "warning"))
                         for w in check_policy(policy, discovery))
     return problems
-
-
-#: Libraries a namespaced policy may not use (Kyverno's rule: they reach beyond the namespace), and the reason.
-NAMESPACED_FORBIDDEN = (
-    ("globalContext", "globalContext.* is not allowed in namespaced policies"),
-    ("http", "http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable"),
-)
-
-
-def namespaced_problems(policy: ValidatingPolicy | MutatingPolicy) -> list[Problem]:
-    """Kyverno's refusal of ``globalContext`` and ``http`` in a namespaced policy (any expression naming the
-    identifier; names in strings or after a ``.`` do not count)."""
-    if not policy.namespace:
-        return []
-    named: set[str] = set()
-    for _path, src, _role in policy.expressions():
-        before, previous = "", ""
-        for token in tokens(src):
-            selected = previous == "." or (previous == "?" and before == ".")  # x.http, x.?http: a field
-            if token.kind == "ident" and not selected and token.text in ("globalContext", "http"):
-                named.add(token.text)
-            before, previous = previous, token.text
-    return [policy.locate(Problem(message, path="spec")) for name, message in NAMESPACED_FORBIDDEN if name in named]
 
 
 def exception_problems(exc: PolicyException) -> list[Problem]:

@@ -18,6 +18,11 @@ For the admission webhook the worker answers a whole request (``admit``): it
 reads the AdmissionReview as received, evaluates, decides and writes the
 answer, so the serving process only moves bytes; the round trip is awaited on
 the event loop (no thread per request).
+
+GlobalContextEntry data (``globalContext.Get``) reaches a worker from the
+operator's store (vpol.engine.global_context): before a request, a worker
+that is behind is sent what changed since the version it has, and answers
+the library from its own copy.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vpol.cel.backend import Backend, using
+from vpol.cel.global_context import GlobalContextView
 from vpol.engine.admission import decide, mutation_response, review_response, subject_for_request
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import ERROR, PolicyEngine, Rendered, Result, SubjectData, compile_exception
+from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
 from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
@@ -136,7 +143,7 @@ Prebuilt = tuple[list[PolicyEngine], list[MutatingPolicyEngine]]
 
 def _worker(conn: multiprocessing.connection.Connection, policies: list[ValidatingPolicy],
             exceptions: list[PolicyException], backend: Backend, memory_bytes: int,
-            mutating: list[MutatingPolicy], prebuilt: Prebuilt | None = None) -> None:
+            mutating: list[MutatingPolicy], prebuilt: Prebuilt | None = None, global_context: bool = False) -> None:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     except (ValueError, OSError):
@@ -147,6 +154,9 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
         compiled_exceptions = [compile_exception(e) for e in exceptions]
         engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
         mutating_engines = [MutatingPolicyEngine(p, compiled_exceptions) for p in mutating]
+    view = GlobalContextView()
+    if global_context:
+        backend = GlobalContextBackend(backend, view)
     conn.send(("ready", None))
     with using(backend):
         while True:
@@ -157,6 +167,12 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
             if msg is None:
                 return
             op, subjects, only, only_mutating = msg
+            if op == "global-context":  # no answer: the request that follows is answered
+                try:
+                    view.apply(subjects)
+                except Exception:  # noqa: BLE001 - a bad change never stops the worker
+                    pass
+                continue
             try:
                 if op == "admit":
                     conn.send(("ok", _admit(engines, mutating_engines, subjects)))
@@ -201,12 +217,16 @@ class SandboxedEvaluator:
 
     def __init__(self, policies: Sequence[ValidatingPolicy], exceptions: Sequence[PolicyException] = (),
                  backend: Backend | None = None, limits: Limits = Limits(),
-                 mutating: Sequence[MutatingPolicy] = (), *, engines: Prebuilt | None = None):
+                 mutating: Sequence[MutatingPolicy] = (), *, engines: Prebuilt | None = None,
+                 global_context: GlobalContextSource | None = None):
         """``engines``: the policies already compiled, by this process, for ``policies`` and ``mutating`` in
         order. The first worker is then forked (on Linux) and inherits them, with no imports
         and no compiling of its own: for a single-threaded caller only (a process forked while other threads
         hold locks can deadlock), such as `vpol apply` before it starts any thread. A worker restarted after
-        a kill is spawned and compiles, as always."""
+        a kill is spawned and compiles, as always.
+
+        ``global_context``: where GlobalContextEntry data comes from (the operator's store); without it,
+        ``globalContext.Get`` is answered by ``backend``."""
         self.policies = list(policies)
         #: MutatingPolicies, in the order they apply (``mutate_once``, ``apply_many``).
         self.mutating = list(mutating)
@@ -221,6 +241,9 @@ class SandboxedEvaluator:
         #: signal, and must never be handed another request (nor be taken as restarted).
         self._killed = False
         self._conn: multiprocessing.connection.Connection | None = None
+        self.global_context = global_context
+        #: The store version the running worker has (-1: none yet).
+        self._global_version = -1
         #: How many times a worker had to be killed (for metrics and tests).
         self.kills = 0
 
@@ -242,7 +265,7 @@ class SandboxedEvaluator:
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(
             target=_worker, args=(child, self.policies, self.exceptions, self.backend, self.limits.memory_bytes,
-                                  self.mutating, prebuilt),
+                                  self.mutating, prebuilt, self.global_context is not None),
             daemon=True,
         )
         self._proc.start()
@@ -253,6 +276,20 @@ class SandboxedEvaluator:
             self._kill()
             raise RuntimeError("policy evaluation worker did not start")
         parent.recv()
+        self._global_version = -1
+
+    def global_context_stale(self) -> bool:
+        """The running worker lacks changes of the GlobalContextEntry data."""
+        return self.global_context is not None and self.global_context.version != self._global_version
+
+    def _send_global_context(self) -> None:
+        """Send the running worker what changed in the GlobalContextEntry data since the version it has."""
+        if self.global_context is None or self._conn is None:
+            return
+        version, changes = self.global_context.changes_since(self._global_version)
+        if changes:
+            self._conn.send(("global-context", changes, None, None))
+        self._global_version = version
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -283,6 +320,8 @@ class SandboxedEvaluator:
             self._start()
         assert self._conn is not None
         try:
+            if self.global_context_stale():
+                self._send_global_context()
             self._conn.send((op, list(subjects), only, only_mutating))
             deadline = time.monotonic() + self.limits.seconds_per_subject * len(subjects)
             if self._conn.poll(max(0.0, deadline - time.monotonic())):
@@ -318,6 +357,8 @@ class SandboxedEvaluator:
 
         loop.add_reader(fd, ready)
         try:
+            if self.global_context_stale():  # rarely: only after the data changed; large, so off the loop
+                await asyncio.to_thread(self._send_global_context)
             message = ("admit", call, None, None)
             if len(call.body) > _SEND_ON_LOOP_BYTES:  # a pipe takes ~64 KiB at a time: the loop must not wait
                 await asyncio.to_thread(conn.send, message)

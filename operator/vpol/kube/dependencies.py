@@ -1,7 +1,7 @@
 """What the operator needs from the cluster at start-up, checked and said once, in sentences.
 
 The CustomResourceDefinitions it serves and writes (its policy kinds, the
-PolicyException kind, the wgpolicyk8s.io report kinds) and the permissions
+PolicyException and GlobalContextEntry kinds, the wgpolicyk8s.io report kinds) and the permissions
 its ServiceAccount must have. A missing piece never stops the operator: the
 rest keeps working, the problem is logged once when it appears (and once when
 it is fixed), shown in ``/healthz`` (probe ``dependencies``) and in the metric
@@ -48,6 +48,8 @@ DEPENDENCIES: tuple[Dependency, ...] = (
                "MutatingPolicies cannot be served", CRDS_HINT),
     Dependency("crd/policyexceptions", "policies.kyverno.io", "v1alpha1", "policyexceptions",
                "PolicyExceptions are ignored", CRDS_HINT),
+    Dependency("crd/globalcontextentries", "kyverno.io", "v2", "globalcontextentries",
+               "GlobalContextEntries are not loaded (policies reading globalContext get null)", CRDS_HINT),
     Dependency("crd/policyreports", "wgpolicyk8s.io", "v1alpha2", "policyreports",
                "background scan results cannot be written", REPORTS_HINT, verb="create"),
     Dependency("crd/clusterpolicyreports", "wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports",

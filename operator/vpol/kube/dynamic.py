@@ -31,7 +31,9 @@ def _call(api: client.ApiClient, path: str, query: list[tuple[str, Any]], *, tim
     resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
     if not 200 <= int(resp.status) < 300:
         data = resp.read()
-        raise ApiException(status=int(resp.status), reason=data[:500].decode(errors="replace"))
+        exc = ApiException(status=int(resp.status), reason=data[:500].decode(errors="replace"))
+        exc.body = data[:4096].decode(errors="replace")  # the Status object, for vpol.kube.errors.describe
+        raise exc
     return resp.response
 
 
@@ -62,21 +64,29 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
             return
 
 
+class StopWatching(Exception):
+    """Raised by a Watcher's callback: stop this watcher for good (no retry)."""
+
+
 class Watcher(threading.Thread):
     """Lists then watches one resource, calling ``on_event(type, object)`` for every change.
 
     Initial objects arrive as ``ADDED`` (``SYNCED`` is sent once the first
     list is complete). A watch that ends is resumed from the last
-    resourceVersion; 410 Gone (or any error) relists. Stops when ``stop()``
-    is called.
+    resourceVersion; 410 Gone (or any error) relists, after ``on_error(exc)``
+    is told. Stops when ``stop()`` is called, or when the callback raises
+    :class:`StopWatching`. ``namespace`` limits it to one namespace.
     """
 
     def __init__(self, api: client.ApiClient, group: str, version: str, resource: str,
                  on_event: Callable[[str, dict[str, Any]], None], *, kind: str = "", timeout: int = 300,
-                 emit_initial: bool = True, on_list: Callable[[], None] | None = None):
+                 emit_initial: bool = True, on_list: Callable[[], None] | None = None, namespace: str = "",
+                 on_error: Callable[[BaseException], None] | None = None):
         super().__init__(daemon=True, name=f"watch-{resource}.{group or 'core'}")
         self.api = api
         self.gvr = (group, version, resource)
+        self.namespace = namespace
+        self.on_error = on_error
         self.kind = kind
         self.on_event = on_event
         self.timeout = timeout
@@ -113,9 +123,20 @@ class Watcher(threading.Thread):
                 backoff = 0.5
                 while not self.stopped and rv is not None:
                     rv = self._watch(rv)  # None after 410 Gone: relist
+            except StopWatching:
+                self.stop()
+                return
             except Exception as exc:  # noqa: BLE001 - reconnect with backoff, never die
                 self.errors += 1
                 self.last_error = exc
+                if self.on_error is not None:
+                    try:
+                        self.on_error(exc)
+                    except StopWatching:
+                        self.stop()
+                        return
+                    except Exception:  # noqa: BLE001 - the callback's own failure changes nothing here
+                        logger.exception("watch error callback failed")
                 logger.warning("watch of %s failed: %s; retrying in %.1fs", "/".join(self.gvr), exc, backoff)
                 self._stop_event.wait(backoff)
                 backoff = min(30.0, backoff * 2)
@@ -123,12 +144,12 @@ class Watcher(threading.Thread):
     def _list(self) -> str:
         rv = ""
         if not self.emit_initial and not self.synced.is_set():
-            for _items, rv in list_pages(self.api, *self.gvr, page_size=1):
+            for _items, rv in list_pages(self.api, *self.gvr, namespace=self.namespace, page_size=1):
                 return rv
             return rv
         if self.on_list is not None:
             self.on_list()
-        for items, rv in list_pages(self.api, *self.gvr):
+        for items, rv in list_pages(self.api, *self.gvr, namespace=self.namespace):
             for item in items:
                 self.on_event("ADDED", item)
         return rv
@@ -137,7 +158,8 @@ class Watcher(threading.Thread):
         group, version, resource = self.gvr
         query: list[tuple[str, Any]] = [("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
                                         ("timeoutSeconds", self.timeout)]
-        resp = _call(self.api, collection_path(group, version, resource), query, timeout=self.timeout + 30)
+        resp = _call(self.api, collection_path(group, version, resource, self.namespace), query,
+                     timeout=self.timeout + 30)
         try:
             for line in resp:
                 if self.stopped:

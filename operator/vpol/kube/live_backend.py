@@ -4,8 +4,11 @@
   so a scan that asks for the same ConfigMap for every Pod asks once);
 - ``resource.Post`` creates (for SubjectAccessReview-style calls);
 - ``http.*`` only when enabled, and only for URLs under an allowlisted prefix;
-- ``globalContext.Get`` and ``image.GetMetadata`` need services vpol does not
-  run: they fail with a clear reason, which the policy reports as ``error``.
+- ``globalContext.Get`` is answered from the operator's GlobalContextEntry
+  data by the evaluation workers (vpol.engine.global_context wraps this
+  backend); this backend alone has none;
+- ``image.GetMetadata`` needs registry access vpol does not have: it fails
+  with a clear reason, which the policy reports as ``error``.
 
 The backend is picklable (it holds only how to connect), because evaluation
 runs in a worker process (``vpol.engine.sandbox``) that builds its own client.
@@ -152,8 +155,7 @@ class LiveBackend(Backend):
         return self._http("PUT", url, body, headers)
 
     def global_context(self, name: str, projection: str) -> Any:
-        raise BackendUnavailable("globalContext.Get needs Kyverno's GlobalContextEntry service, which vpol "
-                                 "does not run")
+        raise BackendUnavailable("GlobalContextEntry data is not available in this process")
 
     def image_metadata(self, image: str) -> dict[str, Any]:
         raise BackendUnavailable("image.GetMetadata needs registry access, which vpol's scanner does not have")

@@ -113,8 +113,10 @@ def test_namespaced_policies_may_not_use_global_context_or_http() -> None:
             spec["validations"] = [{"expression": "true"}]
         verdict = validate_document(vpol(spec, kind=kind, namespace="team"))
         assert [(e.path, e.message) for e in verdict.errors] == [
-            ("spec", "globalContext.* is not allowed in namespaced policies"),
-            ("spec", "http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable")]
+            ("spec.variables[0].expression", "globalContext.* is not allowed in namespaced policies"),
+            ("spec.variables[1].expression",
+             "http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable")]
+        assert all(e.expression_position is not None for e in verdict.errors)
     # Names in strings or after a dot do not count, and cluster-wide policies may use both.
     fine = validate_document(vpol({"matchConstraints": {"resourceRules": [RULE]},
                                    "validations": [{"expression": "object.metadata.name != 'http.x' && "

@@ -40,6 +40,9 @@ vpol-webhook-cert
 - --eval-timeout={{ .Values.operator.evalTimeout }}
 - --eval-memory-limit={{ int64 .Values.operator.evalMemoryLimit }}
 - --vap-generation={{ .Values.operator.vapGeneration }}
+- --policy-validation={{ ternary "on" "off" .Values.operator.policyValidation }}
+- --events={{ ternary "on" "off" .Values.operator.events }}
+- --events-per-second={{ .Values.operator.eventsPerSecond }}
 - --webhook={{ ternary "on" "off" .Values.webhook.enabled }}
 - --webhook-timeout={{ int64 .Values.webhook.timeoutSeconds }}
 - --webhook-workers={{ int64 .Values.webhook.workers }}

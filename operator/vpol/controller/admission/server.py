@@ -56,6 +56,7 @@ from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
 from vpol.engine.policy_validation import is_validated_document, validate_document
+from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
@@ -82,13 +83,18 @@ class EvaluatorPool:
     Built and used on the event loop; starting a worker (spawn and compile: a second or more) happens in a
     thread."""
 
-    def __init__(self, snapshot: Snapshot, size: int, backend: Backend, limits: Limits):
+    def __init__(self, snapshot: Snapshot, size: int, backend: Backend, limits: Limits,
+                 global_context: GlobalContextSource | None = None):
         self.snapshot = snapshot
         self.limits = limits
         policies = sorted(snapshot.policies.values(), key=lambda p: p.key)
         # MutatingPolicies apply in name order (the API server's order among policies is unspecified).
         mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
-        self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating)
+        # Workers of policies that never read globalContext are sent none of its data.
+        if not reads_global_context([*policies, *mutating]):
+            global_context = None
+        self.evaluators = [SandboxedEvaluator(policies, snapshot.exceptions, backend, limits, mutating=mutating,
+                                              global_context=global_context)
                            for _ in range(max(1, size))]
         #: (failurePolicy, mutating) of the webhooks some policy of this snapshot answers.
         self._answering = {(p.spec.failure_policy, False) for p in policies} | \
@@ -207,7 +213,8 @@ class CertificateFiles:
 class WebhookServer:
     def __init__(self, policies: AdmissionPolicies, namespaces: Namespaces, discovery: Callable[[], Discovery],
                  certificates: CertificateFiles, *, backend: Backend | None = None,
-                 options: ServerOptions = ServerOptions(), events: Any = None):
+                 options: ServerOptions = ServerOptions(), events: Any = None,
+                 global_context: GlobalContextSource | None = None):
         self.policies = policies
         #: Where PolicyViolation Events go (vpol.controller.events.EventRecorder; None: --events=off).
         self.events = events
@@ -216,6 +223,8 @@ class WebhookServer:
         self.certificates = certificates
         self.backend = backend or Backend()
         self.options = options
+        #: GlobalContextEntry data, sent to each evaluation worker as it changes.
+        self.global_context = global_context
         self.limits = Limits(seconds_per_subject=options.eval_timeout,
                              memory_bytes=options.eval_memory_mib * 1024**2)
         self._pool: EvaluatorPool | None = None
@@ -292,7 +301,7 @@ class WebhookServer:
             snapshot = self.policies.snapshot
             if self._pool is not None and self._pool.snapshot.version == snapshot.version:
                 continue
-            pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits)
+            pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits, self.global_context)
             try:
                 await pool.start()
             except Exception as exc:  # noqa: BLE001 - keep serving with the old pool, try again

@@ -25,6 +25,7 @@ from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
+from vpol.engine.global_context import GlobalContextSource
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.kube.errors import describe
 from vpol.kube.webhook_tls import WebhookTLS
@@ -52,7 +53,7 @@ def serving_names(options: Options) -> tuple[list[str], list[str]]:
 
 class Admission:
     def __init__(self, api: client.ApiClient, options: Options, *, leading: threading.Event, backend: Backend,
-                 discovery: Any, events: Any = None):
+                 discovery: Any, events: Any = None, global_context: GlobalContextSource | None = None):
         self.options = options
         dns_names, ips = serving_names(options)
         managed = not options.webhook_cert_secret
@@ -69,7 +70,8 @@ class Admission:
             self.policies, self.namespaces, get_discovery, CertificateFiles(self.tls.current), backend=backend,
             options=ServerOptions(port=options.webhook_port, workers=options.webhook_workers,
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
-                                  eval_memory_mib=options.eval_memory_mib), events=events)
+                                  eval_memory_mib=options.eval_memory_mib), events=events,
+            global_context=global_context)
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}
         self.configurator = WebhookConfigurator(
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,

@@ -125,7 +125,8 @@ def test_global_context(offline: OfflineBackend, get: str) -> None:
     assert value(f'globalContext.{get}("entry", "")', backend=offline) == {"a": 1, "nested": {"b": "c"}}
     assert value(f'globalContext.{get}("entry")', backend=offline) == {"a": 1, "nested": {"b": "c"}}
     assert value(f'globalContext.{get}("entry", "nested").b', backend=offline) == "c"
-    assert value(f'globalContext.{get}("scalar", "anything")', backend=offline) == 7
+    assert value(f'globalContext.{get}("scalar", "")', backend=offline) == 7
+    assert "stored value is not an object" in error(f'globalContext.{get}("scalar", "anything")', backend=offline)
     assert value(f'globalContext.{get}("unknown", "")', backend=offline) is None
     assert "failed to get global reference" in error(f'globalContext.{get}("entry", "missing")', backend=offline)
 

@@ -185,7 +185,11 @@ def test_global_context_semantics() -> None:
     backend = OfflineBackend(global_context={"e": {"p": [1]}, "s": "text"})
     assert backend.global_context("e", "") == {"p": [1]}
     assert backend.global_context("e", "p") == [1]
-    assert backend.global_context("s", "p") == "text"
+    assert backend.global_context("s", "") == "text"
+    # Kyverno's FakeContextProvider: a projection of data that is not an object is an error.
+    with pytest.raises(NotFound, match='projection "p" not found in global context entry "s": stored value is not '
+                                       'an object'):
+        backend.global_context("s", "p")
     assert backend.global_context("missing", "") is None
     with pytest.raises(NotFound, match='projection "q" not found in global context entry "e"'):
         backend.global_context("e", "q")
