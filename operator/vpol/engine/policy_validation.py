@@ -18,6 +18,7 @@ from vpol.cel.compiler import compile_mutating_policy, compile_policy
 from vpol.cel.typecheck import check_policy
 from vpol.engine.evaluate import compile_exception
 from vpol.model.discovery import Discovery
+from vpol.model.global_context import is_global_context_document, parse_global_context_entry
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import (
     is_exception_document,
@@ -71,17 +72,22 @@ def exception_problems(exc: PolicyException) -> list[Problem]:
 
 def is_validated_document(obj: Any) -> bool:
     """Whether ``obj`` is of a kind :func:`validate_document` answers for."""
-    return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj)
+    return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj) or \
+        is_global_context_document(obj)
 
 
 def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None) -> Verdict:
     """Every problem of one document of vpol's kinds (ValidatingPolicy, NamespacedValidatingPolicy,
-    MutatingPolicy, PolicyException), as apply-time validation sees them: what does not parse or compile is an
+    MutatingPolicy, NamespacedMutatingPolicy, PolicyException, GlobalContextEntry), as apply-time validation sees
+    them: what does not parse or compile is an
     error, type-check findings are warnings."""
     data = dict(obj)
     md = data.get("metadata") or {}
     name = f"{md.get('namespace')}/{md.get('name')}" if md.get("namespace") else str(md.get("name") or "")
     verdict = Verdict(ref=f"{data.get('kind')}/{name}")
+    if is_global_context_document(data):
+        _entry, verdict.problems = parse_global_context_entry(data)
+        return verdict
     if is_exception_document(data):
         exc, problems = parse_exception(data)
         verdict.problems = problems + (exception_problems(exc) if exc is not None else [])

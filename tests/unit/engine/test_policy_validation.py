@@ -126,3 +126,14 @@ def test_namespaced_policies_may_not_use_global_context_or_http() -> None:
     cluster = validate_document(vpol({"matchConstraints": {"resourceRules": [RULE]},
                                       "validations": [{"expression": exprs[0]}]}))
     assert not cluster.errors, cluster.errors
+
+
+def test_global_context_entries_are_validated_with_kyvernos_rules() -> None:
+    both = {"apiVersion": "kyverno.io/v2", "kind": "GlobalContextEntry", "metadata": {"name": "e"},
+            "spec": {"kubernetesResource": {"version": "v1", "resource": "configmaps"},
+                     "apiCall": {"urlPath": "/api/v1/configmaps"}}}
+    assert is_validated_document(both)
+    verdict = validate_document(both)
+    assert verdict.ref == "GlobalContextEntry/e" and verdict.errors, verdict.problems
+    fine = {**both, "spec": {"kubernetesResource": {"version": "v1", "resource": "configmaps"}}}
+    assert not validate_document(fine).errors
