@@ -25,6 +25,7 @@ conformant; ``error`` with the reason) and to ``vpol_background_mutations_total{
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -58,6 +59,8 @@ CHUNK = 200
 #: Attempts to write one target when it keeps changing under us.
 ATTEMPTS = 3
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
+#: Writes remembered as vpol's own (skipBackgroundRequests): the watch reports them within seconds.
+OWN_WRITES_KEPT = 100_000
 
 
 @dataclass
@@ -87,8 +90,9 @@ class BackgroundMutation:
         self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="vpol-mutate-writer")
         self._lock = threading.Lock()
         self._policies: dict[str, MutatingPolicy] = {}
-        #: uid -> resourceVersion of the objects vpol wrote last (their change events are not triggers).
-        self._own: dict[str, str] = {}
+        #: uid -> resourceVersion of the objects vpol wrote last (their change events are not triggers); the
+        #: oldest are forgotten beyond OWN_WRITES_KEPT.
+        self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._tokens = writes_per_second
         self._refilled = time.monotonic()
         self.writes = 0
@@ -354,7 +358,11 @@ class BackgroundMutation:
                 ref_obj = p.before
                 if status == "ok" and isinstance(value, dict):
                     md = value.get("metadata") or {}
-                    self._own[str(md.get("uid", ""))] = str(md.get("resourceVersion", ""))
+                    uid = str(md.get("uid", ""))
+                    self._own[uid] = str(md.get("resourceVersion", ""))
+                    self._own.move_to_end(uid)
+                    while len(self._own) > OWN_WRITES_KEPT:
+                        self._own.popitem(last=False)
                     self.writes += 1
                     self._report(policy, value, Result(policy=policy.key, result=PASS, message="success"),
                                  mutated=True)
