@@ -159,3 +159,48 @@ def test_a_webhook_no_policy_of_the_snapshot_answers_allows_at_once_without_a_wo
 
     for answer in asyncio.run(scenario()):
         assert answer["response"] == {"uid": "u-7", "allowed": True}
+
+
+def test_a_request_waits_for_the_workers_of_newer_policies() -> None:
+    """Every replica serves, and the configuration covers a policy once the leader's server answers with it: a
+    replica still rebuilding its workers for that policy answers once they are built, not with the old ones."""
+    import json
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.server import WebhookServer
+    from vpol.model.discovery import builtin
+
+    class Policies:
+        snapshot = Snapshot(version=2)
+
+        def listen(self, fn: object) -> None:
+            pass
+
+    old = Snapshot(version=1)  # no policy answers the Fail webhook: the old pool would allow at once
+    new = Snapshot(policies={"p": make_policy(name="p", failurePolicy="Fail", validations=[{"expression": "true"}])},
+                   version=2)
+    server = WebhookServer(Policies(), None, builtin, None)  # type: ignore[arg-type]
+    req = {"uid": "u-8", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+           "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "operation": "CREATE",
+           "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}}}
+    body = json.dumps({"request": req}).encode()
+    asked: list[int] = []
+
+    async def in_worker(pool: EvaluatorPool, *_args: object) -> bytes:
+        asked.append(pool.snapshot.version)
+        return b"{}"
+
+    async def scenario() -> None:
+        server._pool = EvaluatorPool(old, 1, Backend(), Limits())  # noqa: SLF001
+        server._in_worker = in_worker  # type: ignore[method-assign]
+
+        async def rebuilt() -> None:
+            await asyncio.sleep(0.3)
+            server._pool = EvaluatorPool(new, 1, Backend(), Limits())  # noqa: SLF001
+
+        swap = asyncio.create_task(rebuilt())
+        await server.answer((req, "u-8"), body, "Fail", False)
+        await swap
+
+    asyncio.run(scenario())
+    assert asked == [2]

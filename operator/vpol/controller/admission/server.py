@@ -63,6 +63,8 @@ from vpol.model.discovery import Discovery
 logger = logging.getLogger(__name__)
 
 FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
+#: Longest a request waits for the workers of newer policies to be built (see WebhookServer._current_pool).
+REBUILD_WAIT = 2.0
 MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
 
 
@@ -387,6 +389,8 @@ class WebhookServer:
         req, uid = review
         pool = self._pool
         try:
+            if pool is not None and pool.snapshot.version < self.policies.snapshot.version:
+                pool = await self._current_pool(pool)
             if pool is None:
                 return self._failed(uid, "the webhook has not loaded its policies yet", failure_policy)
             if not pool.answers(failure_policy, mutating):
@@ -395,6 +399,22 @@ class WebhookServer:
         except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
             logger.exception("admission request %s failed", uid)
             return self._failed(uid, str(exc), failure_policy)
+
+    async def _current_pool(self, pool: EvaluatorPool) -> EvaluatorPool:
+        """The pool of the newest policies, once it is built (at most REBUILD_WAIT seconds; else ``pool``).
+
+        The replica that writes the webhook configuration writes rules for a policy only once its own server
+        answers with it, but every replica serves: one still rebuilding its workers for a policy the
+        configuration already covers would answer without it. Waiting for the rebuild keeps a policy that is
+        Ready enforced on every replica."""
+        wanted = self.policies.snapshot.version
+        deadline = time.monotonic() + REBUILD_WAIT
+        while time.monotonic() < deadline:
+            current = self._pool
+            if current is not None and current.snapshot.version >= wanted:
+                return current
+            await asyncio.sleep(0.02)
+        return self._pool or pool
 
     async def _in_worker(self, pool: EvaluatorPool, req: dict[str, Any], uid: str, body: bytes,
                          failure_policy: str, mutating: bool) -> bytes:
