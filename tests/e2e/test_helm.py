@@ -257,7 +257,8 @@ def test_install_upgrade_uninstall_with_the_operator_running(own_cluster: KubeCl
             "get", "validatingadmissionpolicies", "-o", "name").stdout, 60, 1)
         expect_denied(lambda: dry_cm(cluster, namespace, "d", {"native-forbidden": "1"}),
                       "native-forbidden is not allowed")
-        assert webhook_configurations(cluster) == ["validatingwebhookconfigurations/vpol-validating"]
+        assert webhook_configurations(cluster) == ["validatingwebhookconfigurations/vpol-policy-validation",
+                                                   "validatingwebhookconfigurations/vpol-validating"]
 
         # Uninstall while the operator still runs (the worst case: a pod being terminated keeps
         # reconciling): its webhook configuration goes with the ClusterRole that owns it, and is not

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
-from tests.e2e.vpol_fixtures import Policies, vpol_installed, wait_for  # noqa: F401
+from tests.e2e.vpol_fixtures import Policies, mutating_policies, vpol_installed, wait_for  # noqa: F401
 from vpol.desired.report import report_name
 
 CM = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}
@@ -33,14 +33,6 @@ def operator(vpol_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     proc = OperatorProcess(kubeconfig, tmp / "operator.log", extra=("--scan-interval", str(SCAN_INTERVAL))).start()
     yield proc
     proc.stop()
-
-
-@pytest.fixture
-def mpols(operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Callable[..., str]
-          ) -> Iterator[Policies]:
-    p = Policies(cluster, namespace, unique_name, kind="MutatingPolicy", plural="mutatingpolicies")
-    yield p
-    p.cleanup()
 
 
 def label(key: str, value: str) -> str:
@@ -94,15 +86,15 @@ def report_result(cluster: Any, namespace: str, uid: str, policy: str) -> dict[s
 
 
 def test_existing_targets_are_mutated_on_creation_then_on_triggers_and_a_second_pass_writes_nothing(
-        operator: OperatorProcess, mpols: Policies, cluster: Any, namespace: str) -> None:
+        operator: OperatorProcess, mutating_policies: Policies, cluster: Any, namespace: str) -> None:
     existing = [make_cm(cluster, namespace, f"old-{i}") for i in range(3)]
     # CREATE only: removing the label later (an UPDATE) is no trigger, and the background scan is off.
-    name = mpols.create("existing", spec(label("team", '"platform"'), ["CREATE"],
+    name = mutating_policies.create("existing", spec(label("team", '"platform"'), ["CREATE"],
                                          evaluation={"mutateExisting": {"enabled": True},
                                                      "background": {"enabled": False}}))
-    cond = mpols.wait_condition(name, "MutateExisting", "True")
+    cond = mutating_policies.wait_condition(name, "MutateExisting", "True")
     assert "ConfigMap" in cond["message"] and "on each trigger" in cond["message"], cond
-    mpols.wait_condition(name, "Ready", "True")
+    mutating_policies.wait_condition(name, "Ready", "True")
     for cm in existing:
         wait_for(f"{cm['metadata']['name']} mutated",
                  lambda cm=cm: labels_of(cluster, namespace, cm["metadata"]["name"]).get("team") == "platform", 60)
@@ -136,23 +128,23 @@ def test_existing_targets_are_mutated_on_creation_then_on_triggers_and_a_second_
 
 
 def test_background_scans_restore_targets_when_background_is_enabled(
-        operator: OperatorProcess, mpols: Policies, cluster: Any, namespace: str) -> None:
+        operator: OperatorProcess, mutating_policies: Policies, cluster: Any, namespace: str) -> None:
     make_cm(cluster, namespace, "scanned")
-    name = mpols.create("background", spec(label("scanned", '"yes"'), ["CREATE"]))
-    mpols.wait_condition(name, "Ready", "True")
+    name = mutating_policies.create("background", spec(label("scanned", '"yes"'), ["CREATE"]))
+    mutating_policies.wait_condition(name, "Ready", "True")
     wait_for("mutated at creation", lambda: labels_of(cluster, namespace, "scanned").get("scanned") == "yes", 60)
     core(cluster).patch_namespaced_config_map("scanned", namespace, {"metadata": {"labels": {"scanned": None}}})
     wait_for("restored by a full scan", lambda: labels_of(cluster, namespace, "scanned").get("scanned") == "yes",
              3 * SCAN_INTERVAL + 30)
 
 
-def test_target_match_constraints_choose_other_targets(operator: OperatorProcess, mpols: Policies, cluster: Any,
+def test_target_match_constraints_choose_other_targets(operator: OperatorProcess, mutating_policies: Policies, cluster: Any,
                                                        namespace: str, unique_name: Callable[..., str]) -> None:
     # Plain rules: a Service in the namespace triggers; ConfigMaps labelled target=yes are the targets.
     chosen = make_cm(cluster, namespace, "chosen", {"target": "yes"})
     make_cm(cluster, namespace, "ignored")
     ns_selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-    name = mpols.create("targets", {
+    name = mutating_policies.create("targets", {
         "evaluation": {"mutateExisting": {"enabled": True}, "background": {"enabled": False}},
         "matchConstraints": {"resourceRules": [{**SERVICE, "operations": ["CREATE", "DELETE"]}]},
         "targetMatchConstraints": {"resourceRules": [{**CM, "operations": ["*"]}], "namespaceSelector": ns_selector,
@@ -160,7 +152,7 @@ def test_target_match_constraints_choose_other_targets(operator: OperatorProcess
         "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
             "expression": label("trigger", "request.operation + '-' + request.name")}}],
     })
-    mpols.wait_condition(name, "Ready", "True")
+    mutating_policies.wait_condition(name, "Ready", "True")
     # Created: the targets get the policy's synthetic request (an UPDATE of themselves).
     wait_for("the target mutated at creation",
              lambda: labels_of(cluster, namespace, "chosen").get("trigger") == "UPDATE-chosen", 60)
@@ -180,7 +172,7 @@ def test_target_match_constraints_choose_other_targets(operator: OperatorProcess
     try:
         make_cm(cluster, other, "remote-1")
         make_cm(cluster, other, "remote-2")
-        expr = mpols.create("expression", {
+        expr = mutating_policies.create("expression", {
             "evaluation": {"mutateExisting": {"enabled": True}},
             "matchConstraints": {"resourceRules": [{**CM, "operations": ["CREATE"]}], "namespaceSelector": ns_selector},
             "targetMatchConstraints": {
@@ -189,7 +181,7 @@ def test_target_match_constraints_choose_other_targets(operator: OperatorProcess
             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
                 "expression": label("from", "request.name")}}],
         })
-        mpols.wait_condition(expr, "Ready", "True")
+        mutating_policies.wait_condition(expr, "Ready", "True")
         trigger = {"metadata": {"name": "pointer"}, "data": {"targets": other}}
         core(cluster).create_namespaced_config_map(namespace, trigger)
         for n in ("remote-1", "remote-2"):
@@ -200,12 +192,27 @@ def test_target_match_constraints_choose_other_targets(operator: OperatorProcess
         core(cluster).delete_namespace(other)
 
 
-def test_a_policy_that_can_never_run_is_refused(operator: OperatorProcess, mpols: Policies, cluster: Any,
+def test_a_policy_that_can_never_run_is_refused(operator: OperatorProcess, mutating_policies: Policies, cluster: Any,
                                                 namespace: str) -> None:
-    body = mpols.body("never", spec(label("a", '"b"'), ["CREATE"],
+    body = mutating_policies.body("never", spec(label("a", '"b"'), ["CREATE"],
                                     evaluation={"admission": {"enabled": False}, "background": {"enabled": False},
                                                 "mutateExisting": {"enabled": False}}))
     proc = cluster.kubectl("create", "-f", "-", input=json.dumps(body), check=False)
     assert proc.returncode != 0, proc.stdout
     assert "spec.evaluation" in proc.stderr and \
         "disabling both admission and mutateExisting evaluation modes is not allowed" in proc.stderr, proc.stderr
+
+
+def test_targets_the_operator_may_not_patch_are_named_in_status(operator: OperatorProcess, mutating_policies: Policies) -> None:
+    # Secrets are in neither vpol-scanned-kinds nor vpol-mutated-kinds (least privilege).
+    name = mutating_policies.create("secrets", {
+        "evaluation": {"mutateExisting": {"enabled": True}},
+        "matchConstraints": {"resourceRules": [{**CM, "operations": ["CREATE"]}]},
+        "targetMatchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                      "operations": ["*"], "resources": ["secrets"]}]},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": label("a", '"b"')}}],
+    })
+    cond = mutating_policies.wait_condition(name, "RBACPermissionsGranted", "False")
+    assert "list v1 secrets" in cond["message"] and "patch v1 secrets" in cond["message"], cond
+    assert "configmaps" not in cond["message"], cond  # the triggers may be read
+    mutating_policies.wait_condition(name, "Ready", "False")
