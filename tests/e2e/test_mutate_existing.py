@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
+from tests.e2e.test_policy_validation import served_by
 from tests.e2e.vpol_fixtures import Policies, mutating_policies, vpol_installed, wait_for  # noqa: F401
 from vpol.desired.report import report_name
 
@@ -194,6 +195,7 @@ def test_target_match_constraints_choose_other_targets(operator: OperatorProcess
 
 def test_a_policy_that_can_never_run_is_refused(operator: OperatorProcess, mutating_policies: Policies, cluster: Any,
                                                 namespace: str) -> None:
+    wait_for("the policy-validation webhook configuration", lambda: served_by(cluster, operator), 90)
     body = mutating_policies.body("never", spec(label("a", '"b"'), ["CREATE"],
                                     evaluation={"admission": {"enabled": False}, "background": {"enabled": False},
                                                 "mutateExisting": {"enabled": False}}))

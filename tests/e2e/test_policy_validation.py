@@ -47,6 +47,13 @@ def configuration(cluster: Any) -> Any:
         CONFIGURATION)
 
 
+def served_by(cluster: Any, operator: OperatorProcess) -> Any:
+    """The configuration, once it sends requests to this operator (the leader rewrites what an earlier one wrote)."""
+    config = configuration(cluster)
+    url = config.webhooks[0].client_config.url or ""
+    return config if url.startswith(f"https://127.0.0.1:{operator.webhook_port}/") else None
+
+
 def broken_policies(namespace: str, name: str) -> list[dict[str, Any]]:
     """A ValidatingPolicy with a syntax error, and a MutatingPolicy with an undeclared reference."""
     ns = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
@@ -63,7 +70,7 @@ def broken_policies(namespace: str, name: str) -> list[dict[str, Any]]:
 
 def test_a_policy_that_does_not_compile_is_refused_with_vpol_checks_messages(
         operator: OperatorProcess, cluster: Any, namespace: str, unique_name: Any, tmp_path: Path) -> None:
-    wait_for("the policy-validation webhook configuration", lambda: configuration(cluster), 60)
+    wait_for("the policy-validation webhook configuration", lambda: served_by(cluster, operator), 90)
     for doc in broken_policies(namespace, unique_name("invalid")):
         path = tmp_path / f"{doc['kind']}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -80,7 +87,7 @@ def test_a_policy_that_does_not_compile_is_refused_with_vpol_checks_messages(
 
 def test_type_check_findings_are_warnings(operator: OperatorProcess, policies: Policies, cluster: Any,
                                           namespace: str, unique_name: Any) -> None:
-    wait_for("the policy-validation webhook configuration", lambda: configuration(cluster), 60)
+    wait_for("the policy-validation webhook configuration", lambda: served_by(cluster, operator), 90)
     name = unique_name("warned")
     body = policies.body(name, {"matchConstraints": {"resourceRules": [CM_RULE]},
                                 "validations": [{"expression": "object.spec.nosuchfield == 'x'"}]})
@@ -92,8 +99,7 @@ def test_type_check_findings_are_warnings(operator: OperatorProcess, policies: P
 
 def test_with_the_operator_stopped_the_policy_is_admitted_and_reported_when_it_returns(
         operator: OperatorProcess, policies: Policies, cluster: Any, namespace: str, unique_name: Any) -> None:
-    wait_for("the policy-validation webhook configuration", lambda: configuration(cluster), 60)
-    config = configuration(cluster)
+    config = wait_for("the policy-validation webhook configuration", lambda: served_by(cluster, operator), 90)
     assert config.webhooks[0].failure_policy == "Ignore"
     operator.stop()
     try:

@@ -94,10 +94,19 @@ class Policies:
         return self.api.get_cluster_custom_object(GROUP, VERSION, self.plural, name)
 
     def replace_spec(self, name: str, spec: dict[str, Any]) -> None:
-        current = self.get(name)
-        body = self.body(name, spec)
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        self.api.replace_cluster_custom_object(GROUP, VERSION, self.plural, name, body)
+        """Replace the spec (read, then replace with that resourceVersion: again when the operator wrote the status
+        in between)."""
+        for _attempt in range(10):
+            current = self.get(name)
+            body = self.body(name, spec)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                self.api.replace_cluster_custom_object(GROUP, VERSION, self.plural, name, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        raise AssertionError(f"{name} kept changing while its spec was replaced")
 
     def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
         status = self.get(name).get("status") or {}
