@@ -8,6 +8,10 @@ How it runs (NOTES.md sections 3 and 5):
   re-evaluates that one resource within seconds;
 - a changed policy re-evaluates only that policy (a paged re-list of the
   kinds it matches); a deleted or invalid policy's results are removed;
+- policy changes come from the policies' watch events (``scanned_policy``,
+  before their reconcile runs) and are gathered until none arrived for a
+  second, so policies applied together are evaluated in one pass and each
+  report is written once; a pass evaluates with the policies it started with;
 - a full rescan every ``scan_interval`` catches anything missed;
 - evaluation is a synthetic CREATE without userInfo or oldObject, in the
   bounded worker process (``vpol.engine.sandbox``), so an expression that
@@ -28,7 +32,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +54,7 @@ from vpol.desired.report import (
     now_seconds,
     report_for,
 )
+from vpol.cel.compiler import compile_policy
 from vpol.controller import metrics
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
@@ -61,6 +66,7 @@ from vpol.kube.dynamic import Watcher, list_pages
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -76,10 +82,12 @@ WRITERS = 8
 #: Report writes queued before the scan waits for them (evaluation continues while
 #: earlier writes are in flight; this bounds what is held for them).
 MAX_PENDING_WRITES = 2 * CHUNK
-#: After a policy change, gather further changes until none arrives for SETTLE_QUIET
-#: seconds (at most SETTLE_MAX), then rescan once for all of them.
+#: After a policy change, gather further policy changes until none arrives for
+#: SETTLE_QUIET seconds (for at most SETTLE_MAX seconds), then rescan once for all of
+#: them. Policy changes come from the policies' watch events (scanned_policy), so a
+#: burst arrives as fast as it is applied, however long each policy's reconcile takes.
 SETTLE_QUIET = 1.0
-SETTLE_MAX = 5.0
+SETTLE_MAX = 30.0
 
 
 @dataclass(slots=True)
@@ -110,6 +118,16 @@ class _State:
     written: bool
     #: What the entries were computed from (see _scan_key); "" when unknown.
     key: str = ""
+
+
+def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
+    """What background scans evaluate of a policy object: None when it is invalid, does not
+    compile or has background evaluation disabled (the reconciler's decision, made from the
+    object itself, so a watch event can tell the scanner before the reconcile runs)."""
+    policy, _problems = parse_policy(dict(body))
+    if policy is None or not policy.spec.evaluation.background_enabled:
+        return None
+    return policy if compile_policy(policy).ok else None
 
 
 class Scanner(threading.Thread):
@@ -149,11 +167,18 @@ class Scanner(threading.Thread):
         self._expected: set[str] | None = None
         self._seen_policies: set[str] = set()
         self._primed = threading.Event()
+        #: When the policies or exceptions scanned with last changed (time.monotonic()).
+        self._policies_changed = 0.0
 
     # -- inputs (thread-safe) ---------------------------------------------------------------
 
     def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
-        """A policy to scan with (None or background disabled: stop scanning with it)."""
+        """A policy to scan with (None or background disabled: stop scanning with it).
+
+        Called from the policy's watch event (scanned_policy) and again by its reconcile,
+        which may have read an older version of it: a generation of the same object older
+        than the one held is ignored.
+        """
         if policy is not None and not policy.spec.evaluation.background_enabled:
             policy = None
         with self._lock:
@@ -161,6 +186,9 @@ class Scanner(threading.Thread):
             self._check_primed()
             old = self._policies.get(name)
             if policy is None and old is None:
+                return
+            if policy is not None and old is not None and policy.uid and policy.uid == old.uid and \
+                    policy.generation < old.generation:
                 return
             # Only what evaluation depends on counts (status writes change `raw` all the time).
             if policy is not None and old is not None and old.spec == policy.spec and \
@@ -171,6 +199,7 @@ class Scanner(threading.Thread):
                 self._policies.pop(name, None)
             else:
                 self._policies[name] = policy
+            self._policies_changed = time.monotonic()
         self._events.put(("policy", name))
 
     def expect(self, names: Iterable[str]) -> None:
@@ -190,6 +219,7 @@ class Scanner(threading.Thread):
             if new == self._exceptions:
                 return
             self._exceptions = new
+            self._policies_changed = time.monotonic()
         self._events.put(("exceptions",))
 
     def stop(self) -> None:
@@ -229,13 +259,22 @@ class Scanner(threading.Thread):
         self._ns_watcher.start()
         self._ns_watcher.synced.wait(30)
         self._active = True
-        # Everything queued so far (policy arrivals, object changes) is covered by this scan.
+        # Everything queued so far (policy arrivals, object changes) is covered by this scan, once
+        # a burst of policy changes under way has arrived whole (it is not scanned half now, half later).
+        queued = self._gather(self._queued(), always=True) + self._queued()
+        if any(e[0] == "stop" for e in queued):
+            self._events.put(("stop",))
+            return
+        self._full_scan()
+
+    def _queued(self) -> list[tuple[Any, ...]]:
+        """Every event queued now (without waiting)."""
+        out = []
         while True:
             try:
-                self._events.get_nowait()
+                out.append(self._events.get_nowait())
             except queue.Empty:
-                break
-        self._full_scan()
+                return out
 
     def _deactivate(self) -> None:
         self._drain()
@@ -295,22 +334,31 @@ class Scanner(threading.Thread):
                 if etype == "DELETED":
                     self._forget(uid)
             changed = [obj for etype, obj in objects.values() if etype != "DELETED"]
-            self._scan_objects(changed, None)
+            self._scan_objects(changed, None, self._evaluator_now())
             self._drain()
             metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
             metrics.SCAN_RESOURCES.labels("incremental").inc(len(changed))
 
-    def _gather(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """When policies change, wait briefly for more changes, so a burst costs one pass."""
-        if not any(e[0] in ("policy", "exceptions") for e in batch):
+    def _gather(self, batch: list[tuple[Any, ...]], *, always: bool = False) -> list[tuple[Any, ...]]:
+        """When policies change (or ``always``), wait for the rest of the burst, so it costs one
+        pass (and one write per resource): until no policy has changed for SETTLE_QUIET
+        seconds, at most SETTLE_MAX. Events arriving meanwhile join the batch."""
+        if not always and not any(e[0] in ("policy", "exceptions") for e in batch):
             return batch
-        deadline = time.monotonic() + SETTLE_MAX
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while True:
+            with self._lock:
+                changed = self._policies_changed
+            left = min(changed + SETTLE_QUIET, started + SETTLE_MAX) - time.monotonic()
+            if left <= 0:
+                return batch
             try:
-                batch.append(self._events.get(timeout=SETTLE_QUIET))
+                event = self._events.get(timeout=left)
             except queue.Empty:
-                break
-        return batch
+                continue
+            batch.append(event)
+            if event[0] == "stop":
+                return batch
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -389,17 +437,23 @@ class Scanner(threading.Thread):
                                     for n, p in self._policies.items()}
             return self._meta_cache
 
-    def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None) -> int:
-        """Evaluate objects in chunks (one worker round trip each) and write changed reports."""
+    def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None,
+                      evaluator: SandboxedEvaluator | None) -> int:
+        """Evaluate objects in chunks (one worker round trip each) and write changed reports.
+
+        ``evaluator`` holds the policies as they were when the pass started (_evaluator_now):
+        a policy that changes meanwhile is queued for the next pass (set_policy), instead of
+        restarting the evaluation worker in the middle of this one.
+        """
         count = 0
         chunk: list[dict[str, Any]] = []
         for obj in objects:
             chunk.append(obj)
             if len(chunk) >= CHUNK:
-                count += self._scan_chunk(chunk, only)
+                count += self._scan_chunk(evaluator, chunk, only)
                 chunk = []
         if chunk:
-            count += self._scan_chunk(chunk, only)
+            count += self._scan_chunk(evaluator, chunk, only)
         return count
 
     def _scan_key(self, obj: dict[str, Any]) -> str:
@@ -435,8 +489,8 @@ class Scanner(threading.Thread):
         state = self._state.get(ref.uid)
         return bool(self._pure and state is not None and state.written and state.key and state.key == key)
 
-    def _scan_chunk(self, objects: list[dict[str, Any]], only: list[str] | None) -> int:
-        evaluator = self._evaluator_now()
+    def _scan_chunk(self, evaluator: SandboxedEvaluator | None, objects: list[dict[str, Any]],
+                    only: list[str] | None) -> int:
         refs = [ResourceRef.of(o) for o in objects]
         keys = {ref.uid: self._scan_key(obj) for ref, obj in zip(refs, objects)}
         # A full evaluation of an object nothing has changed about would only reproduce its report.
@@ -563,6 +617,7 @@ class Scanner(threading.Thread):
 
     def _rescan_policies(self, names: set[str]) -> None:
         """Re-evaluate only these policies, in one pass over the kinds they match."""
+        evaluator = self._evaluator_now()
         with self._lock:
             present = {n: self._policies[n] for n in names if n in self._policies}
         started = time.perf_counter()
@@ -579,7 +634,7 @@ class Scanner(threading.Thread):
                 yield obj
 
         only = sorted(names)
-        count = self._scan_objects(listed(), only) if present else 0
+        count = self._scan_objects(listed(), only, evaluator) if present else 0
         # resources they no longer match (or deleted policies) lose their results
         stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
                  if uid not in seen and any(e.policy in names for e in state.entries)]
@@ -589,6 +644,7 @@ class Scanner(threading.Thread):
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
 
     def _full_scan(self) -> None:
+        evaluator = self._evaluator_now()
         started = time.perf_counter()
         # Values still in use stay shared; new ones are pooled afresh (bounds the pool).
         self._pool_entries.clear()
@@ -600,7 +656,7 @@ class Scanner(threading.Thread):
                 seen.add((obj.get("metadata") or {}).get("uid", ""))
                 yield obj
 
-        count = self._scan_objects(listed(), None)
+        count = self._scan_objects(listed(), None, evaluator)
         stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
         self._flush([w for w in stale if w is not None])
         self._drain()
