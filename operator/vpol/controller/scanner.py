@@ -159,6 +159,8 @@ class Scanner(threading.Thread):
         self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
         self._pending: deque[tuple[_Write, Future[None]]] = deque()
         self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        #: Series of vpol_report_results whose count changed since they were last set.
+        self._changed_counts: set[tuple[str, str, str, str, str]] = set()
         self._active = False
         self._last_full = 0.0
         self.writes = 0
@@ -290,6 +292,7 @@ class Scanner(threading.Thread):
         # Another replica reports now: drop our view so series are not counted twice.
         self._state.clear()
         self._counts.clear()
+        self._changed_counts.clear()
         metrics.REPORT_RESULTS.clear()
         self._active = False
 
@@ -333,6 +336,7 @@ class Scanner(threading.Thread):
             for uid, (etype, _obj) in objects.items():
                 if etype == "DELETED":
                     self._forget(uid)
+            self._publish_counts()
             changed = [obj for etype, obj in objects.values() if etype != "DELETED"]
             self._scan_objects(changed, None, self._evaluator_now())
             self._drain()
@@ -508,16 +512,19 @@ class Scanner(threading.Thread):
                 metrics.EVALUATION_DURATION.observe(elapsed / len(subjects))
         now = now_seconds()
         writes = []
+        tally: Counter[tuple[str, str, str, str]] = Counter()
         for (ref, _obj), res_list in zip(pairs, results):
             fresh = []
             for res in res_list:
-                metrics.POLICY_RESULTS.labels(res.policy, res.result, ref.kind, ref.namespace).inc()
+                tally[(res.policy, res.result, ref.kind, ref.namespace)] += 1
                 if res.result == SKIP and not res.exception:
                     continue  # false matchConditions leave no result in background reports
                 fresh.append(ReportEntry.of(res, now))
             write = self._store(ref, fresh, only, self._key_after(ref, keys[ref.uid], only))
             if write is not None:
                 writes.append(write)
+        for labels, n in tally.items():
+            metrics.POLICY_RESULTS.labels(*labels).inc(n)
         self._flush(writes)
         return len(pairs) + skipped
 
@@ -566,6 +573,7 @@ class Scanner(threading.Thread):
     def _flush(self, writes: list["_Write"]) -> None:
         """Queue report writes (or deletions) to the writer threads; a failed write is
         retried at the next scan. Waits only when too many are queued (see _drain)."""
+        self._publish_counts()
         for w in writes:
             self._pending.append((w, self._writers.submit(self._write, w)))
         if len(self._pending) > MAX_PENDING_WRITES:
@@ -589,20 +597,27 @@ class Scanner(threading.Thread):
             self._count(state.entries, state.ref, -1)
 
     def _count(self, entries: Results, ref: ResourceRef, sign: int) -> None:
+        """Count a resource's results in (or out of) vpol_report_results; the gauge itself is set
+        once per chunk (_publish_counts), not once per result."""
         meta = self._meta()
         for entry in entries:
             m = meta.get(entry.policy, PolicyMeta())
             key = (entry.policy, ref.namespace, entry.result, m.severity, m.category)
             self._counts[key] += sign
-            value = self._counts[key]
+            self._changed_counts.add(key)
+
+    def _publish_counts(self) -> None:
+        for key in self._changed_counts:
+            value = self._counts.get(key, 0)
             if value <= 0:
-                del self._counts[key]
+                self._counts.pop(key, None)
                 try:
                     metrics.REPORT_RESULTS.remove(*key)
                 except KeyError:
                     pass
             else:
                 metrics.REPORT_RESULTS.labels(*key).set(value)
+        self._changed_counts.clear()
 
     # -- scans ------------------------------------------------------------------------------
 
@@ -634,14 +649,18 @@ class Scanner(threading.Thread):
                 yield obj
 
         only = sorted(names)
+        writes = self.writes
         count = self._scan_objects(listed(), only, evaluator) if present else 0
         # resources they no longer match (or deleted policies) lose their results
         stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
                  if uid not in seen and any(e.policy in names for e in state.entries)]
         self._flush([w for w in stale if w is not None])
         self._drain()
-        metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        metrics.SCAN_DURATION.labels("incremental").observe(took)
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
+        logger.info("rescan for %d changed polic%s: %d resources, %d report writes in %.1fs", len(names),
+                    "y" if len(names) == 1 else "ies", count, self.writes - writes, took)
 
     def _full_scan(self) -> None:
         evaluator = self._evaluator_now()
@@ -656,12 +675,16 @@ class Scanner(threading.Thread):
                 seen.add((obj.get("metadata") or {}).get("uid", ""))
                 yield obj
 
+        writes = self.writes
         count = self._scan_objects(listed(), None, evaluator)
         stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
         self._flush([w for w in stale if w is not None])
         self._drain()
         self._last_full = time.monotonic()
-        metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        logger.info("full scan with %d policies: %d resources, %d report writes in %.1fs",
+                    len(evaluator.policies) if evaluator else 0, count, self.writes - writes, took)
+        metrics.SCAN_DURATION.labels("full").observe(took)
         metrics.SCAN_RESOURCES.labels("full").inc(count)
         metrics.SCAN_LAST_SUCCESS.set(time.time())
 
@@ -677,6 +700,7 @@ class Scanner(threading.Thread):
             key = str(((report.get("metadata") or {}).get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
             self._state[uid] = _State(ref, entries, True, key)
             self._count(entries, ref, +1)
+        self._publish_counts()
 
 
 def _always() -> threading.Event:
