@@ -350,6 +350,10 @@ class Scanner(threading.Thread):
         if not always and not any(e[0] in ("policy", "exceptions") for e in batch):
             return batch
         started = time.monotonic()
+        # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives.
+        evaluator = self._evaluator_now()
+        if evaluator is not None:
+            evaluator.start()
         while True:
             with self._lock:
                 changed = self._policies_changed
@@ -425,11 +429,11 @@ class Scanner(threading.Thread):
                 self._evaluator = None
             self._evaluator_key = ()
             return None
-        if self._evaluator is None or key != self._evaluator_key:
-            if self._evaluator:
-                self._evaluator.close()
+        if self._evaluator is None:
             self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits)
-            self._evaluator_key = key
+        elif key != self._evaluator_key:
+            self._evaluator.update(policies, exceptions)  # the running worker compiles what changed
+        self._evaluator_key = key
         return self._evaluator
 
     def _meta(self) -> dict[str, PolicyMeta]:
