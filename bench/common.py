@@ -194,14 +194,25 @@ def install_vpol(kube: KubeCluster) -> None:
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=vpol-bench",
                              "-f", "-", input=json.dumps(doc))
-                kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                             f"crd/{doc['metadata']['name']}")
+                _wait_established(kube, f"crd/{doc['metadata']['name']}")
     proc = kube.kubectl("create", "-f", str(REPO / "crds" / "reports"), check=False)
     if proc.returncode != 0 and "AlreadyExists" not in proc.stderr:
         raise RuntimeError(proc.stderr)
-    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                 "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
+    _wait_established(kube, "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
     kube.kubectl("apply", "--server-side", "--field-manager=vpol-bench", "-k", str(REPO / "manifests" / "operator"))
+
+
+def _wait_established(kube: KubeCluster, *crds: str) -> None:
+    """`kubectl wait` for Established; a CRD created a moment ago may have no conditions yet, which
+    kubectl reports as an error ("conditions accessor error") instead of waiting: ask again."""
+    for _ in range(20):
+        proc = kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, check=False)
+        if proc.returncode == 0:
+            return
+        if "accessor error" not in proc.stderr:
+            break
+        time.sleep(0.5)
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
 
 
 def start_operator(kube: KubeCluster, workdir: Path, extra: Sequence[str] = (), log_name: str = "operator.log"

@@ -8,6 +8,10 @@ How it runs (NOTES.md sections 3 and 5):
   re-evaluates that one resource within seconds;
 - a changed policy re-evaluates only that policy (a paged re-list of the
   kinds it matches); a deleted or invalid policy's results are removed;
+- policy changes come from the policies' watch events (``scanned_policy``,
+  before their reconcile runs) and are gathered until none arrived for a
+  second, so policies applied together are evaluated in one pass and each
+  report is written once; a pass evaluates with the policies it started with;
 - a full rescan every ``scan_interval`` catches anything missed;
 - evaluation is a synthetic CREATE without userInfo or oldObject, in the
   bounded worker process (``vpol.engine.sandbox``), so an expression that
@@ -28,7 +32,7 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +55,7 @@ from vpol.desired.report import (
     report_for,
     report_name,
 )
+from vpol.cel.compiler import compile_policy
 from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
@@ -66,6 +71,7 @@ from vpol.kube.live_backend import LiveBackend
 from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
+from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -81,10 +87,12 @@ WRITERS = 8
 #: Report writes queued before the scan waits for them (evaluation continues while
 #: earlier writes are in flight; this bounds what is held for them).
 MAX_PENDING_WRITES = 2 * CHUNK
-#: After a policy change, gather further changes until none arrives for SETTLE_QUIET
-#: seconds (at most SETTLE_MAX), then rescan once for all of them.
+#: After a policy change, gather further policy changes until none arrives for
+#: SETTLE_QUIET seconds (for at most SETTLE_MAX seconds), then rescan once for all of
+#: them. Policy changes come from the policies' watch events (scanned_policy), so a
+#: burst arrives as fast as it is applied, however long each policy's reconcile takes.
 SETTLE_QUIET = 1.0
-SETTLE_MAX = 5.0
+SETTLE_MAX = 30.0
 
 
 @dataclass(slots=True)
@@ -117,6 +125,16 @@ class _State:
     key: str = ""
 
 
+def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
+    """What background scans evaluate of a policy object: None when it is invalid, does not
+    compile or has background evaluation disabled (the reconciler's decision, made from the
+    object itself, so a watch event can tell the scanner before the reconcile runs)."""
+    policy, _problems = parse_policy(dict(body))
+    if policy is None or not policy.spec.evaluation.background_enabled:
+        return None
+    return policy if compile_policy(policy).ok else None
+
+
 class Scanner(threading.Thread):
     def __init__(self, api: client.ApiClient, backend: LiveBackend, discovery: Any, *,
                  leading: threading.Event | None = None, options: ScanOptions | None = None, events: Any = None,
@@ -142,6 +160,8 @@ class Scanner(threading.Thread):
         self._lock = threading.Lock()
         self._evaluator: SandboxedEvaluator | None = None
         self._evaluator_key: tuple[Any, ...] = ()
+        #: What the running worker was started with and cannot update in place (see _evaluator_now).
+        self._evaluator_fixed: tuple[Any, ...] = ()
         self._policy_hash = ""
         self._pure = False
         self._meta_cache: dict[str, PolicyMeta] | None = None
@@ -155,6 +175,8 @@ class Scanner(threading.Thread):
         self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
         self._pending: deque[tuple[_Write, Future[None]]] = deque()
         self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        #: Series of vpol_report_results whose count changed since they were last set.
+        self._changed_counts: set[tuple[str, str, str, str, str]] = set()
         self._active = False
         self._last_full = 0.0
         self.writes = 0
@@ -163,11 +185,18 @@ class Scanner(threading.Thread):
         self._expected: set[str] | None = None
         self._seen_policies: set[str] = set()
         self._primed = threading.Event()
+        #: When the policies or exceptions scanned with last changed (time.monotonic()).
+        self._policies_changed = 0.0
 
     # -- inputs (thread-safe) ---------------------------------------------------------------
 
     def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
-        """A policy to scan with (None or background disabled: stop scanning with it)."""
+        """A policy to scan with (None or background disabled: stop scanning with it).
+
+        Called from the policy's watch event (scanned_policy) and again by its reconcile,
+        which may have read an older version of it: a generation of the same object older
+        than the one held is ignored.
+        """
         if policy is not None and not policy.spec.evaluation.background_enabled:
             policy = None
         with self._lock:
@@ -175,6 +204,9 @@ class Scanner(threading.Thread):
             self._check_primed()
             old = self._policies.get(name)
             if policy is None and old is None:
+                return
+            if policy is not None and old is not None and policy.uid and policy.uid == old.uid and \
+                    policy.generation < old.generation:
                 return
             # Only what evaluation depends on counts (status writes change `raw` all the time).
             if policy is not None and old is not None and old.spec == policy.spec and \
@@ -185,6 +217,7 @@ class Scanner(threading.Thread):
                 self._policies.pop(name, None)
             else:
                 self._policies[name] = policy
+            self._policies_changed = time.monotonic()
         self._events.put(("policy", name))
 
     def set_mutating(self, key: str, policy: MutatingPolicy | None) -> None:
@@ -212,6 +245,7 @@ class Scanner(threading.Thread):
             if new == self._exceptions:
                 return
             self._exceptions = new
+            self._policies_changed = time.monotonic()
         self._events.put(("exceptions",))
 
     def stop(self) -> None:
@@ -251,17 +285,26 @@ class Scanner(threading.Thread):
         self._ns_watcher.start()
         self._ns_watcher.synced.wait(30)
         self._active = True
-        # Everything queued so far (policy arrivals, object changes) is covered by this scan.
-        while True:
-            try:
-                self._events.get_nowait()
-            except queue.Empty:
-                break
+        # Everything queued so far (policy arrivals, object changes) is covered by this scan, once
+        # a burst of policy changes under way has arrived whole (it is not scanned half now, half later).
+        queued = self._gather(self._queued(), always=True) + self._queued()
+        if any(e[0] == "stop" for e in queued):
+            self._events.put(("stop",))
+            return
         self._full_scan(mutate=False)
         # Every MutatingPolicy with mutateExisting runs once when scanning starts (as Kyverno's controller does for
         # every policy it finds), whatever its background setting.
         if self.mutation.policies():
             self._mutating_changed({p.key for p in self.mutation.policies()})
+
+    def _queued(self) -> list[tuple[Any, ...]]:
+        """Every event queued now (without waiting)."""
+        out = []
+        while True:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                return out
 
     def _deactivate(self) -> None:
         self._drain()
@@ -277,6 +320,7 @@ class Scanner(threading.Thread):
         # Another replica reports now: drop our view so series are not counted twice.
         self._state.clear()
         self._counts.clear()
+        self._changed_counts.clear()
         metrics.REPORT_RESULTS.clear()
         self._active = False
 
@@ -330,23 +374,37 @@ class Scanner(threading.Thread):
             for uid, (etype, _obj) in objects.items():
                 if etype == "DELETED":
                     self._forget(uid)
+            self._publish_counts()
             changed = [obj for etype, obj in objects.values() if etype != "DELETED"]
-            self._scan_objects(changed, None)
+            self._scan_objects(changed, None, self._evaluator_now())
             self._drain()
             metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
             metrics.SCAN_RESOURCES.labels("incremental").inc(len(changed))
 
-    def _gather(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """When policies change, wait briefly for more changes, so a burst costs one pass."""
-        if not any(e[0] in ("policy", "exceptions") for e in batch):
+    def _gather(self, batch: list[tuple[Any, ...]], *, always: bool = False) -> list[tuple[Any, ...]]:
+        """When policies change (or ``always``), wait for the rest of the burst, so it costs one
+        pass (and one write per resource): until no policy has changed for SETTLE_QUIET
+        seconds, at most SETTLE_MAX. Events arriving meanwhile join the batch."""
+        if not always and not any(e[0] in ("policy", "exceptions") for e in batch):
             return batch
-        deadline = time.monotonic() + SETTLE_MAX
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives.
+        evaluator = self._evaluator_now()
+        if evaluator is not None:
+            evaluator.start()
+        while True:
+            with self._lock:
+                changed = self._policies_changed
+            left = min(changed + SETTLE_QUIET, started + SETTLE_MAX) - time.monotonic()
+            if left <= 0:
+                return batch
             try:
-                batch.append(self._events.get(timeout=SETTLE_QUIET))
+                event = self._events.get(timeout=left)
             except queue.Empty:
-                break
-        return batch
+                continue
+            batch.append(event)
+            if event[0] == "stop":
+                return batch
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -411,13 +469,20 @@ class Scanner(threading.Thread):
                 self._evaluator = None
             self._evaluator_key = ()
             return None
-        if self._evaluator is None or key != self._evaluator_key:
+        # The worker's MutatingPolicies and global context are fixed at its start; a change of the validating
+        # policies or exceptions alone is compiled in the running worker.
+        fixed = (tuple((p.key, repr(p.raw.get("spec"))) for p in mutating),
+                 reads_global_context([*policies, *mutating]))
+        if self._evaluator is None or fixed != self._evaluator_fixed:
             if self._evaluator:
                 self._evaluator.close()
-            source = self.global_context if reads_global_context([*policies, *mutating]) else None
+            source = self.global_context if fixed[1] else None
             self._evaluator = SandboxedEvaluator(policies, exceptions, self.backend, self.options.limits,
                                                  mutating=mutating, global_context=source)
-            self._evaluator_key = key
+            self._evaluator_fixed = fixed
+        elif key != self._evaluator_key:
+            self._evaluator.update(policies, exceptions)  # the running worker compiles what changed
+        self._evaluator_key = key
         return self._evaluator
 
     def _meta(self) -> dict[str, PolicyMeta]:
@@ -431,17 +496,23 @@ class Scanner(threading.Thread):
                     self._meta_cache[p.key] = PolicyMeta(p.severity, p.category, p.scored)
             return self._meta_cache
 
-    def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None) -> int:
-        """Evaluate objects in chunks (one worker round trip each) and write changed reports."""
+    def _scan_objects(self, objects: Iterable[dict[str, Any]], only: list[str] | None,
+                      evaluator: SandboxedEvaluator | None) -> int:
+        """Evaluate objects in chunks (one worker round trip each) and write changed reports.
+
+        ``evaluator`` holds the policies as they were when the pass started (_evaluator_now):
+        a policy that changes meanwhile is queued for the next pass (set_policy), instead of
+        restarting the evaluation worker in the middle of this one.
+        """
         count = 0
         chunk: list[dict[str, Any]] = []
         for obj in objects:
             chunk.append(obj)
             if len(chunk) >= CHUNK:
-                count += self._scan_chunk(chunk, only)
+                count += self._scan_chunk(evaluator, chunk, only)
                 chunk = []
         if chunk:
-            count += self._scan_chunk(chunk, only)
+            count += self._scan_chunk(evaluator, chunk, only)
         return count
 
     def _scan_key(self, obj: dict[str, Any]) -> str:
@@ -477,8 +548,8 @@ class Scanner(threading.Thread):
         state = self._state.get(ref.uid)
         return bool(self._pure and state is not None and state.written and state.key and state.key == key)
 
-    def _scan_chunk(self, objects: list[dict[str, Any]], only: list[str] | None) -> int:
-        evaluator = self._evaluator_now()
+    def _scan_chunk(self, evaluator: SandboxedEvaluator | None, objects: list[dict[str, Any]],
+                    only: list[str] | None) -> int:
         refs = [ResourceRef.of(o) for o in objects]
         keys = {ref.uid: self._scan_key(obj) for ref, obj in zip(refs, objects)}
         # A full evaluation of an object nothing has changed about would only reproduce its report.
@@ -496,10 +567,11 @@ class Scanner(threading.Thread):
                 metrics.EVALUATION_DURATION.observe(elapsed / len(subjects))
         now = now_seconds()
         writes = []
+        tally: Counter[tuple[str, str, str, str]] = Counter()
         for (ref, _obj), res_list in zip(pairs, results):
             fresh = []
             for res in res_list:
-                metrics.POLICY_RESULTS.labels(res.policy, res.result, ref.kind, ref.namespace).inc()
+                tally[(res.policy, res.result, ref.kind, ref.namespace)] += 1
                 if res.result == SKIP and not res.exception:
                     continue  # false matchConditions leave no result in background reports
                 fresh.append(ReportEntry.of(res, now))
@@ -508,6 +580,8 @@ class Scanner(threading.Thread):
             write = self._store(ref, fresh, only, self._key_after(ref, keys[ref.uid], only))
             if write is not None:
                 writes.append(write)
+        for labels, n in tally.items():
+            metrics.POLICY_RESULTS.labels(*labels).inc(n)
         self._flush(writes)
         return len(pairs) + skipped
 
@@ -600,6 +674,7 @@ class Scanner(threading.Thread):
     def _flush(self, writes: list["_Write"]) -> None:
         """Queue report writes (or deletions) to the writer threads; a failed write is
         retried at the next scan. Waits only when too many are queued (see _drain)."""
+        self._publish_counts()
         for w in writes:
             self._pending.append((w, self._writers.submit(self._write, w)))
         if len(self._pending) > MAX_PENDING_WRITES:
@@ -623,20 +698,27 @@ class Scanner(threading.Thread):
             self._count(state.entries, state.ref, -1)
 
     def _count(self, entries: Results, ref: ResourceRef, sign: int) -> None:
+        """Count a resource's results in (or out of) vpol_report_results; the gauge itself is set
+        once per chunk (_publish_counts), not once per result."""
         meta = self._meta()
         for entry in entries:
             m = meta.get(entry.policy, PolicyMeta())
             key = (entry.policy, ref.namespace, entry.result, m.severity, m.category)
             self._counts[key] += sign
-            value = self._counts[key]
+            self._changed_counts.add(key)
+
+    def _publish_counts(self) -> None:
+        for key in self._changed_counts:
+            value = self._counts.get(key, 0)
             if value <= 0:
-                del self._counts[key]
+                self._counts.pop(key, None)
                 try:
                     metrics.REPORT_RESULTS.remove(*key)
                 except KeyError:
                     pass
             else:
                 metrics.REPORT_RESULTS.labels(*key).set(value)
+        self._changed_counts.clear()
 
     # -- scans ------------------------------------------------------------------------------
 
@@ -651,6 +733,7 @@ class Scanner(threading.Thread):
 
     def _rescan_policies(self, names: set[str]) -> None:
         """Re-evaluate only these policies, in one pass over the kinds they match."""
+        evaluator = self._evaluator_now()
         with self._lock:
             present = {n: self._policies[n] for n in names if n in self._policies}
         started = time.perf_counter()
@@ -667,16 +750,21 @@ class Scanner(threading.Thread):
                 yield obj
 
         only = sorted(names)
-        count = self._scan_objects(listed(), only) if present else 0
+        writes = self.writes
+        count = self._scan_objects(listed(), only, evaluator) if present else 0
         # resources they no longer match (or deleted policies) lose their results
         stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
                  if uid not in seen and any(e.policy in names for e in state.entries)]
         self._flush([w for w in stale if w is not None])
         self._drain()
-        metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        metrics.SCAN_DURATION.labels("incremental").observe(took)
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
+        logger.info("rescan for %d changed polic%s: %d resources, %d report writes in %.1fs", len(names),
+                    "y" if len(names) == 1 else "ies", count, self.writes - writes, took)
 
     def _full_scan(self, mutate: bool = True) -> None:
+        evaluator = self._evaluator_now()
         started = time.perf_counter()
         # Values still in use stay shared; new ones are pooled afresh (bounds the pool).
         self._pool_entries.clear()
@@ -688,14 +776,18 @@ class Scanner(threading.Thread):
                 seen.add((obj.get("metadata") or {}).get("uid", ""))
                 yield obj
 
-        count = self._scan_objects(listed(), None)
+        writes = self.writes
+        count = self._scan_objects(listed(), None, evaluator)
         stale = [self._store(state.ref, [], None) for uid, state in list(self._state.items()) if uid not in seen]
         self._flush([w for w in stale if w is not None])
         if mutate and self.mutation.policies():
             self.mutation.periodic(self.discovery.get())
         self._drain()
         self._last_full = time.monotonic()
-        metrics.SCAN_DURATION.labels("full").observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        logger.info("full scan with %d policies: %d resources, %d report writes in %.1fs",
+                    len(evaluator.policies) if evaluator else 0, count, self.writes - writes, took)
+        metrics.SCAN_DURATION.labels("full").observe(took)
         metrics.SCAN_RESOURCES.labels("full").inc(count)
         metrics.SCAN_LAST_SUCCESS.set(time.time())
 
@@ -718,6 +810,7 @@ class Scanner(threading.Thread):
                 key = ""
             self._state[uid] = _State(ref, entries, written, key)
             self._count(entries, ref, +1)
+        self._publish_counts()
 
 
 def _always() -> threading.Event:

@@ -200,19 +200,24 @@ def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
     results = []
     for entry in entries.values():
         meta = policies.get(entry.policy, PolicyMeta())
+        # Empty and false fields are left out, as Kyverno's API types do (message, scored, properties,
+        # severity and category are `omitempty`); every field costs the API server at each write.
         item: dict[str, Any] = {
             "source": SOURCE,
             "policy": entry.policy,
             "result": entry.result,
-            "message": entry.message,
-            "scored": meta.scored,
             "timestamp": {"seconds": entry.timestamp, "nanos": 0},
         }
+        if entry.message:
+            item["message"] = entry.message
+        if meta.scored:
+            item["scored"] = True
         if severity_of(meta.severity):
             item["severity"] = meta.severity
         if meta.category:
             item["category"] = meta.category
-        item["properties"] = {**dict(entry.properties), PROCESS: BACKGROUND_SCAN}
+        # A result's own process (mutateExisting's may say "admission review") wins over the scan's.
+        item["properties"] = {PROCESS: BACKGROUND_SCAN, **dict(entry.properties)}
         results.append(item)
     metadata: dict[str, Any] = {
         "name": report_name(ref.uid),

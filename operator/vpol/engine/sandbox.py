@@ -43,7 +43,15 @@ from vpol.cel.backend import Backend, using
 from vpol.cel.global_context import GlobalContextView
 from vpol.engine.admission import decide, mutation_response, review_response, subject_for_request
 from vpol.engine.autogen import mutating_autogen_configs
-from vpol.engine.evaluate import ERROR, PolicyEngine, Rendered, Result, SubjectData, compile_exception
+from vpol.engine.evaluate import (
+    ERROR,
+    CompiledException,
+    PolicyEngine,
+    Rendered,
+    Result,
+    SubjectData,
+    compile_exception,
+)
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
 from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
@@ -148,6 +156,7 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     except (ValueError, OSError):
         pass
+    compiled_exceptions: list[CompiledException] | None = None
     if prebuilt is not None:
         engines, mutating_engines = prebuilt
     else:
@@ -174,6 +183,14 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                     pass
                 continue
             try:
+                if op == "load":
+                    new_policies, new_exceptions = subjects
+                    if compiled_exceptions is None or new_exceptions != exceptions:
+                        compiled_exceptions, engines = [compile_exception(e) for e in new_exceptions], []
+                    engines = _reload(engines, new_policies, compiled_exceptions)
+                    exceptions = new_exceptions
+                    conn.send(("ok", None))
+                    continue
                 if op == "admit":
                     conn.send(("ok", _admit(engines, mutating_engines, subjects)))
                     continue
@@ -210,6 +227,18 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                 conn.send(("error", "evaluation ran out of memory"))
             except Exception as exc:  # noqa: BLE001 - report, keep serving
                 conn.send(("error", f"evaluation failed: {exc}"))
+
+
+def _reload(engines: list[PolicyEngine], policies: list[ValidatingPolicy],
+            exceptions: list[CompiledException]) -> list[PolicyEngine]:
+    """In the worker: engines for a new set of policies, keeping the compiled engine of every policy that
+    did not change (``engines`` were compiled with the same ``exceptions``)."""
+    held = {e.policy.key: e for e in engines}
+    out = []
+    for policy in policies:
+        engine = held.get(policy.key)
+        out.append(engine if engine is not None and engine.policy == policy else PolicyEngine(policy, exceptions))
+    return out
 
 
 class SandboxedEvaluator:
@@ -332,6 +361,24 @@ class SandboxedEvaluator:
         self.kills += 1
         self._kill()
         return "killed", reason
+
+    def update(self, policies: Sequence[ValidatingPolicy], exceptions: Sequence[PolicyException] = ()) -> None:
+        """Evaluate with these ValidatingPolicies and exceptions from now on. A running worker compiles only
+        what changed, in place (starting a worker costs a process, its imports and compiling every policy);
+        one that fails to is replaced."""
+        self.policies, self.exceptions = list(policies), list(exceptions)
+        if not self.running:
+            return  # the next start compiles them
+        assert self._conn is not None
+        try:
+            self._conn.send(("load", (self.policies, self.exceptions), None, None))
+            if self._conn.poll(60 + len(self.policies)):
+                status, _payload = self._conn.recv()
+                if status == "ok":
+                    return
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        self._kill()
 
     @property
     def running(self) -> bool:

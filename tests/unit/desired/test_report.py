@@ -41,6 +41,16 @@ def test_layout_is_kyvernos():
     assert cluster["kind"] == "ClusterPolicyReport" and "namespace" not in cluster["metadata"]
 
 
+def test_empty_and_false_fields_are_left_out_as_kyvernos_omitempty():
+    entries = {"a": entry("a", "pass", ""), "b": entry("b", "fail", "bad")}
+    r = report_for(POD, entries, {"a": PolicyMeta("", "", False), "b": PolicyMeta("", "", False)})
+    assert r["results"][0] == {"source": "vpol", "policy": "a", "result": "pass",
+                               "timestamp": {"seconds": 100, "nanos": 0},
+                               "properties": {"process": "background scan"}}
+    assert r["results"][1]["message"] == "bad" and "scored" not in r["results"][1]
+    assert entries_from_report(r) == entries  # read back alike
+
+
 def test_result_properties_carry_validation_index_and_audit_annotations():
     res = Result(policy="p", result="fail", message="x", validation=2, properties={"team": "a"})
     e = ReportEntry.of(res, 5)

@@ -116,3 +116,21 @@ def test_a_worker_forked_with_prebuilt_engines_uses_them_and_is_respawned_after_
         assert ev.kills >= 1
         assert {r.policy: r.result for r in ev.evaluate(subject(pod()))} == {"slow": "pass", "fine": "pass"}
         assert ev._proc.pid != forked and ev._proc._popen.method == "spawn" and ev._proc.pid != os.getpid()
+
+
+def test_update_compiles_changed_policies_in_the_running_worker():
+    """A policy set changed with update() is evaluated by the same worker process (no new process, imports and
+    compiling of every policy); a changed policy is recompiled, a removed one no longer answers."""
+    short = make_policy(name="short", validations=[{"expression": "object.metadata.name.size() < 5"}])
+    named = make_policy(name="named", validations=[{"expression": "object.metadata.name == 'pod'"}])
+    with SandboxedEvaluator([short]) as ev:
+        ev.start()
+        pid = ev._proc.pid
+        assert [(r.policy, r.result) for r in ev.evaluate(subject(pod("abcdef")))] == [("short", "fail")]
+        longer = make_policy(name="short", validations=[{"expression": "object.metadata.name.size() < 10"}])
+        ev.update([longer, named])
+        assert [(r.policy, r.result) for r in ev.evaluate(subject(pod("abcdef")))] == \
+            [("short", "pass"), ("named", "fail")]
+        ev.update([named])
+        assert [(r.policy, r.result) for r in ev.evaluate(subject(pod()))] == [("named", "pass")]
+        assert ev._proc.pid == pid and ev.kills == 0
