@@ -50,24 +50,48 @@ def cmd_check(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable, sys.stdout)
     problems = list(loaded.problems)
-    if not loaded.policies and not loaded.mutating and not loaded.problems and not loaded.unreadable:
-        print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.paths)}", file=sys.stderr)
+    entries = _global_context_problems(args.paths)
+    if not loaded.policies and not loaded.mutating and not loaded.problems and not loaded.unreadable and \
+            not entries:
+        print(f"no ValidatingPolicy, MutatingPolicy or GlobalContextEntry found in {' '.join(args.paths)}",
+              file=sys.stderr)
         return EXIT_FAIL
     policies: list[ValidatingPolicy | MutatingPolicy] = [*loaded.policies, *loaded.mutating]
     for policy in policies:
         problems.extend(policy_problems(policy, typecheck=not args.no_typecheck))
     for exc in loaded.exceptions:
         problems.extend(exception_problems(exc))
+    problems.extend(p for found in entries for p in found)
     _print_problems(problems, sys.stdout)
     errors = sum(1 for p in problems if p.severity == "error")
     warnings = len(problems) - errors
     invalid = {p.file + p.object for p in problems if p.severity == "error"}
-    total = len(policies) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
+    total = len(policies) + len(entries) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
     print(f"{total} policies checked: {total - len(invalid)} valid, {len(invalid)} invalid "
           f"({errors} errors, {warnings} warnings)")
     if loaded.unreadable:
         return EXIT_INPUT
     return EXIT_FAIL if errors else EXIT_OK
+
+
+def _global_context_problems(paths: Sequence[str]) -> list[list[Problem]]:
+    """The problems of every GlobalContextEntry among ``paths`` (Kyverno's rules), one list per entry; only files
+    whose text names the kind are parsed again."""
+    from vpol.cli.inputs import expand, load_documents, read_text
+    from vpol.model.global_context import is_global_context_document, parse_global_context_entry
+
+    out = []
+    for path in expand(paths):
+        try:
+            if "GlobalContextEntry" not in read_text(path):
+                continue
+            docs = load_documents(path)
+        except InputError:
+            continue  # reported as unreadable already
+        for doc in docs:
+            if is_global_context_document(doc.data):
+                out.append(parse_global_context_entry(doc.data, doc)[1])
+    return out
 
 
 # --- apply ---------------------------------------------------------------------------------

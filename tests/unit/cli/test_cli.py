@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -197,3 +199,16 @@ def test_namespaced_policy_applies_only_in_its_namespace(capsys):
     assert code == 1
     assert {(r["namespace"], r["name"], r["result"]) for r in rows} == {("team-a", "labelled", "pass"),
                                                                        ("team-a", "unlabelled", "fail")}
+
+
+def test_check_reports_global_context_entries_with_kyvernos_rules(tmp_path: Path) -> None:
+    bad = tmp_path / "gce.yaml"
+    bad.write_text("apiVersion: kyverno.io/v2\nkind: GlobalContextEntry\nmetadata: {name: e}\nspec:\n"
+                   "  kubernetesResource: {version: v1, resource: configmaps}\n"
+                   "  apiCall: {urlPath: /api/v1/configmaps}\n")
+    proc = subprocess.run([sys.executable, "-m", "vpol.cli.main", "check", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "GlobalContextEntry/e spec.kubernetesResource" in proc.stdout, proc.stdout
+    bad.write_text("apiVersion: kyverno.io/v2\nkind: GlobalContextEntry\nmetadata: {name: e}\nspec:\n"
+                   "  kubernetesResource: {version: v1, resource: configmaps}\n")
+    proc = subprocess.run([sys.executable, "-m", "vpol.cli.main", "check", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "1 valid" in proc.stdout, proc.stdout + proc.stderr
