@@ -439,6 +439,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
                 webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on",
                 events=args.events == "on", events_per_second=args.events_per_second,
+                mutate_existing_writes_per_second=args.mutate_existing_writes_per_second,
                 owner_cluster_role=args.owner_clusterrole,
                 global_context_max_objects=args.global_context_max_objects,
                 global_context_max_bytes=args.global_context_max_bytes,
@@ -558,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events-per-second", type=float, default=5.0, metavar="N",
                    help="most Events sent per second (bursts of 10 times that; beyond a queue of 1000 they are "
                         "dropped and counted); default 5")
+    p.add_argument("--mutate-existing-writes-per-second", type=float, default=50.0, metavar="N",
+                   help="most writes per second of MutatingPolicies' mutation of existing objects (default 50)")
     p.add_argument("--owner-clusterrole", default="", metavar="NAME",
                    help="the installation's ClusterRole (the manifests and the Helm chart give theirs): it owns the "
                         "webhook configurations, so uninstalling vpol garbage-collects them (default: no owner)")

@@ -53,6 +53,8 @@ class Options:
     #: PolicyViolation Events (admission and background results), and their rate limit.
     events: bool = True
     events_per_second: float = 5.0
+    #: Most writes per second of the mutation of existing objects (mutateExisting).
+    mutate_existing_writes_per_second: float = 50.0
     #: The installation's ClusterRole: it owns the webhook configurations, so uninstalling vpol deletes them.
     owner_cluster_role: str = ""
     #: Bounds of one GlobalContextEntry's cached data (vpol.controller.global_context).

@@ -113,6 +113,8 @@ class ScanOptions:
     limits: Limits = field(default_factory=lambda: Limits(seconds_per_subject=5.0))
     #: Largest number of resource events handled in one batch.
     batch: int = 500
+    #: Most writes per second of the mutation of existing objects (vpol.controller.background_mutation).
+    mutation_writes_per_second: float = 50.0
 
 
 @dataclass(slots=True)
@@ -145,7 +147,8 @@ class Scanner(threading.Thread):
         self.events = events
         #: MutatingPolicies with mutateExisting: run here, with this scanner's watches, worker and reports.
         self.mutation = BackgroundMutation(api, evaluator=self._evaluator_now, resolve=self._resolve,
-                                           namespaces={}, store=self._store_one)
+                                           namespaces={}, store=self._store_one,
+                                           writes_per_second=(options or ScanOptions()).mutation_writes_per_second)
         self.reports = Reports(api)
         self.backend = backend
         #: GlobalContextEntry data for globalContext.Get (the operator's store).
