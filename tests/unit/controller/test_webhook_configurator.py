@@ -141,3 +141,24 @@ def test_with_an_owner_clusterrole_nothing_is_written_while_it_is_missing():
     assert configurator.reconcile() == "applied"
     [written] = objects.applied
     assert written["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_excluded_namespaces_from_the_command_line_reach_both_configurations():
+    """`vpol run --webhook-exclude-namespaces` adds to kube-system and the operator's namespace, in the validating and
+    the mutating configuration alike (the configurations' namespaceSelector: tests/unit/desired/test_webhook.py)."""
+    import threading
+
+    from kubernetes import client
+
+    from vpol.cel.backend import Backend
+    from vpol.cli.main import build_parser
+    from vpol.controller.admission.webhook import Admission
+    from vpol.controller.runtime import Options
+
+    args = build_parser().parse_args(["run", "--namespace", "ops", "--webhook-exclude-namespaces", "a", "b"])
+    assert args.webhook_exclude_namespaces == ["a", "b"]
+    assert build_parser().parse_args(["run"]).webhook_exclude_namespaces is None
+    admission = Admission(client.ApiClient(), Options(namespace="ops", webhook_excluded_namespaces=("a", "b")),
+                          leading=threading.Event(), backend=Backend(), discovery=None)
+    assert admission.configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
+    assert admission.mutating_configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
