@@ -11,7 +11,12 @@ Not part of vpol: a benchmark fixture. What it does, in order (bench/README.md s
 3. the namespace ``kyverno`` with the ConfigMaps the process reads: ``kyverno`` (its configuration; only
    ``webhooks`` is set, to the namespaceSelector the caller gives, which Kyverno ANDs into every webhook it
    registers) and ``kyverno-metrics`` (empty);
-4. the process, as the admin of the cluster (``--kubeconfig``), with the environment and flags of
+4. its ServiceAccount ``kyverno/kyverno-admission-controller`` (a token in the kubeconfig it is given, as vpol's
+   operator runs here), allowed everything except writing the status of ``policies.kyverno.io`` objects: both
+   Kyverno and vpol write the status of the same ValidatingPolicies (Kyverno replaces the whole status, vpol then
+   writes its own back, and each write makes the other reconcile again: a loop that kept both busy). The status
+   is vpol's in this benchmark; Kyverno's writes are refused and admission is unaffected;
+5. the process, with the environment and flags of
    :meth:`KyvernoPeer.command`. It makes its own CA and serving certificate (Secrets in ``kyverno``, the IP of
    ``--serverIP`` in the certificate), registers its webhook configurations by URL
    (``https://127.0.0.1:PORT/...``) and serves them on loopback. Only the admission controller runs: the
@@ -21,6 +26,7 @@ Not part of vpol: a benchmark fixture. What it does, in order (bench/README.md s
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -44,6 +50,8 @@ TLS_SECRET = "kyverno-svc.kyverno.svc.kyverno-tls-pair"
 #: Kyverno's webhook configuration for resources (ValidatingPolicies included) and its webhook names.
 RESOURCE_CONFIGURATION = "kyverno-resource-validating-webhook-cfg"
 VPOL_WEBHOOK = "vpol.validate.kyverno.svc"
+SERVICE_ACCOUNT = "kyverno-admission-controller"
+POLICY_GROUP = "policies.kyverno.io"
 CRD_FOLDERS = ("kyverno", "policies.kyverno.io", "policyreport", "reports")
 
 
@@ -87,6 +95,8 @@ class KyvernoPeer:
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
+        #: Its ServiceAccount's kubeconfig (written by install()).
+        self.kubeconfig: Path | None = None
 
     @property
     def pid(self) -> int:
@@ -119,17 +129,57 @@ class KyvernoPeer:
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno-metrics", "namespace": NAMESPACE},
              "data": {}},
         ]
+        docs += self._rbac()
         for doc in docs:
             self.kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=vpol-bench-kyverno",
                               "-f", "-", input=json.dumps(doc))
+        self.kubeconfig = self._sa_kubeconfig()
+
+    def _rbac(self) -> list[dict[str, Any]]:
+        """Its ServiceAccount, allowed every verb on every resource the cluster serves except the status of
+        policies.kyverno.io kinds (from discovery: RBAC cannot subtract)."""
+        groups = {v.rsplit("/", 1)[0] if "/" in v else ""
+                  for v in self.kube.kubectl("api-versions").stdout.split()}
+        policies = [name.split(".", 1)[0] for name in
+                    self.kube.kubectl("api-resources", f"--api-group={POLICY_GROUP}", "-o", "name").stdout.split()]
+        rules = [{"apiGroups": sorted(groups - {POLICY_GROUP}), "resources": ["*"], "verbs": ["*"]},
+                 {"apiGroups": [POLICY_GROUP], "resources": sorted(policies), "verbs": ["*"]},
+                 {"nonResourceURLs": ["*"], "verbs": ["*"]}]
+        name = "vpol-bench-kyverno-admission-controller"
+        return [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+             "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]},
+        ]
+
+    def _sa_kubeconfig(self) -> Path:
+        """A kubeconfig for its ServiceAccount (a token minted by the API server, the admin's CA)."""
+        token = self.kube.sa_token(NAMESPACE, SERVICE_ACCOUNT, duration="4h")
+        cfg = self.kube.configuration
+        cluster: dict[str, Any] = {"server": cfg.host}
+        if cfg.ssl_ca_cert:
+            cluster["certificate-authority-data"] = base64.b64encode(Path(cfg.ssl_ca_cert).read_bytes()).decode()
+        else:
+            cluster["insecure-skip-tls-verify"] = True
+        path = self.workdir / "kyverno-kubeconfig"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "kyverno",
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "kyverno", "user": {"token": token}}],
+            "contexts": [{"name": "kyverno", "context": {"cluster": "c", "user": "kyverno"}}],
+        }))
+        return path
 
     # -- the process
 
     def command(self) -> list[str]:
-        assert self.binary is not None
+        assert self.binary is not None and self.kubeconfig is not None, "install() first"
         return [
             str(self.binary),
-            f"--kubeconfig={self.kube.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig}",
             # The API server calls the webhook by URL on loopback (no Service, no endpoints out of cluster).
             f"--serverIP=127.0.0.1:{self.port}",
             "--webhookServerHost=127.0.0.1",
