@@ -180,11 +180,19 @@ class WorkPlan:
     def __add__(self, other: "WorkPlan") -> "WorkPlan":
         return WorkPlan(self.ranges + other.ranges, self.nodes + other.nodes)
 
-    def work(self, roots: Mapping[str, Any]) -> int:
-        """Iterations plus element copies the comprehensions can take on ``roots`` (object, oldObject, ...)."""
+    def work(self, roots: Mapping[str, Any], sizes: dict[Pattern, int] | None = None) -> int:
+        """Iterations plus element copies the comprehensions can take on ``roots`` (object, oldObject, ...);
+        ``sizes``: the sizes measured so far on these roots (filled here: policies share their patterns)."""
+        if sizes is None:
+            sizes = {}
         total = 0
         for r in self.ranges:
-            n = r.extra + sum(size(roots, p) for p in r.count)
+            n = r.extra
+            for p in r.count:
+                known = sizes.get(p)
+                if known is None:
+                    known = sizes[p] = size(roots, p)
+                n += known
             total += r.times * (n + (n * (n + 1) // 2 if r.accumulates else 0))
         return total
 

@@ -512,6 +512,8 @@ class PolicyEngine:
         self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
         #: Per variant: its WorkPlan (work_plan), once asked for.
         self._plans: dict[int, WorkPlan | None] = {}
+        #: The subject variant() was last asked about, and its answer (a subject is not changed once made).
+        self._last_variant: tuple[Subject | None, int | None] = (None, None)
 
     @property
     def ok(self) -> bool:
@@ -544,6 +546,14 @@ class PolicyEngine:
     def variant(self, subject: Subject) -> int | None:
         """Which of the policy and its autogen variants :meth:`evaluate` applies to ``subject`` (compiled now if it
         was not yet); None when none does."""
+        last_subject, last_index = self._last_variant
+        if last_subject is subject:  # asked again for the same request (vpol.engine.inline, then evaluate)
+            return last_index
+        index = self._variant(subject)
+        self._last_variant = (subject, index)
+        return index
+
+    def _variant(self, subject: Subject) -> int | None:
         if not self.applies_to_namespace(subject):
             return None
         for index, (config, policy, compiled) in enumerate(self._variants):

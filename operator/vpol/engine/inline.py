@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vpol.cel.cost import Pattern
 from vpol.engine.admission import subject_for_request
 from vpol.engine.evaluate import PolicyEngine, SubjectData, compile_exception
 from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, admit_request, answering
@@ -48,14 +49,14 @@ class InlineAdmission:
         self.limits = limits
         compiled_exceptions = [compile_exception(e) for e in exceptions]
         self.engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
-        #: Per failurePolicy: whether some policy answering it has a variant with no work plan (then none of its
-        #: requests is tried inline: the worker answers them all).
+        #: Per failurePolicy: whether some policy answering it has no work plan (then none of its requests is
+        #: tried inline: the worker answers them all). Planned here for the policies as written; their autogen
+        #: variants (Deployments, CronJobs...) are compiled and planned when a request first needs one (about
+        #: 1 MiB each), and a variant without a plan sends its requests to a worker.
         self._unplanned: dict[str, bool] = {}
         for engine in self.engines:
-            variants = range(engine.variant_count)
-            unplanned = any(engine.work_plan(i) is None for i in variants)
             fp = engine.policy.spec.failure_policy
-            self._unplanned[fp] = self._unplanned.get(fp, False) or unplanned
+            self._unplanned[fp] = self._unplanned.get(fp, False) or engine.work_plan(0) is None
 
     def covers(self, failure_policy: str) -> bool:
         """Whether requests of this webhook may be answered inline (every policy answering them has plans)."""
@@ -68,6 +69,7 @@ class InlineAdmission:
             return None
         subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
         data = SubjectData(subject)
+        sizes: dict[Pattern, int] = {}
         work = 0
         for i in answering(self.engines, call.failure_policy):
             engine = self.engines[i]
@@ -77,7 +79,7 @@ class InlineAdmission:
             plan = engine.work_plan(variant)
             if plan is None:
                 return None
-            work += plan.work(data.data)
+            work += plan.work(data.data, sizes)
             if work > self.limits.max_work:
                 return None
         return admit_request(self.engines, (), req, call, started, subject, data)

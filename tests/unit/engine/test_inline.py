@@ -54,6 +54,17 @@ def variations() -> list[dict[str, Any]]:
     return out
 
 
+def deployment_review(pod_obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """A Deployment running ``pod_obj``'s spec: answered by the policies' autogen variant, planned when met."""
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": pod_obj["spec"]}
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}
+    out = review(obj, uid=uid)
+    out["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    out["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
+    return out
+
+
 def worker_answer(policies: list[Any], body: bytes, call: AdmissionCall) -> dict[str, Any]:
     with SandboxedEvaluator(policies) as ev:
         ev.start()
@@ -68,8 +79,10 @@ def test_inline_answers_are_the_workers(failure_policy: str) -> None:
     inline = InlineAdmission(policies, [])
     assert inline.covers(failure_policy)
     allowed = set()
-    for i, obj in enumerate(variations()):
-        body = json.dumps(review(obj, uid=f"u-{i}")).encode()
+    reviews = [review(obj, uid=f"u-{i}") for i, obj in enumerate(variations())]
+    reviews += [deployment_review(obj, f"d-{i}") for i, obj in enumerate(variations()[:3])]
+    for i, one in enumerate(reviews):
+        body = json.dumps(one).encode()
         call = AdmissionCall(body, failure_policy, True, NAMESPACE)
         got = inline.admit(json.loads(body)["request"], len(body), call)
         assert got is not None, i

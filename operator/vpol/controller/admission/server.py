@@ -319,6 +319,8 @@ class WebhookServer:
                 self._changed.set()
                 continue
             old, self._pool = self._pool, pool
+            if old is not None:
+                old.inline = None  # its compiled policies (tens of MiB) go now; requests in flight hold theirs
             self.serving_version = snapshot.version
             metrics.ADMISSION_POLICIES.set(len(snapshot.policies))
             if old is not None:
@@ -416,8 +418,9 @@ class WebhookServer:
             if namespace is None:  # not delivered by the watch yet: read once, off the event loop
                 namespace = await asyncio.to_thread(self.namespaces.get, subject.namespace)
         call = AdmissionCall(body, failure_policy, subject.type.namespaced, namespace, mutating)
-        if pool.inline is not None and not mutating:
-            inline = self._inline(pool.inline, req, uid, call)
+        inline_admission = pool.inline
+        if inline_admission is not None and not mutating:
+            inline = self._inline(inline_admission, req, uid, call)
             if inline is not None:
                 metrics.ADMISSION_EVALUATIONS.labels("inline").inc()
                 return self._answered(pool, req, inline, mutating)
