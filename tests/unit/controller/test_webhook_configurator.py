@@ -162,3 +162,29 @@ def test_excluded_namespaces_from_the_command_line_reach_both_configurations():
                           leading=threading.Event(), backend=Backend(), discovery=None)
     assert admission.configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
     assert admission.mutating_configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
+
+
+def test_the_desired_configuration_is_built_once_per_snapshot_certificate_and_owner():
+    """Built in the configurator's thread every period while the server answers requests on the same interpreter:
+    rebuilt only when what it is made of changed, and handed out as a copy each time."""
+    import threading
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.configurator import WebhookConfigurator
+    from vpol.controller.admission.policies import Snapshot
+
+    Policies = one_policy_source(version=1)
+    certificate = {"url": "https://127.0.0.1:1", "caBundle": "Q0E="}
+    configurator = WebhookConfigurator(None, Policies(), name="vpol-validating",  # type: ignore[arg-type]
+                                       client_config=lambda: dict(certificate), leading=threading.Event())
+    builds = []
+    build = configurator._build
+    configurator._build = lambda *a: builds.append(a[0].version) or build(*a)  # type: ignore[method-assign]
+    first = configurator.desired(Policies.snapshot)
+    first["webhooks"].clear()  # the caller's copy
+    assert configurator.desired(Policies.snapshot)["webhooks"] and builds == [1]
+    certificate["caBundle"] = "Q0EK"
+    assert configurator.desired(Policies.snapshot)["webhooks"][0]["clientConfig"]["caBundle"] == "Q0EK"
+    changed = Snapshot(policies={"q": make_policy(name="q", validations=[{"expression": "true"}])}, version=2)
+    configurator.desired(changed)
+    assert builds == [1, 1, 2]
