@@ -47,7 +47,7 @@ from typing import Any
 from aiohttp import web
 
 from vpol.cel.backend import Backend, using
-from vpol.controller import metrics
+from vpol.controller import garbage, metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
@@ -321,6 +321,8 @@ class WebhookServer:
             old, self._pool = self._pool, pool
             if old is not None:
                 old.inline = None  # its compiled policies (tens of MiB) go now; requests in flight hold theirs
+            # The new policies are long-lived: out of the collector's scans (vpol.controller.garbage).
+            garbage.settle()
             self.serving_version = snapshot.version
             metrics.ADMISSION_POLICIES.set(len(snapshot.policies))
             if old is not None:
