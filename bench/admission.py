@@ -42,12 +42,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,7 @@ from common import (  # noqa: E402
     pids_named,
     scrape,
     start_operator,
+    status_kib,
     table,
     wait_until,
 )
@@ -94,7 +99,24 @@ POD: dict[str, Any] = {
 }
 
 
-def pss_policies(native: bool, namespace: str = NAMESPACE, prefix: str = "bench-") -> list[dict[str, Any]]:
+def namespace_selector(namespaces: str | Sequence[str]) -> dict[str, Any]:
+    """The namespaces by the name label the API server sets (one: matchLabels, as before; several: In)."""
+    if isinstance(namespaces, str):
+        return {"matchLabels": {"kubernetes.io/metadata.name": namespaces}}
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                  "values": sorted(namespaces)}]}
+
+
+#: The matchCondition the second scenario of --peer adds to each of its policies (true for the bench's Pods, so
+#: every policy is evaluated; Kyverno gives a policy with matchConditions a webhook of its own).
+EXEMPT_CONDITION = {"name": "not-exempt",
+                    "expression": "!has(object.metadata.labels) || !('bench.vpol.io/exempt' in object.metadata.labels)"}
+
+
+def pss_policies(native: bool, namespace: str | Sequence[str] = NAMESPACE, prefix: str = "bench-",
+                 conditions: int = 0) -> list[dict[str, Any]]:
+    """The Pod Security policies of examples/pod-security for the bench (Deny, background off, limited to
+    ``namespace``); with ``conditions`` N, only the first N, each with EXEMPT_CONDITION among its matchConditions."""
     out = []
     for path in sorted((REPO / "examples" / "pod-security").glob("*/*/policy.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -107,15 +129,17 @@ def pss_policies(native: bool, namespace: str = NAMESPACE, prefix: str = "bench-
             spec["validationActions"] = ["Deny"]
             spec.setdefault("evaluation", {})["background"] = {"enabled": False}
             spec.setdefault("autogen", {})["validatingAdmissionPolicy"] = {"enabled": native}
-            spec["matchConstraints"]["namespaceSelector"] = {
-                "matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            spec["matchConstraints"]["namespaceSelector"] = namespace_selector(namespace)
+            if conditions:
+                spec["matchConditions"] = [*(spec.get("matchConditions") or []), EXEMPT_CONDITION]
             out.append(body)
-    return out
+    return out[:conditions] if conditions else out
 
 
-def load_policies(custom: Any, native: bool, namespace: str = NAMESPACE, prefix: str = "bench-") -> list[str]:
+def load_policies(custom: Any, native: bool, namespace: str | Sequence[str] = NAMESPACE, prefix: str = "bench-",
+                  conditions: int = 0) -> list[str]:
     names = []
-    for body in pss_policies(native, namespace, prefix):
+    for body in pss_policies(native, namespace, prefix, conditions):
         name = body["metadata"]["name"]
         try:
             current = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
@@ -325,18 +349,31 @@ def webhook_connections(port: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--requests", type=int, default=None,
+                    help="requests per phase (default 3000; with --peer 2000 per phase and concurrency)")
     ap.add_argument("--phases", default="none,native,webhook")
     ap.add_argument("--quick", action="store_true", help="400 requests per phase")
     ap.add_argument("--operator-args", default="", help="more `vpol run` flags, e.g. '--webhook-workers 4'")
     ap.add_argument("--interleave", type=int, default=0, metavar="N",
                     help="run the phases side by side in blocks of N requests, each in its own namespace "
                          "(both policy sets loaded at once), so that a host whose speed drifts affects all alike")
+    ap.add_argument("--peer", choices=["kyverno"],
+                    help="side by side with Kyverno's admission controller (bench/kyverno): the same policies enforced "
+                         "four ways in four namespaces (none, native VAPs, vpol's webhook, Kyverno's webhook), "
+                         "interleaved, at each of --clients-list")
+    ap.add_argument("--clients-list", default="1,10,50", help="with --peer: the concurrencies (default 1,10,50)")
+    ap.add_argument("--scenarios", default="pss,conditions",
+                    help="with --peer: pss (the 18 policies), conditions (10 with matchConditions); default both")
     ap.add_argument("--workdir")
     ap.add_argument("--kubeconfig")
     ap.add_argument("--kubectl")
     args = ap.parse_args()
-    requests = 400 if args.quick else args.requests
+    args.requests_given = args.requests is not None
+    # A timeout or Ctrl-C stops the control plane, the operator and the peer too (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    if args.peer:
+        return run_peer(args)
+    requests = 400 if args.quick else (args.requests or 3000)
     run = BenchRun.begin(args.workdir, "vpol-bench-admission-", args.kubeconfig, args.kubectl)
     cluster = run.cluster
     kube = cluster.kube
@@ -416,6 +453,298 @@ def main() -> int:
                 delete_policies(client.CustomObjectsApi(kube.api_client))
         finally:
             cluster.stop()
+
+
+# -- --peer kyverno: vpol's webhook side by side with Kyverno's admission controller ----------------------------
+
+#: Namespaces of --peer: the same policies enforced one way in each.
+PEER_NAMESPACES = {"none": NAMESPACE + "-none", "native": NAMESPACE + "-native", "vpol": NAMESPACE,
+                   "kyverno": NAMESPACE + "-kyverno"}
+#: What the API server's denial names, per phase (checked before anything is measured).
+DENIED_BY = {"native": "ValidatingAdmissionPolicy", "vpol": 'admission webhook "fail.validate.vpol.kyverno.io"',
+             "kyverno": 'admission webhook "vpol.validate.kyverno.svc-'}
+#: Scenarios of --peer: (how many policies with matchConditions; 0: all 18 as they are), what it is.
+SCENARIOS = {"pss": (0, "the 18 Pod Security policies of examples/pod-security"),
+             "conditions": (10, "10 of them, each with a matchCondition (Kyverno: a webhook per policy)")}
+
+
+def violating_pod(namespace: str) -> dict[str, Any]:
+    """The bench's Pod with a privileged container: every scenario's policies deny it."""
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["namespace"] = namespace
+    context = pod["spec"]["containers"][0]["securityContext"]
+    context["privileged"] = True
+    del context["allowPrivilegeEscalation"]  # the API server refuses privileged with allowPrivilegeEscalation false
+    return pod
+
+
+def check_enforcement(core: Any, timeout: float = 180) -> None:
+    """Each namespace decided by its own enforcer and no other: a violating Pod (dry run) admitted where no policy
+    applies, denied elsewhere by the native policies, vpol's webhook or Kyverno's (the API server names which)."""
+    for phase, ns in PEER_NAMESPACES.items():
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                core.create_namespaced_pod(ns, violating_pod(ns), dry_run="All")
+                outcome = ""
+            except client.ApiException as exc:
+                try:
+                    outcome = str(json.loads(exc.body).get("message") or exc.body)
+                except ValueError:
+                    outcome = str(exc.body)
+            if phase == "none":
+                if not outcome:
+                    break
+                raise SystemExit(f"namespace {ns} should have no policy, but: {outcome}")
+            if DENIED_BY[phase] in outcome:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{phase}: not enforced in {ns} after {timeout:.0f}s: {outcome or 'admitted'}")
+            time.sleep(1)
+
+
+def webhook_summary(kube: Any) -> str:
+    """How many webhooks each side registered for the policies, and that each keeps out of the other's namespace."""
+    admission = client.AdmissionregistrationV1Api(kube.api_client)
+    out = []
+    for cfg in admission.list_validating_webhook_configuration().items:
+        name = cfg.metadata.name
+        hooks = [w for w in cfg.webhooks or [] if w.name.startswith(("vpol.validate.kyverno.svc", "fail.validate.vpol",
+                                                                    "ignore.validate.vpol"))]
+        if not hooks:
+            continue
+        selectors = [kube.api_client.sanitize_for_serialization(w.namespace_selector) or {} for w in hooks]
+        kyverno_only = all({"key": "kubernetes.io/metadata.name", "operator": "In",
+                            "values": [PEER_NAMESPACES["kyverno"]]} in (sel.get("matchExpressions") or [])
+                           for sel in selectors)
+        vpol_excludes = all(any(e.get("operator") == "NotIn" and PEER_NAMESPACES["kyverno"] in e.get("values", [])
+                                for e in sel.get("matchExpressions") or []) for sel in selectors)
+        if name.startswith("kyverno-") and not kyverno_only:
+            raise SystemExit(f"{name}: a Kyverno webhook is not limited to {PEER_NAMESPACES['kyverno']}: {selectors}")
+        if name.startswith("vpol-") and not vpol_excludes:
+            raise SystemExit(f"{name}: a vpol webhook does not exclude {PEER_NAMESPACES['kyverno']}: {selectors}")
+        out.append(f"{name}: {len(hooks)} webhook(s) for the policies")
+    return "; ".join(out)
+
+
+def interleave(cfg: client.Configuration, clients: int, phases: dict[str, str], requests: int, block: int,
+               meter: CpuMeter) -> dict[str, PhaseResult]:
+    """Warm-up, then blocks of ``block`` requests to each phase's namespace in turn (the order rotating), on the
+    same ``clients`` connections, until every phase has ``requests``."""
+    results = {phase: PhaseResult() for phase in phases}
+    names = list(phases)
+
+    async def schedule() -> None:
+        async with Clients(cfg, clients) as c:
+            for phase in names:  # warm-up: connections, caches, workers
+                await c.run(min(200, requests), phases[phase])
+            turn = 0
+            while any(len(r.latencies) + sum(r.errors.values()) < requests for r in results.values()):
+                order = names[turn % len(names):] + names[:turn % len(names)]
+                turn += 1
+                for phase in order:
+                    r = results[phase]
+                    left = requests - len(r.latencies) - sum(r.errors.values())
+                    if left <= 0:
+                        continue
+                    # This process's own garbage is collected between blocks, when nothing is in flight: a full
+                    # collection of the load generator took 90-110 ms, which lands on the requests of one phase.
+                    gc.collect()
+                    meter.start()
+                    t = time.monotonic()
+                    latencies, errors = await c.run(min(block, left), phases[phase])
+                    r.add(latencies, errors, time.monotonic() - t, meter.stop())
+
+    gc.disable()
+    try:
+        asyncio.run(schedule())
+    finally:
+        gc.enable()
+    return results
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional set size (shared pages divided among the processes sharing them), from smaps_rollup."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class PeerMemory(threading.Thread):
+    """Peak resident memory of each admission process group (vpol: the serving process and its workers; Kyverno:
+    its process) while requests are measured (``active``), sampled every 0.25 s: the sum of VmRSS and the sum of
+    PSS (pages shared between processes counted once); and each process's lifetime peak (VmHWM)."""
+
+    def __init__(self, groups: dict[str, Any]):
+        super().__init__(daemon=True, name="peer-memory")
+        self.groups = groups
+        self.rss: dict[str, int] = {g: 0 for g in groups}
+        self.pss: dict[str, int] = {g: 0 for g in groups}
+        self.hwm: dict[str, dict[int, int]] = {g: {} for g in groups}
+        self.active = threading.Event()
+        self._halt = threading.Event()
+
+    def sample(self) -> None:
+        for group, pids in self.groups.items():
+            now = list(pids())
+            self.rss[group] = max(self.rss[group], sum(status_kib(p, "VmRSS") for p in now))
+            self.pss[group] = max(self.pss[group], sum(pss_kib(p) for p in now))
+            for p in now:
+                self.hwm[group][p] = max(self.hwm[group].get(p, 0), status_kib(p, "VmHWM"))
+
+    def run(self) -> None:
+        while not self._halt.wait(0.25):
+            if self.active.is_set():
+                self.sample()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def ratio(a: float, b: float) -> float:
+    """a / b for "vpol / Kyverno" (0 when neither adds anything, infinite when only vpol does)."""
+    if b > 0:
+        return a / b
+    return 0.0 if a <= 0 else float("inf")
+
+
+def run_peer(args: argparse.Namespace) -> int:
+    """--peer kyverno: the same policies enforced four ways (none, native VAPs by vpol, vpol's webhook, Kyverno's
+    webhook) in four namespaces, interleaved, at each --clients-list concurrency, for each scenario."""
+    from bench.kyverno.peer import KyvernoPeer, build, only_namespaces
+
+    requests = args.requests if args.requests_given else (300 if args.quick else 2000)
+    block = args.interleave or max(25, requests // (4 if args.quick else 8))
+    levels = [int(x) for x in args.clients_list.split(",")]
+    scenarios = args.scenarios.split(",")
+    binary = build()  # before the cluster: a cold build takes minutes
+    run = BenchRun.begin(args.workdir, "vpol-bench-admission-peer-", args.kubeconfig, args.kubectl)
+    kube = run.cluster.kube
+    op = peer = memory = None
+    try:
+        install_vpol(kube)
+        core = client.CoreV1Api(kube.api_client)
+        for namespace in sorted(PEER_NAMESPACES.values()):
+            try:
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        custom = client.CustomObjectsApi(kube.api_client)
+        peer = KyvernoPeer(kube, run.work, binary=binary,
+                           webhook_namespace_selector=only_namespaces([PEER_NAMESPACES["kyverno"]]))
+        peer.install()
+        # vpol as installed (the manifests' --resync 600, not the e2e runner's 30 s), background scans off as
+        # Kyverno's background controller is not run, and kept out of Kyverno's namespace.
+        op = start_operator(kube, run.work, extra=["--resync", "600", "--scan-interval", "0",
+                                                   "--webhook-exclude-namespaces", PEER_NAMESPACES["kyverno"],
+                                                   *args.operator_args.split()])
+        peer.start()
+        vpol_pid, kyverno_pid = op.proc.pid, peer.pid
+        print(f"kyverno: {' '.join(peer.command())}\n  log {peer.log_path}")
+        groups = {"vpol": lambda: [vpol_pid, *descendants(vpol_pid)], "kyverno": lambda: [kyverno_pid]}
+        memory = PeerMemory(groups)
+        memory.start()
+        meter = CpuMeter({"vpol serving": lambda: [vpol_pid], "vpol workers": lambda: descendants(vpol_pid),
+                          "kyverno": lambda: [kyverno_pid],
+                          "control plane": lambda: pids_named(CONTROL_PLANE_COMM),
+                          "load generator": lambda: [os.getpid()]})
+        worst: dict[str, dict[str, float]] = {}
+        for scenario in scenarios:
+            conditions, what = SCENARIOS[scenario]
+            delete_policies(custom)
+            load_policies(custom, True, PEER_NAMESPACES["native"], "bench-native-", conditions)
+            count = len(load_policies(custom, False, [PEER_NAMESPACES["vpol"], PEER_NAMESPACES["kyverno"]],
+                                      "bench-", conditions))
+            check_enforcement(core)
+            print(f"\n=== scenario {scenario}: {what} ({count} policies per way); {webhook_summary(kube)}")
+            for clients in levels:
+                load_before = os.getloadavg()[0]
+                memory.active.set()
+                results = interleave(kube.configuration, clients, PEER_NAMESPACES, requests, block, meter)
+                memory.active.clear()
+                print(f"\n{scenario}, {clients} client(s), {requests} requests per phase in blocks of {block} "
+                      f"(load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}):")
+                ratios = print_peer_table(results)
+                for key, value in ratios.items():
+                    worst.setdefault(scenario, {})[key] = max(worst.get(scenario, {}).get(key, 0.0), value)
+        memory.stop()
+        print()
+        print(table([[group, f"{memory.rss[group] / 1024:.0f} MiB", f"{memory.pss[group] / 1024:.0f} MiB",
+                      " + ".join(f"{v / 1024:.0f}" for v in memory.hwm[group].values()) + " MiB"]
+                     for group in groups],
+                    ["admission process", "peak RSS under load (sum)", "peak PSS under load (sum)",
+                     "lifetime peak (VmHWM) of each process"]))
+        print(f"peak RSS vpol/Kyverno {ratio(memory.rss['vpol'], memory.rss['kyverno']):.2f}, "
+              f"peak PSS {ratio(memory.pss['vpol'], memory.pss['kyverno']):.2f}")
+        print(run.end())
+
+        def summary(scenario: str) -> str:
+            w = worst.get(scenario, {})
+            return (f"vs Kyverno: overhead p50 {w.get('p50', 0):.2f}, p99 {w.get('p99', 0):.2f}, "
+                    f"CPU/request {w.get('cpu', 0):.2f} (vpol/Kyverno, worst over {'/'.join(map(str, levels))} clients)")
+
+        for scenario in scenarios[1:]:
+            print(f"[{scenario}] {summary(scenario)}")
+        print(summary(scenarios[0]))
+        return 0
+    finally:
+        if memory is not None and memory.is_alive():
+            memory.stop()
+        try:
+            if op is not None:
+                op.stop()
+            if peer is not None:
+                peer.stop()
+            if args.kubeconfig:
+                delete_policies(client.CustomObjectsApi(kube.api_client))
+        finally:
+            run.cluster.stop()
+
+
+def print_peer_table(results: dict[str, PhaseResult]) -> dict[str, float]:
+    """The phases of one interleaved run side by side; returns vpol/Kyverno ratios (overhead p50, p99, CPU)."""
+    base = results["none"].latencies
+    rows = []
+    overhead: dict[str, dict[int, float]] = {}
+    cpu: dict[str, float] = {}
+    for phase, r in results.items():
+        done = max(1, len(r.latencies) + sum(r.errors.values()))
+        qs = {q: percentile(r.latencies, q) for q in (50, 95, 99)}
+        overhead[phase] = {q: qs[q] - percentile(base, q) for q in qs}
+        if phase == "vpol":
+            cpu[phase] = (r.cpu.get("vpol serving", 0.0) + r.cpu.get("vpol workers", 0.0)) / done
+            own = (f"{cpu[phase] * 1000:.2f} ({r.cpu.get('vpol serving', 0.0) / done * 1000:.2f} serving + "
+                   f"{r.cpu.get('vpol workers', 0.0) / done * 1000:.2f} workers)")
+        elif phase == "kyverno":
+            cpu[phase] = r.cpu.get("kyverno", 0.0) / done
+            own = f"{cpu[phase] * 1000:.2f}"
+        else:
+            own = "-"
+        rows.append([phase, str(len(r.latencies)), *(ms(qs[q]) for q in (50, 95, 99)),
+                     "-" if phase == "none" else " / ".join(ms(overhead[phase][q]) for q in (50, 95, 99)),
+                     str(sum(r.errors.values())), f"{len(r.latencies) / max(r.wall, 1e-9):.0f}/s", own,
+                     f"{r.cpu.get('control plane', 0.0) / done * 1000:.2f}"])
+        for err, n in r.errors.items():
+            print(f"  {phase}: {n} x {err}")
+    print(table(rows, ["phase", "requests", "p50", "p95", "p99", "overhead p50 / p95 / p99", "errors", "throughput",
+                       "admission process CPU ms/request", "control plane CPU ms/request"]))
+    idle = []
+    for group, phase in (("vpol", "vpol"), ("kyverno", "kyverno")):
+        keys = ["vpol serving", "vpol workers"] if group == "vpol" else ["kyverno"]
+        others = [r for p, r in results.items() if p != phase]
+        seconds = sum(r.wall for r in others)
+        used = sum(r.cpu.get(k, 0.0) for r in others for k in keys)
+        idle.append(f"{group} {used / max(seconds, 1e-9) * 1000:.0f} ms/s")
+    print(f"CPU of each admission process while the others' phases ran (its idle cost): {', '.join(idle)}")
+    return {"p50": ratio(overhead["vpol"][50], overhead["kyverno"][50]),
+            "p99": ratio(overhead["vpol"][99], overhead["kyverno"][99]),
+            "cpu": ratio(cpu["vpol"], cpu["kyverno"])}
 
 
 def _server_side(before: dict[Any, float], after: dict[Any, float]) -> str:

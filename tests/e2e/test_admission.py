@@ -243,3 +243,41 @@ def test_namespaced_policy_is_enforced_by_the_webhook_only_in_its_namespace(poli
         custom.delete_namespaced_custom_object("policies.kyverno.io", "v1", namespace,
                                                "namespacedvalidatingpolicies", name)
         core.delete_namespace(other)
+
+
+def _evaluations(operator: OperatorProcess) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in operator.metrics().splitlines():
+        if line.startswith("vpol_admission_evaluations_total{"):
+            out[line.split('where="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_bounded_requests_are_answered_by_the_serving_process_and_the_rest_by_a_worker(
+        policies: Policies, cluster: Any, namespace: str, operator: OperatorProcess) -> None:
+    """vpol.engine.inline: a webhook whose policies' work is bounded (vpol.cel.cost) is answered by the serving
+    process, a webhook with a Kyverno library call (no bound) by a worker, and so is a request too large to be
+    answered inline; the decisions are the policies' either way."""
+    webhook_only = {"autogen": {"validatingAdmissionPolicy": {"enabled": False}}}
+    bounded = policies.create("inline", {**deny_cm("!has(object.data) || !('inline-bad' in object.data)",
+                                                   "inline-bad is forbidden"), **webhook_only})
+    library = policies.create("worker", {**deny_cm("!has(object.data) || !('worker-bad' in object.data) || "
+                                                   "sha256('x') == ''", "worker-bad is forbidden"),
+                                         **webhook_only, "failurePolicy": "Ignore"})
+    enforcement(policies, bounded, "Webhook")
+    enforcement(policies, library, "Webhook")
+    before = _evaluations(operator)
+    expect_denied(lambda: dry_cm(cluster, namespace, "a", {"inline-bad": "1"}), "inline-bad is forbidden")
+    after_inline = _evaluations(operator)
+    assert after_inline.get("inline", 0) > before.get("inline", 0)
+    expect_denied(lambda: dry_cm(cluster, namespace, "b", {"worker-bad": "1"}), "worker-bad is forbidden")
+    after_worker = _evaluations(operator)
+    assert after_worker.get("worker", 0) > after_inline.get("worker", 0)
+    # a request larger than the inline limit (128 KiB) goes to a worker, with the same decision
+    inline_before = after_worker.get("inline", 0)
+    expect_denied(lambda: dry_cm(cluster, namespace, "c", {"inline-bad": "1", "big": "x" * 200_000}),
+                  "inline-bad is forbidden")
+    assert dry_cm(cluster, namespace, "d", {"fine": "1", "big": "x" * 200_000}).metadata.name == "d"
+    last = _evaluations(operator)
+    # the Ignore webhook's requests always go to a worker: two for c and d, two more for the Fail webhook's
+    assert last["worker"] >= after_worker["worker"] + 4 and last.get("inline", 0) == inline_before

@@ -437,7 +437,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
-                webhook_eval_timeout=args.webhook_eval_timeout, policy_validation=args.policy_validation == "on",
+                webhook_eval_timeout=args.webhook_eval_timeout,
+                webhook_excluded_namespaces=tuple(args.webhook_exclude_namespaces or ()),
+                policy_validation=args.policy_validation == "on",
                 events=args.events == "on", events_per_second=args.events_per_second,
                 mutate_existing_writes_per_second=args.mutate_existing_writes_per_second,
                 owner_cluster_role=args.owner_clusterrole,
@@ -551,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation worker processes of the webhook (default 2)")
     p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",
                    help="longest evaluation of one admission request; beyond it the failurePolicy answers")
+    p.add_argument("--webhook-exclude-namespaces", nargs="+", metavar="NAMESPACE",
+                   help="namespaces vpol's webhooks never match (the API server does not call them for requests "
+                        "there), besides kube-system and --namespace, which are always left out")
     p.add_argument("--policy-validation", choices=["on", "off"], default="on",
                    help="refuse invalid policies at apply time through the webhook (failurePolicy Ignore; default "
                         "on; off: they are admitted and reported in status only)")

@@ -67,6 +67,9 @@ LEADER_PROBLEM = Gauge("vpol_leader_election_problem",
 DEPENDENCY_PROBLEM = Gauge("vpol_dependency_problem",
                            "1 while something the operator needs is missing (a CRD, a permission): see /healthz and "
                            "the log", ["dependency"])
+ADMISSION_EVALUATIONS = Counter("vpol_admission_evaluations_total",
+                                "Admission requests evaluated, by where: inline (by the serving process, their work "
+                                "bounded beforehand) or worker (by an evaluation worker process)", ["where"])
 ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this replica's webhook is serving")
 BACKGROUND_MUTATIONS = Counter("vpol_background_mutations_total",
                                "Targets of mutateExisting evaluated, by policy and result (mutated, unchanged, skip, "

@@ -48,6 +48,9 @@ class Options:
     webhook_cert_secret: str = ""
     webhook_workers: int = 2
     webhook_eval_timeout: float = 3.0
+    #: Namespaces vpol's webhooks never match, besides kube-system and ``namespace`` (Kyverno's equivalent is the
+    #: namespaceSelector of its ConfigMap's ``webhooks``): requests there are not sent to vpol at all.
+    webhook_excluded_namespaces: tuple[str, ...] = ()
     #: Refuse invalid policies at apply time (a ValidatingWebhookConfiguration with failurePolicy Ignore).
     policy_validation: bool = True
     #: PolicyViolation Events (admission and background results), and their rate limit.

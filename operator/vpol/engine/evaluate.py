@@ -41,6 +41,8 @@ from typing import Any, NamedTuple
 
 from cel_expr_python import cel
 
+from vpol.cel.cost import WorkPlan
+from vpol.cel.cost import plan as plan_work
 from vpol.cel.compiler import CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression, compile_policy
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.fused import fused_program
@@ -508,6 +510,10 @@ class PolicyEngine:
         #: rules name objects are not kept: see names_resources).
         self._rule_decisions: dict[tuple[int, ResourceType, str], bool] = {}
         self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
+        #: Per variant: its WorkPlan (work_plan), once asked for.
+        self._plans: dict[int, WorkPlan | None] = {}
+        #: The subject variant() was last asked about, and its answer (a subject is not changed once made).
+        self._last_variant: tuple[Subject | None, int | None] = (None, None)
 
     @property
     def ok(self) -> bool:
@@ -521,19 +527,60 @@ class PolicyEngine:
 
     def evaluate(self, subject: Subject, data: SubjectData | None = None) -> Result | None:
         """The result for ``subject`` (None when no variant of the policy matches it)."""
+        index = self.variant(subject)
+        if index is None:
+            return None
+        config, _policy, compiled = self._variants[index]
+        assert compiled is not None
+        if data is None or data.mode != compiled.policy.spec.evaluation.mode:
+            data = SubjectData(subject, compiled.policy.spec.evaluation.mode)
+        result = self._evaluate(compiled, subject, data)
+        result.autogen = config
+        return result
+
+    @property
+    def variant_count(self) -> int:
+        """How many variants the policy has (itself and its autogen variants)."""
+        return len(self._variants)
+
+    def variant(self, subject: Subject) -> int | None:
+        """Which of the policy and its autogen variants :meth:`evaluate` applies to ``subject`` (compiled now if it
+        was not yet); None when none does."""
+        last_subject, last_index = self._last_variant
+        if last_subject is subject:  # asked again for the same request (vpol.engine.inline, then evaluate)
+            return last_index
+        index = self._variant(subject)
+        self._last_variant = (subject, index)
+        return index
+
+    def _variant(self, subject: Subject) -> int | None:
         if not self.applies_to_namespace(subject):
             return None
         for index, (config, policy, compiled) in enumerate(self._variants):
             if self._selects(index, policy, subject) or (subject.json_payload and policy.json_mode):
                 if compiled is None:
-                    compiled = compile_policy(policy)
-                    self._variants[index] = (config, policy, compiled)
-                if data is None or data.mode != compiled.policy.spec.evaluation.mode:
-                    data = SubjectData(subject, compiled.policy.spec.evaluation.mode)
-                result = self._evaluate(compiled, subject, data)
-                result.autogen = config
-                return result
+                    self._variants[index] = (config, policy, compile_policy(policy))
+                return index
         return None
+
+    def work_plan(self, index: int) -> WorkPlan | None:
+        """How much work evaluating variant ``index`` (and the PolicyExceptions of the policy) can take, as
+        vpol.cel.cost bounds it from a request; None when it cannot be bounded. Kept per variant."""
+        if index not in self._plans:
+            config, policy, compiled = self._variants[index]
+            if compiled is None:
+                compiled = compile_policy(policy)
+                self._variants[index] = (config, policy, compiled)
+            expressions = [p.expression for _n, p in compiled.match_conditions]
+            expressions += [p.expression for _i, p, _m in compiled.validations]
+            expressions += [m.expression for _i, _p, m in compiled.validations if m is not None]
+            expressions += [p.expression for _k, p in compiled.audit_annotations]
+            expressions += [p.expression for e in self.exceptions for p in e.conditions]
+            work = None
+            if compiled.ok and not any(e.problems for e in self.exceptions):
+                work = plan_work(expressions, [(name, p.expression) for name, p in compiled.variables])
+            self._plans[index] = work
+        return self._plans[index]
 
     def _selects(self, index: int, policy: ValidatingPolicy, subject: Subject) -> bool:
         """constraints_match of variant ``index``, with the resource rules' answer kept per type and operation."""

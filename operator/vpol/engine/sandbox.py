@@ -74,8 +74,9 @@ class Limits:
 Applied = tuple[dict[str, Any] | None, list[Result], list[Result] | list[Rendered]]
 
 
-def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None) -> list[Result]:
-    data = SubjectData(subject)
+def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None,
+              data: SubjectData | None = None) -> list[Result]:
+    data = data or SubjectData(subject)
     out: list[Result] = []
     for i, engine in enumerate(engines):
         if only is not None and i not in only:
@@ -124,9 +125,18 @@ def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEng
            ) -> AdmissionAnswer:
     """In the worker: one admission request, from the bytes received to the bytes to answer."""
     started = time.perf_counter()
-    req = json.loads(call.body)["request"]
+    return admit_request(engines, mutating_engines, json.loads(call.body)["request"], call, started)
+
+
+def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[MutatingPolicyEngine],
+                  req: dict[str, Any], call: AdmissionCall, started: float, subject: Subject | None = None,
+                  data: SubjectData | None = None) -> AdmissionAnswer:
+    """The answer to one decoded AdmissionRequest (``req``) by these engines: what a worker does with a request,
+    and what the serving process does with one it may evaluate itself (vpol.engine.inline); ``subject`` and
+    ``data``: the request's subject and its CEL inputs when the caller made them already."""
     uid = str(req.get("uid") or "")
-    subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
+    if subject is None:
+        subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
     outcomes: list[tuple[str, str]]
     if call.mutating:
         chosen = [e for e in mutating_engines if e.policy.spec.failure_policy == call.failure_policy]
@@ -137,12 +147,17 @@ def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEng
                      ("error" if r.result == ERROR else "allow")) for r in results]
         violations = [(r.policy, r.result, r.message) for r in results if r.result == ERROR]
     else:
-        only = frozenset(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == call.failure_policy)
-        decision = decide(_validate(engines, subject, only) if only else [],
+        only = answering(engines, call.failure_policy)
+        decision = decide(_validate(list(engines), subject, only, data) if only else [],
                           {engines[i].policy.key: engines[i].policy for i in only})
         answer, outcomes, violations = review_response(uid, decision), decision.outcomes, decision.violations
     return AdmissionAnswer(json.dumps(answer, separators=(",", ":")).encode(), tuple(outcomes),
                            time.perf_counter() - started, bool(answer["response"]["allowed"]), tuple(violations))
+
+
+def answering(engines: Sequence[PolicyEngine], failure_policy: str) -> frozenset[int]:
+    """Indexes of the engines whose policies the webhook of ``failure_policy`` answers for."""
+    return frozenset(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == failure_policy)
 
 
 #: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).

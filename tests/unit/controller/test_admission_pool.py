@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from vpol.cel.backend import Backend
 from vpol.controller.admission.policies import Snapshot
@@ -204,3 +205,33 @@ def test_a_request_waits_for_the_workers_of_newer_policies() -> None:
 
     asyncio.run(scenario())
     assert asked == [2]
+
+
+def test_workers_start_only_when_some_request_may_need_one() -> None:
+    """Policies whose work is bounded (vpol.cel.cost) are answered by the serving process: no worker is started
+    for them until a request needs one (then it starts off the request path, as a restarted one would); a
+    policy without a bound needs the workers from the start."""
+    from tests.unit.policies import make_policy
+    from vpol.engine.inline import InlineLimits
+
+    bounded = make_policy(name="bounded", validations=[{"expression": "object.spec.containers.all(c, c.name != '')"}])
+    unbounded = make_policy(name="unbounded", validations=[
+        {"expression": "object.spec.containers.all(c, object.spec.containers.all(d, c.name != '' || d == c))"}])
+
+    async def scenario(policies: list[Any]) -> tuple[FakeWorker, EvaluatorPool]:
+        w = FakeWorker("w")
+        w.running = False
+        pool = EvaluatorPool(Snapshot(policies={p.key: p for p in policies}), 1, Backend(), Limits(), inline=InlineLimits())
+        pool.evaluators = [w]  # type: ignore[list-item]
+        await pool.start()
+        return w, pool
+
+    w, pool = asyncio.run(scenario([bounded]))
+    assert pool.inline is not None and pool.inline.covers("Fail") and w.starts == 0
+
+    async def needed() -> None:
+        assert await pool.acquire(2) is w and w.starts == 1  # a request the serving process left to a worker
+
+    asyncio.run(needed())
+    w, pool = asyncio.run(scenario([bounded, unbounded]))
+    assert pool.inline is not None and not pool.inline.covers("Fail") and w.starts == 1

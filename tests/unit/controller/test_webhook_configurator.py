@@ -141,3 +141,50 @@ def test_with_an_owner_clusterrole_nothing_is_written_while_it_is_missing():
     assert configurator.reconcile() == "applied"
     [written] = objects.applied
     assert written["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_excluded_namespaces_from_the_command_line_reach_both_configurations():
+    """`vpol run --webhook-exclude-namespaces` adds to kube-system and the operator's namespace, in the validating and
+    the mutating configuration alike (the configurations' namespaceSelector: tests/unit/desired/test_webhook.py)."""
+    import threading
+
+    from kubernetes import client
+
+    from vpol.cel.backend import Backend
+    from vpol.cli.main import build_parser
+    from vpol.controller.admission.webhook import Admission
+    from vpol.controller.runtime import Options
+
+    args = build_parser().parse_args(["run", "--namespace", "ops", "--webhook-exclude-namespaces", "a", "b"])
+    assert args.webhook_exclude_namespaces == ["a", "b"]
+    assert build_parser().parse_args(["run"]).webhook_exclude_namespaces is None
+    admission = Admission(client.ApiClient(), Options(namespace="ops", webhook_excluded_namespaces=("a", "b")),
+                          leading=threading.Event(), backend=Backend(), discovery=None)
+    assert admission.configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
+    assert admission.mutating_configurator.excluded_namespaces == ("kube-system", "ops", "a", "b")
+
+
+def test_the_desired_configuration_is_built_once_per_snapshot_certificate_and_owner():
+    """Built in the configurator's thread every period while the server answers requests on the same interpreter:
+    rebuilt only when what it is made of changed, and handed out as a copy each time."""
+    import threading
+
+    from tests.unit.policies import make_policy
+    from vpol.controller.admission.configurator import WebhookConfigurator
+    from vpol.controller.admission.policies import Snapshot
+
+    Policies = one_policy_source(version=1)
+    certificate = {"url": "https://127.0.0.1:1", "caBundle": "Q0E="}
+    configurator = WebhookConfigurator(None, Policies(), name="vpol-validating",  # type: ignore[arg-type]
+                                       client_config=lambda: dict(certificate), leading=threading.Event())
+    builds = []
+    build = configurator._build
+    configurator._build = lambda *a: builds.append(a[0].version) or build(*a)  # type: ignore[method-assign]
+    first = configurator.desired(Policies.snapshot)
+    first["webhooks"].clear()  # the caller's copy
+    assert configurator.desired(Policies.snapshot)["webhooks"] and builds == [1]
+    certificate["caBundle"] = "Q0EK"
+    assert configurator.desired(Policies.snapshot)["webhooks"][0]["clientConfig"]["caBundle"] == "Q0EK"
+    changed = Snapshot(policies={"q": make_policy(name="q", validations=[{"expression": "true"}])}, version=2)
+    configurator.desired(changed)
+    assert builds == [1, 1, 2]

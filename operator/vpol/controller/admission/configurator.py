@@ -25,6 +25,8 @@ uninstalling vpol garbage-collects it; while the ClusterRole does not exist
 from __future__ import annotations
 
 import base64
+import copy
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -97,6 +99,8 @@ class WebhookConfigurator(threading.Thread):
         #: The last error writing the configuration ("" after a success).
         self.error = ""
         self.writes = 0
+        #: The last desired configuration built, with what it was built from (see desired()).
+        self._desired: tuple[tuple[Any, ...], dict[str, Any] | None] | None = None
         policies.listen(lambda _s: self._wake.set())
 
     def stop(self) -> None:
@@ -136,6 +140,17 @@ class WebhookConfigurator(threading.Thread):
         if config is None:
             raise RuntimeError("no serving certificate yet")
         owner = self.owner()
+        # The same snapshot, certificate and owner give the same configuration: built once (tens of policies'
+        # rules take milliseconds of the GIL, every period, while the server answers admission requests).
+        key = (snapshot.version, id(snapshot), json.dumps([config, owner], sort_keys=True))
+        if self._desired is not None and self._desired[0] == key:
+            return copy.deepcopy(self._desired[1])
+        desired = self._build(snapshot, policies, config, owner)
+        self._desired = (key, desired)
+        return copy.deepcopy(desired)
+
+    def _build(self, snapshot: Snapshot, policies: list[Any], config: dict[str, Any],
+               owner: dict[str, Any] | None) -> dict[str, Any] | None:
         desired = desired_webhook_configuration(
             policies, client_config=config, timeout_seconds=self.timeout_seconds,
             excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner)

@@ -46,8 +46,8 @@ from typing import Any
 
 from aiohttp import web
 
-from vpol.cel.backend import Backend
-from vpol.controller import metrics
+from vpol.cel.backend import Backend, using
+from vpol.controller import garbage, metrics
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
@@ -55,9 +55,10 @@ from vpol.desired.policy_webhook import POLICY_VALIDATION_PATH, policy_validatio
 from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
+from vpol.engine.inline import InlineAdmission, InlineLimits
 from vpol.engine.policy_validation import is_validated_document, validate_document
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
-from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
+from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class ServerOptions:
     #: Longest time one request may take to evaluate (waiting for a worker included).
     eval_timeout: float = 3.0
     eval_memory_mib: int = 1024
+    #: Requests the serving process answers itself when their work is bounded (vpol.engine.inline); None: never.
+    inline: InlineLimits | None = InlineLimits()
 
 
 class EvaluatorPool:
@@ -86,9 +89,12 @@ class EvaluatorPool:
     thread."""
 
     def __init__(self, snapshot: Snapshot, size: int, backend: Backend, limits: Limits,
-                 global_context: GlobalContextSource | None = None):
+                 global_context: GlobalContextSource | None = None, inline: InlineLimits | None = None):
         self.snapshot = snapshot
         self.limits = limits
+        self._inline_limits = inline
+        #: The policies compiled in the serving process, for the requests it answers itself (built by start()).
+        self.inline: InlineAdmission | None = None
         policies = sorted(snapshot.policies.values(), key=lambda p: p.key)
         # MutatingPolicies apply in name order (the API server's order among policies is unspecified).
         mutating = [snapshot.mutating[name] for name in sorted(snapshot.mutating)]
@@ -116,9 +122,19 @@ class EvaluatorPool:
         return (failure_policy, mutating) in self._answering
 
     async def start(self) -> None:
-        """Start every worker."""
+        """Compile the policies for inline answers, and start the workers unless every request can be answered
+        inline (then a worker starts when a request first needs one: a large request, say)."""
+        policies = sorted(self.snapshot.policies.values(), key=lambda p: p.key)
+        if self._inline_limits is not None and policies:
+            try:
+                self.inline = await asyncio.to_thread(InlineAdmission, policies, self.snapshot.exceptions,
+                                                      self._inline_limits)
+            except Exception as exc:  # noqa: BLE001 - the workers answer everything, as without inline answers
+                logger.warning("admission: compiling the policies for inline answers failed: %s", exc)
+        needed = bool(self.snapshot.mutating) or (bool(policies) and (
+            self.inline is None or not all(self.inline.covers(fp) for fp, _m in self._answering if not _m)))
         for ev in self.evaluators:
-            if self.snapshot.policies or self.snapshot.mutating:
+            if needed:
                 await asyncio.to_thread(ev.start)
             self._give(ev)
 
@@ -303,7 +319,8 @@ class WebhookServer:
             snapshot = self.policies.snapshot
             if self._pool is not None and self._pool.snapshot.version == snapshot.version:
                 continue
-            pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits, self.global_context)
+            pool = EvaluatorPool(snapshot, self.options.workers, self.backend, self.limits, self.global_context,
+                                 self.options.inline)
             try:
                 await pool.start()
             except Exception as exc:  # noqa: BLE001 - keep serving with the old pool, try again
@@ -313,6 +330,10 @@ class WebhookServer:
                 self._changed.set()
                 continue
             old, self._pool = self._pool, pool
+            if old is not None:
+                old.inline = None  # its compiled policies (tens of MiB) go now; requests in flight hold theirs
+            # The new policies are long-lived: out of the collector's scans (vpol.controller.garbage).
+            garbage.settle()
             self.serving_version = snapshot.version
             metrics.ADMISSION_POLICIES.set(len(snapshot.policies))
             if old is not None:
@@ -427,6 +448,13 @@ class WebhookServer:
             namespace = self.namespaces.cached(subject.namespace)
             if namespace is None:  # not delivered by the watch yet: read once, off the event loop
                 namespace = await asyncio.to_thread(self.namespaces.get, subject.namespace)
+        call = AdmissionCall(body, failure_policy, subject.type.namespaced, namespace, mutating)
+        inline_admission = pool.inline
+        if inline_admission is not None and not mutating:
+            inline = self._inline(inline_admission, req, uid, call)
+            if inline is not None:
+                metrics.ADMISSION_EVALUATIONS.labels("inline").inc()
+                return self._answered(pool, req, inline, mutating)
         ev = await pool.acquire(max(0.0, deadline - time.monotonic()))
         if ev is None:
             return self._failed(uid, "no evaluation worker became free in time", failure_policy)
@@ -434,11 +462,26 @@ class WebhookServer:
         if left <= 0:  # the worker came free just too late: it is not at fault
             pool.release(ev, killed=False)
             return self._failed(uid, "no evaluation worker became free in time", failure_policy)
-        call = AdmissionCall(body, failure_policy, subject.type.namespaced, namespace, mutating)
         answer, error = await ev.admit(call, left)
         pool.release(ev, killed=answer is None)
         if answer is None:
             return self._failed(uid, error, failure_policy)
+        metrics.ADMISSION_EVALUATIONS.labels("worker").inc()
+        return self._answered(pool, req, answer, mutating)
+
+    def _inline(self, inline: InlineAdmission, req: dict[str, Any], uid: str, call: AdmissionCall
+                ) -> AdmissionAnswer | None:
+        """The answer of the serving process itself, when the request's work is bounded (vpol.engine.inline); on
+        the event loop (a few hundred microseconds). None: a worker answers it (also when this failed)."""
+        try:
+            with using(self.backend):
+                return inline.admit(req, len(call.body), call)
+        except Exception:  # noqa: BLE001 - the worker answers it as it always did
+            logger.exception("admission request %s: answering inline failed; a worker answers it", uid)
+            return None
+
+    def _answered(self, pool: EvaluatorPool, req: dict[str, Any], answer: AdmissionAnswer, mutating: bool) -> bytes:
+        """Metrics and events of an answer (inline or by a worker); its body."""
         share = answer.seconds / max(1, len(answer.outcomes))
         for key, outcome in answer.outcomes:
             metrics.admission_decision(key, outcome)

@@ -76,13 +76,13 @@ class Admission:
         self.configurator = WebhookConfigurator(
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
-            excluded_namespaces=("kube-system", options.namespace),
+            excluded_namespaces=("kube-system", options.namespace, *options.webhook_excluded_namespaces),
             serving=self.server.answering_version, probe_namespace=options.namespace,
             owner_cluster_role=options.owner_cluster_role)
         self.mutating_configurator = WebhookConfigurator(
             api, self.policies, name=MUTATING_WEBHOOK_CONFIGURATION, leading=leading,
             client_config=lambda: self._client_config(service), timeout_seconds=options.webhook_timeout,
-            excluded_namespaces=("kube-system", options.namespace),
+            excluded_namespaces=("kube-system", options.namespace, *options.webhook_excluded_namespaces),
             serving=self.server.answering_version, mutating=True, probe_namespace=options.namespace,
             owner_cluster_role=options.owner_cluster_role)
         self.policy_configurator = PolicyValidationConfigurator(
