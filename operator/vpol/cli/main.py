@@ -439,6 +439,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
                 webhook_eval_timeout=args.webhook_eval_timeout,
                 webhook_excluded_namespaces=tuple(args.webhook_exclude_namespaces or ()),
+                webhook_inline=args.webhook_inline == "on",
                 policy_validation=args.policy_validation == "on",
                 events=args.events == "on", events_per_second=args.events_per_second,
                 mutate_existing_writes_per_second=args.mutate_existing_writes_per_second,
@@ -556,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook-exclude-namespaces", nargs="+", metavar="NAMESPACE",
                    help="namespaces vpol's webhooks never match (the API server does not call them for requests "
                         "there), besides kube-system and --namespace, which are always left out")
+    p.add_argument("--webhook-inline", choices=["on", "off"], default="on",
+                   help="answer requests whose work is bounded before it starts (vpol.cel.cost) in the serving "
+                        "process (default on; off: every request is evaluated by a worker process)")
     p.add_argument("--policy-validation", choices=["on", "off"], default="on",
                    help="refuse invalid policies at apply time through the webhook (failurePolicy Ignore; default "
                         "on; off: they are admitted and reported in status only)")

@@ -188,3 +188,22 @@ def test_the_desired_configuration_is_built_once_per_snapshot_certificate_and_ow
     changed = Snapshot(policies={"q": make_policy(name="q", validations=[{"expression": "true"}])}, version=2)
     configurator.desired(changed)
     assert builds == [1, 1, 2]
+
+
+def test_inline_answers_can_be_turned_off():
+    """`vpol run --webhook-inline off`: the server gets no inline limits, so every request goes to a worker."""
+    import threading
+
+    from kubernetes import client
+
+    from vpol.cel.backend import Backend
+    from vpol.cli.main import build_parser
+    from vpol.controller.admission.webhook import Admission
+    from vpol.controller.runtime import Options
+
+    assert build_parser().parse_args(["run"]).webhook_inline == "on"
+    assert build_parser().parse_args(["run", "--webhook-inline", "off"]).webhook_inline == "off"
+    for inline in (True, False):
+        admission = Admission(client.ApiClient(), Options(webhook_inline=inline), leading=threading.Event(),
+                              backend=Backend(), discovery=None)
+        assert (admission.server.options.inline is not None) is inline

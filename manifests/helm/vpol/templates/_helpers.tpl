@@ -47,6 +47,13 @@ vpol-webhook-cert
 - --webhook-timeout={{ int64 .Values.webhook.timeoutSeconds }}
 - --webhook-workers={{ int64 .Values.webhook.workers }}
 - --webhook-eval-timeout={{ .Values.webhook.evalTimeout }}
+- --webhook-inline={{ ternary "on" "off" .Values.webhook.inline }}
+{{- with .Values.webhook.excludeNamespaces }}
+- --webhook-exclude-namespaces
+{{- range . }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
 {{- with include "vpol.certSecret" . }}
 - --webhook-cert-secret={{ . }}
 {{- end }}

@@ -26,6 +26,7 @@ from vpol.controller.admission.policies import AdmissionPolicies
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
 from vpol.engine.global_context import GlobalContextSource
+from vpol.engine.inline import InlineLimits
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.kube.errors import describe
 from vpol.kube.webhook_tls import WebhookTLS
@@ -70,7 +71,8 @@ class Admission:
             self.policies, self.namespaces, get_discovery, CertificateFiles(self.tls.current), backend=backend,
             options=ServerOptions(port=options.webhook_port, workers=options.webhook_workers,
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
-                                  eval_memory_mib=options.eval_memory_mib), events=events,
+                                  eval_memory_mib=options.eval_memory_mib,
+                                  inline=InlineLimits() if options.webhook_inline else None), events=events,
             global_context=global_context)
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}
         self.configurator = WebhookConfigurator(
