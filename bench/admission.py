@@ -52,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +261,9 @@ class PhaseResult:
         for key, t in cpu.items():
             self.cpu[key] = self.cpu.get(key, 0.0) + t
 
+    def answered(self) -> int:
+        return len(self.latencies) + sum(self.errors.values())
+
 
 def _histogram_delta(before: dict[Any, float], after: dict[Any, float], into: dict[Any, float]) -> None:
     for key, value in after.items():
@@ -316,28 +319,34 @@ def run_interleaved(kube: Any, custom: Any, op: Any, meter: CpuMeter, phases: li
         async with Clients(kube.configuration, clients) as c:
             for phase in phases:  # warm-up: connections, caches, workers
                 await c.run(min(200, requests), PHASE_NAMESPACES[phase])
-            turn = 0
-            while any(len(r.latencies) + sum(r.errors.values()) < requests for r in results.values()):
-                order = phases[turn % len(phases):] + phases[:turn % len(phases)]
-                turn += 1
-                for phase in order:
-                    r = results[phase]
-                    left = requests - len(r.latencies) - sum(r.errors.values())
-                    if left <= 0:
-                        continue
-                    # between blocks nothing is in flight: the blocking reads below measure no request
-                    before = scrape(op) if phase == "webhook" else {}
-                    meter.start()
-                    t = time.monotonic()
-                    latencies, errors = await c.run(min(block, left), PHASE_NAMESPACES[phase])
-                    r.add(latencies, errors, time.monotonic() - t, meter.stop())
-                    if phase == "webhook":
-                        _histogram_delta(before, scrape(op), histogram)
+            for phase, count in blocks_in_turn(phases, results, requests, block):
+                # between blocks nothing is in flight: the blocking reads below measure no request
+                before = scrape(op) if phase == "webhook" else {}
+                meter.start()
+                t = time.monotonic()
+                latencies, errors = await c.run(count, PHASE_NAMESPACES[phase])
+                results[phase].add(latencies, errors, time.monotonic() - t, meter.stop())
+                if phase == "webhook":
+                    _histogram_delta(before, scrape(op), histogram)
 
     asyncio.run(schedule())
     if "webhook" in results:
         results["webhook"].connections = webhook_connections(op.webhook_port) - connections
     return results, _server_side({}, histogram) if "webhook" in results else ""
+
+
+def blocks_in_turn(names: Sequence[str], results: dict[str, "PhaseResult"], requests: int, block: int
+                   ) -> Iterator[tuple[str, int]]:
+    """(phase, how many requests) for the next block, phases taking turns (the first one rotating) until each has
+    ``requests`` answers in ``results`` (read again before every block: the caller adds each block's answers)."""
+    turn = 0
+    while any(results[n].answered() < requests for n in names):
+        order = list(names[turn % len(names):]) + list(names[:turn % len(names)])
+        turn += 1
+        for phase in order:
+            left = requests - results[phase].answered()
+            if left > 0:
+                yield phase, min(block, left)
 
 
 def webhook_connections(port: int) -> int:
@@ -408,7 +417,7 @@ def main() -> int:
         rows, cpu_rows = [], []
         base = results["none"].latencies if "none" in results else []
         for phase, r in results.items():
-            done = len(r.latencies) + sum(r.errors.values())
+            done = r.answered()
             cpu_rows.append([phase, *(f"{r.cpu.get(k, 0.0) / max(1, done) * 1000:.2f}" for k in meter.groups),
                              f"{sum(r.cpu.values()) / r.wall / (os.cpu_count() or 1) * 100:.0f}%",
                              "-" if r.connections is None else str(r.connections)])
@@ -539,22 +548,14 @@ def interleave(cfg: client.Configuration, clients: int, phases: dict[str, str], 
         async with Clients(cfg, clients) as c:
             for phase in names:  # warm-up: connections, caches, workers
                 await c.run(min(200, requests), phases[phase])
-            turn = 0
-            while any(len(r.latencies) + sum(r.errors.values()) < requests for r in results.values()):
-                order = names[turn % len(names):] + names[:turn % len(names)]
-                turn += 1
-                for phase in order:
-                    r = results[phase]
-                    left = requests - len(r.latencies) - sum(r.errors.values())
-                    if left <= 0:
-                        continue
-                    # This process's own garbage is collected between blocks, when nothing is in flight: a full
-                    # collection of the load generator took 90-110 ms, which lands on the requests of one phase.
-                    gc.collect()
-                    meter.start()
-                    t = time.monotonic()
-                    latencies, errors = await c.run(min(block, left), phases[phase])
-                    r.add(latencies, errors, time.monotonic() - t, meter.stop())
+            for phase, count in blocks_in_turn(names, results, requests, block):
+                # This process's own garbage is collected between blocks, when nothing is in flight: a full
+                # collection of the load generator took 90-110 ms, which lands on the requests of one phase.
+                gc.collect()
+                meter.start()
+                t = time.monotonic()
+                latencies, errors = await c.run(count, phases[phase])
+                results[phase].add(latencies, errors, time.monotonic() - t, meter.stop())
 
     gc.disable()
     try:
@@ -715,7 +716,7 @@ def print_peer_table(results: dict[str, PhaseResult]) -> dict[str, float]:
     overhead: dict[str, dict[int, float]] = {}
     cpu: dict[str, float] = {}
     for phase, r in results.items():
-        done = max(1, len(r.latencies) + sum(r.errors.values()))
+        done = max(1, r.answered())
         qs = {q: percentile(r.latencies, q) for q in (50, 95, 99)}
         overhead[phase] = {q: qs[q] - percentile(base, q) for q in qs}
         if phase == "vpol":
