@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -383,6 +385,42 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -
     out.problems = [policy.locate(p) for p in out.problems]
     return out
 
+
+
+@dataclass(frozen=True)
+class CompileVerdict:
+    """Whether a policy compiles, and its errors (what most callers need of :func:`compile_policy`)."""
+
+    ok: bool
+    errors: tuple[Problem, ...]
+
+
+#: Verdicts by what compiling depends on. The operator asks the same question of the same spec from several
+#: places (its watch event for the scanner, the webhook's policy set, the native-eligibility check at every
+#: reconcile): measured at a restart with 16 policies, 102 compiles for 18 reconciles, about 4 s of CPU
+#: competing with the first scan. functools.lru_cache would key on the whole policy object (its metadata,
+#: resourceVersion and status included) and hold it; this keys on the spec only.
+_VERDICTS: "OrderedDict[tuple[Any, ...], CompileVerdict]" = OrderedDict()
+_VERDICTS_LOCK = threading.Lock()
+VERDICTS_KEPT = 1024
+
+
+def compile_verdict(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompileVerdict:
+    """:func:`compile_policy`'s verdict for ``policy``, computed once per spec (the error positions are those of
+    the first policy asked with that spec; paths and messages are the same for every such policy)."""
+    key = (policy.kind, policy.namespace, policy.spec, kubernetes_only)
+    with _VERDICTS_LOCK:
+        found = _VERDICTS.get(key)
+        if found is not None:
+            _VERDICTS.move_to_end(key)
+            return found
+    compiled = compile_policy(policy, kubernetes_only=kubernetes_only)
+    verdict = CompileVerdict(compiled.ok, tuple(compiled.errors()))
+    with _VERDICTS_LOCK:
+        _VERDICTS[key] = verdict
+        while len(_VERDICTS) > VERDICTS_KEPT:
+            _VERDICTS.popitem(last=False)
+    return verdict
 
 #: Libraries a namespaced policy may not name (Kyverno's rule, pkg/cel/policies/vpol/validate.go and
 #: mpol/validate.go: they reach beyond the namespace), with Kyverno's messages.

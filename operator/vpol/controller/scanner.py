@@ -55,7 +55,7 @@ from vpol.desired.report import (
     report_for,
     report_name,
 )
-from vpol.cel.compiler import compile_policy
+from vpol.cel.compiler import compile_verdict
 from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
@@ -137,7 +137,7 @@ def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
     policy, _problems = parse_policy(dict(body))
     if policy is None or not policy.spec.evaluation.background_enabled:
         return None
-    return policy if compile_policy(policy).ok else None
+    return policy if compile_verdict(policy).ok else None
 
 
 class Scanner(threading.Thread):

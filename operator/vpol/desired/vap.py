@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.compiler import compile_policy
+from vpol.cel.compiler import compile_verdict
 from vpol.cel.optional_selection import or_value_compat
 from vpol.engine.autogen import autogen_configs
 from vpol.model.mutating import MutatingPolicy
@@ -138,9 +138,9 @@ def ineligibility(policy: ValidatingPolicy) -> str:
         return "JSON mode policies are evaluated by vpol only"
     if not policy.spec.evaluation.admission_enabled:
         return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
-    compiled = compile_policy(policy, kubernetes_only=True)
+    compiled = compile_verdict(policy, kubernetes_only=True)
     if not compiled.ok:
-        return kubernetes_only_failure(compiled.errors()[0], dict((p, src) for p, src, _r in policy.expressions()))
+        return kubernetes_only_failure(compiled.errors[0], dict((p, src) for p, src, _r in policy.expressions()))
     return kyverno_only_reading(policy.expressions())
 
 

@@ -141,3 +141,39 @@ def test_the_type_check_lets_numbers_of_different_types_be_ordered() -> None:
     assert deployments is not None
     expressions = [("spec.validations[0].expression", "object.spec.replicas > 2.5", "validation")]
     assert check(expressions, [], [deployments]) == []
+
+
+def test_a_verdict_is_computed_once_per_spec(monkeypatch):
+    """compile_verdict answers the same spec (of any policy object carrying it) without compiling again, and gives
+    compile_policy's verdict and errors; another spec, namespace or environment is compiled anew."""
+    from vpol.cel import compiler
+
+    calls = []
+    real = compiler.compile_policy
+
+    def counting(policy, **kw):
+        calls.append(policy.name)
+        return real(policy, **kw)
+
+    monkeypatch.setattr(compiler, "compile_policy", counting)
+    monkeypatch.setattr(compiler, "_VERDICTS", compiler.OrderedDict())
+    bad = [{"expression": "true"}, {"expression": "object.x =="}]
+    first = compiler.compile_verdict(make_policy(name="a", validations=bad))
+    again = compiler.compile_verdict(make_policy(name="b", validations=bad))  # another object, the same spec
+    assert calls == ["a"] and again == first
+    assert not first.ok and [e.path for e in first.errors] == ["spec.validations[1].expression"]
+    assert [e.message for e in first.errors] == [e.message for e in errors(make_policy(validations=bad))]
+    good = compiler.compile_verdict(make_policy(name="c", validations=[{"expression": "true"}]))
+    assert good.ok and good.errors == () and calls == ["a", "c"]
+    compiler.compile_verdict(make_policy(name="d", validations=[{"expression": "true"}]), kubernetes_only=True)
+    assert calls == ["a", "c", "d"]
+
+
+def test_verdicts_kept_are_bounded(monkeypatch):
+    from vpol.cel import compiler
+
+    monkeypatch.setattr(compiler, "_VERDICTS", compiler.OrderedDict())
+    monkeypatch.setattr(compiler, "VERDICTS_KEPT", 3)
+    for i in range(5):
+        compiler.compile_verdict(make_policy(validations=[{"expression": f"{i} == {i}"}]))
+    assert len(compiler._VERDICTS) == 3

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.cel.compiler import compile_mutating_policy, compile_policy
+from vpol.cel.compiler import compile_mutating_policy, compile_verdict
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
 from vpol.desired.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
@@ -126,7 +126,7 @@ class AdmissionPolicies:
         if etype == "DELETED":
             self._set_policy(policy.key, None)
             return policy.key
-        compiles = compile_policy(policy).ok
+        compiles = compile_verdict(policy).ok
         way = route(policy, generation=self.generation, compiles=compiles, vap_failed=vap_refused(obj))
         self._set_policy(policy.key, policy if way.webhook else None)
         return policy.key
