@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
 from vpol.desired.probe import probed_epoch
@@ -119,8 +120,10 @@ class Reconciler:
         #: resourceVersion of each policy right after our own status write: the watch event
         #: that write causes needs no reconcile.
         self.written_versions: dict[str, str] = {}
-        #: The same for the VAPs and bindings we apply: (kind, name) -> resourceVersion.
-        self.generated_versions: dict[tuple[str, str], str] = {}
+        #: The VAPs and bindings we apply (vpol.controller.generated_apply).
+        self.generated = GeneratedObjects(self.objects)
+        #: The same for them: (kind, name) -> resourceVersion after our apply.
+        self.generated_versions = self.generated.versions
         #: Told about every valid policy (None when it is gone or invalid): the scanner listens.
         self.on_policy = on_policy or (lambda name, policy: None)
         self.on_exceptions = on_exceptions or (lambda exceptions: None)
@@ -198,7 +201,7 @@ class Reconciler:
                 findings.vap = (False, "NotEligible", f"skip generating ValidatingAdmissionPolicy: {way.ineligible}")
             else:
                 plan = desired_objects(policy, exceptions=self.exceptions(), force=True)
-                ok, message = self._apply(plan.objects, result)
+                ok, message = self.generated.apply(plan.objects, existing, result.applied)
                 keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                 findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
                 findings.generated = ok
@@ -247,22 +250,6 @@ class Reconciler:
         proof = proof_of_webhook(self.prover, key, body, generation, config, self.webhook_configuration, False)
         return WebhookState(enabled=True, configuration=self.webhook_configuration, covered=True,
                             pending="" if proof.proven else proof.waiting_for)
-
-    def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
-        for obj in objects:
-            try:
-                applied = self.objects.apply(obj)
-                version = str(((applied or {}).get("metadata") or {}).get("resource_version")
-                              or ((applied or {}).get("metadata") or {}).get("resourceVersion") or "")
-                self.generated_versions[(obj["kind"], obj["metadata"]["name"])] = version
-                result.applied.append(obj["metadata"]["name"])
-            except ApiException as exc:
-                if exc.status in (400, 422):
-                    reason = _api_message(exc)
-                    return False, f"the API server rejected {obj['kind']} {obj['metadata']['name']}: {reason}"
-                raise  # transient: retried by the queue
-        names = ", ".join(o["metadata"]["name"] for o in objects)
-        return True, f"generated {names}"
 
     def _vap_warnings(self, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
         out = []
@@ -326,9 +313,4 @@ def proof_of_webhook(prover: EnforcementProver | None, key: str, body: dict[str,
 
 
 def _api_message(exc: ApiException) -> str:
-    import json
-
-    try:
-        return str(json.loads(exc.body or "").get("message", exc.reason))
-    except (TypeError, ValueError):
-        return str(exc.reason)
+    return api_message(exc)

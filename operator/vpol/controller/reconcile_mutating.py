@@ -32,6 +32,7 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
+from vpol.controller.generated_apply import GeneratedObjects
 from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, _api_message, proof_of_native,
                                        proof_of_webhook)
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
@@ -101,7 +102,9 @@ class MutatingReconciler:
         #: Whether this operator runs its admission webhook (which applies the non-native policies).
         self.webhook = webhook
         self.written_versions: dict[str, str] = {}
-        self.generated_versions: dict[tuple[str, str], str] = {}
+        #: The MAPs and bindings we apply (vpol.controller.generated_apply), and their resourceVersions.
+        self.generated = GeneratedObjects(self.objects)
+        self.generated_versions = self.generated.versions
 
     def map_api_version(self) -> str | None:
         """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""
@@ -180,7 +183,7 @@ class MutatingReconciler:
                 plan = desired_map_objects(policy, exceptions=self.exceptions(), force=True, api_version=api_version)
                 for obj in plan.objects:
                     obj["metadata"].setdefault("labels", {})[KIND_LABEL] = "MutatingPolicy"
-                ok, message = self._apply(plan.objects, result)
+                ok, message = self.generated.apply(plan.objects, existing, result.applied)
                 findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
                 findings.generated = ok
                 if ok:
@@ -255,21 +258,6 @@ class MutatingReconciler:
                                     f"because {why_not_native}); waiting for {proof.waiting_for}"), PENDING
         return (True, "Webhook", f"applied by vpol's webhook ({MUTATING_WEBHOOK_CONFIGURATION}): not native "
                                  f"because {why_not_native}"), "Webhook"
-
-    def _apply(self, objects: list[dict[str, Any]], result: ReconcileResult) -> tuple[bool, str]:
-        for obj in objects:
-            try:
-                applied = self.objects.apply(obj)
-                meta = (applied or {}).get("metadata") or {}
-                self.generated_versions[(obj["kind"], obj["metadata"]["name"])] = str(
-                    meta.get("resourceVersion") or meta.get("resource_version") or "")
-                result.applied.append(obj["metadata"]["name"])
-            except ApiException as exc:
-                if exc.status in (400, 422):
-                    return False, f"the API server rejected {obj['kind']} {obj['metadata']['name']}: " \
-                                  f"{_api_message(exc)}"
-                raise  # transient: retried by the queue
-        return True, "generated " + ", ".join(o["metadata"]["name"] for o in objects)
 
     def _delete_generated(self, existing: dict[tuple[str, str], str], keep: set[tuple[str, str]],
                           api_version: str | None) -> list[str]:

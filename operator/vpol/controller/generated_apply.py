@@ -1,0 +1,76 @@
+"""Server-side apply of a policy's generated objects (VAPs, MAPs and their bindings), skipping the ones that
+cannot have changed.
+
+A reconcile runs whenever a policy or one of its generated objects changes, and the API server itself
+changes the VAPs (their type-checking status) right after they are written, so most reconciles find the
+generated objects as they left them. Applying them again is a no-op for the object but not for the API
+server (decode, merge, compare: measured at 108 such applies in the first 16 s of an operator restarted on 16
+policies). An object is applied again unless both hold:
+
+* what would be applied is what this process applied last (a digest of the desired object), and
+* the object's resourceVersion, listed at the start of the reconcile, is the one that apply returned:
+  nobody (not even the API server's status writer) has written it since.
+
+Anything else (a new process, another spec, a change by anyone) applies, so drift is repaired as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from vpol.kube.objects import Objects
+
+Key = tuple[str, str]
+
+
+def digest(obj: Mapping[str, Any]) -> str:
+    """A digest of a desired object (its canonical JSON)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def api_message(exc: ApiException) -> str:
+    """The message of the API server's Status in an error, else its reason."""
+    try:
+        return str(json.loads(exc.body or "").get("message", exc.reason))
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+class GeneratedObjects:
+    """What one reconciler applied: (kind, name) -> resourceVersion after its apply (``versions``: the watch
+    echo of our own write needs no reconcile), and the digest applied."""
+
+    def __init__(self, objects: Objects):
+        self.objects = objects
+        self.versions: dict[Key, str] = {}
+        self._applied: dict[Key, tuple[str, str]] = {}
+
+    def apply(self, desired: Sequence[dict[str, Any]], existing: Mapping[Key, str],
+              applied: list[str]) -> tuple[bool, str]:
+        """Apply ``desired`` (``existing``: (kind, name) -> resourceVersion listed now), appending the names
+        written to ``applied``; (False, why) when the API server refused one (400/422), else (True, summary).
+        Other API errors are raised (transient: the queue retries)."""
+        for obj in desired:
+            key = (obj["kind"], obj["metadata"]["name"])
+            wanted = digest(obj)
+            last = self._applied.get(key)
+            if last is not None and last == (wanted, existing.get(key)):
+                self.versions[key] = last[1]
+                continue
+            try:
+                result = self.objects.apply(obj)
+            except ApiException as exc:
+                if exc.status in (400, 422):
+                    return False, f"the API server rejected {key[0]} {key[1]}: {api_message(exc)}"
+                raise
+            meta = (result or {}).get("metadata") or {}
+            version = str(meta.get("resourceVersion") or meta.get("resource_version") or "")
+            self.versions[key] = version
+            self._applied[key] = (wanted, version)
+            applied.append(key[1])
+        return True, "generated " + ", ".join(o["metadata"]["name"] for o in desired)
