@@ -200,7 +200,9 @@ def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, co
     resp = api.call_api(method, url, header_params=headers, body=serialized)
     data = resp.read()
     if not 200 <= int(resp.status) < 300:
-        raise ApiException(status=int(resp.status), reason=data[:1000].decode(errors="replace"))
+        exc = ApiException(status=int(resp.status), reason=data[:1000].decode(errors="replace"))
+        exc.body = data.decode(errors="replace")  # the API server's Status, as the generated client keeps it
+        raise exc
     return dict(json.loads(data or b"{}"))
 
 
@@ -213,6 +215,23 @@ def get_object(api: client.ApiClient, group: str, version: str, resource: str, n
         if exc.status == 404:
             return None
         raise
+
+
+def create_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str,
+                  body: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """POST one object (``dry_run``: admission runs, nothing is stored); the object as the API server stores it.
+
+    Core kinds go through these generic calls rather than the generated CoreV1Api: importing that module costs
+    the operator 21 MiB of resident memory (measured with kubernetes 37.0.2), for the three calls vpol makes."""
+    return _send(api, "POST", collection_path(group, version, resource, namespace), body=body,
+                 content_type="application/json", query=[("dryRun", "All")] if dry_run else None)
+
+
+def replace_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str, name: str,
+                   body: dict[str, Any]) -> dict[str, Any]:
+    """PUT one object (its metadata.resourceVersion, when set, guards against a concurrent write: 409)."""
+    return _send(api, "PUT", object_path(group, version, resource, namespace, name), body=body,
+                 content_type="application/json")
 
 
 def json_patch_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str, name: str,

@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.desired.webhook import owner_reference
+from vpol.kube.dynamic import create_object
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
@@ -220,9 +221,7 @@ class Objects:
     def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would
         store; its refusal raises ApiException."""
-        core: Any = client.CoreV1Api(self.api)
-        result = core.create_namespaced_config_map(namespace, dict(body), dry_run="All")
-        return dict(self.api.sanitize_for_serialization(result))
+        return create_object(self.api, "", "v1", "configmaps", namespace, dict(body), dry_run=True)
 
     def delete_map(self, kind: str, name: str, api_version: str) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.kube.dynamic import create_object, get_object, replace_object
 from vpol.desired.certificates import (ServingCertificate, from_secret_data, needs_renewal, new_serving_certificate,
                                        to_secret_data)
 
@@ -31,7 +32,7 @@ class CertificateUnavailable(RuntimeError):
 class WebhookTLS:
     def __init__(self, api: client.ApiClient, namespace: str, secret_name: str = "vpol-webhook-tls", *,
                  managed: bool = True, dns_names: Sequence[str] = (), ip_addresses: Sequence[str] = ()):
-        self.core: Any = client.CoreV1Api(api)
+        self.api = api
         self.namespace = namespace
         self.secret_name = secret_name
         self.managed = managed
@@ -47,12 +48,14 @@ class WebhookTLS:
 
     def _read(self) -> tuple[Any, ServingCertificate | None]:
         try:
-            secret = self.core.read_namespaced_secret(self.secret_name, self.namespace)
+            secret = get_object(self.api, "", "v1", "secrets", self.namespace, self.secret_name)
         except ApiException as exc:
             if exc.status == 404:
                 return None, None
             raise
-        return secret, from_secret_data(secret.data)
+        if secret is None:
+            return None, None
+        return secret, from_secret_data(secret.get("data"))
 
     def ensure(self, now: datetime.datetime | None = None) -> ServingCertificate:
         """A current bundle: read, or (managed) created or renewed. Raises CertificateUnavailable otherwise."""
@@ -68,17 +71,17 @@ class WebhookTLS:
                 assert bundle is not None
                 return self._keep(bundle)
             fresh = new_serving_certificate(self.dns_names, self.ip_addresses, now=now)
-            metadata = client.V1ObjectMeta(name=self.secret_name, namespace=self.namespace,
-                                           labels={"app.kubernetes.io/managed-by": "vpol"})
-            data: dict[str, bytes | str] = dict(to_secret_data(fresh))
-            body = client.V1Secret(metadata=metadata, type="kubernetes.io/tls", data=data)
+            metadata: dict[str, Any] = {"name": self.secret_name, "namespace": self.namespace,
+                                        "labels": {"app.kubernetes.io/managed-by": "vpol"}}
+            body = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "kubernetes.io/tls",
+                    "data": dict(to_secret_data(fresh))}
             try:
                 if secret is None:
-                    self.core.create_namespaced_secret(self.namespace, body)
+                    create_object(self.api, "", "v1", "secrets", self.namespace, body)
                     logger.info("created the webhook serving certificate in %s/%s", self.namespace, self.secret_name)
                 else:
-                    metadata.resource_version = secret.metadata.resource_version
-                    self.core.replace_namespaced_secret(self.secret_name, self.namespace, body)
+                    metadata["resourceVersion"] = (secret.get("metadata") or {}).get("resourceVersion")
+                    replace_object(self.api, "", "v1", "secrets", self.namespace, self.secret_name, body)
                     logger.info("renewed the webhook serving certificate in %s/%s", self.namespace,
                                 self.secret_name)
                 return self._keep(fresh)

@@ -15,13 +15,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.engine.subjects import namespace_object
-from vpol.kube.dynamic import Watcher
+from vpol.kube.dynamic import Watcher, get_object
 
 
 class Namespaces:
     def __init__(self, api: client.ApiClient):
         self.api = api
-        self._core: Any = client.CoreV1Api(api)
         self._items: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.watcher = Watcher(api, "", "v1", "namespaces", self._on_event, kind="Namespace")
@@ -56,7 +55,9 @@ class Namespaces:
         if found is not None:
             return found
         try:
-            obj = self.api.sanitize_for_serialization(self._core.read_namespace(name))
+            obj = get_object(self.api, "", "v1", "namespaces", "", name)
+            if obj is None:
+                return namespace_object(name, {})
             obj.setdefault("apiVersion", "v1")
             obj.setdefault("kind", "Namespace")
             return dict(obj)
