@@ -91,10 +91,7 @@ MAX_PENDING_WRITES = 2 * CHUNK
 #: SETTLE_QUIET seconds (for at most SETTLE_MAX seconds), then rescan once for all of
 #: them. Policy changes come from the policies' watch events (scanned_policy), so a
 #: burst arrives as fast as it is applied, however long each policy's reconcile takes.
-#: Two seconds: each apply of a burst passes admission first (vpol's own policy validation
-#: among it), which on a loaded 2-core host took over a second now and then, and a gap of
-#: one second split a burst of 20 policies into three passes.
-SETTLE_QUIET = 2.0
+SETTLE_QUIET = 1.0
 SETTLE_MAX = 30.0
 
 
