@@ -65,6 +65,7 @@ from common import (  # noqa: E402
     CpuMeter,
     MemorySampler,
     descendants,
+    ensure_namespaces,
     install_vpol,
     ms,
     percentile,
@@ -391,13 +392,7 @@ def main() -> int:
     sampler = None
     try:
         install_vpol(kube)
-        core = client.CoreV1Api(kube.api_client)
-        for namespace in sorted(set(PHASE_NAMESPACES.values())):
-            try:
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
+        ensure_namespaces(kube, sorted(set(PHASE_NAMESPACES.values())))
         custom = client.CustomObjectsApi(kube.api_client)
         op = start_operator(kube, run.work, extra=["--scan-interval", "0", *args.operator_args.split()])
         sampler = MemorySampler(op.proc.pid)
@@ -630,13 +625,7 @@ def run_peer(args: argparse.Namespace) -> int:
     op = peer = memory = None
     try:
         install_vpol(kube)
-        core = client.CoreV1Api(kube.api_client)
-        for namespace in sorted(PEER_NAMESPACES.values()):
-            try:
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
+        ensure_namespaces(kube, sorted(PEER_NAMESPACES.values()))
         custom = client.CustomObjectsApi(kube.api_client)
         peer = KyvernoPeer(kube, run.work, binary=binary,
                            webhook_namespace_selector=only_namespaces([PEER_NAMESPACES["kyverno"]]))
@@ -663,7 +652,7 @@ def run_peer(args: argparse.Namespace) -> int:
             load_policies(custom, True, PEER_NAMESPACES["native"], "bench-native-", conditions)
             count = len(load_policies(custom, False, [PEER_NAMESPACES["vpol"], PEER_NAMESPACES["kyverno"]],
                                       "bench-", conditions))
-            check_enforcement(core)
+            check_enforcement(client.CoreV1Api(kube.api_client))
             print(f"\n=== scenario {scenario}: {what} ({count} policies per way); {webhook_summary(kube)}")
             for clients in levels:
                 load_before = os.getloadavg()[0]

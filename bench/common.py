@@ -202,6 +202,20 @@ def install_vpol(kube: KubeCluster) -> None:
     kube.kubectl("apply", "--server-side", "--field-manager=vpol-bench", "-k", str(REPO / "manifests" / "operator"))
 
 
+def ensure_namespaces(kube: KubeCluster, names: Iterable[str]) -> None:
+    """Create each namespace unless it exists (a bench rerun against --kubeconfig finds them)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core: Any = client.CoreV1Api(kube.api_client)
+    for name in names:
+        try:
+            core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
 def _wait_established(kube: KubeCluster, *crds: str) -> None:
     """`kubectl wait` for Established; a CRD created a moment ago may have no conditions yet, which
     kubectl reports as an error ("conditions accessor error") instead of waiting: ask again."""

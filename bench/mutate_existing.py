@@ -26,9 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchRun, MemorySampler, install_vpol, metric_sum, scrape, start_operator, table  # noqa: E402
+from common import BenchRun, MemorySampler, ensure_namespaces, install_vpol, metric_sum, scrape, start_operator, table  # noqa: E402
 from kubernetes import client  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
 
 from vpol.kube.dynamic import list_pages  # noqa: E402
 
@@ -79,11 +78,7 @@ def main() -> int:
         kube = run.cluster.kube
         install_vpol(kube)
         core: Any = client.CoreV1Api(kube.api_client)
-        try:
-            core.create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        ensure_namespaces(kube, [NAMESPACE])
         t = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: core.create_namespaced_config_map(

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     BenchRun,
     MemorySampler,
+    ensure_namespaces,
     install_vpol,
     metric_sum,
     ms,
@@ -262,12 +263,7 @@ def main() -> int:
     try:
         kube = cluster.kube
         install_vpol(kube)
-        ns: Any = client.CoreV1Api(kube.api_client)
-        try:
-            ns.create_namespace({"metadata": {"name": NAMESPACE}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        ensure_namespaces(kube, [NAMESPACE])
         delete_bench_policies(client.CustomObjectsApi(kube.api_client))
         t = time.monotonic()
         op = start_operator(kube, work, args.operator_arg)

@@ -241,7 +241,7 @@ class Reconciler:
         try:
             config = self.objects.get_webhook_configuration(self.webhook_configuration)
         except ApiException as exc:
-            return WebhookState(enabled=True, configuration=self.webhook_configuration, error=_api_message(exc))
+            return WebhookState(enabled=True, configuration=self.webhook_configuration, error=api_message(exc))
         if config is None:
             return state
         covered = covered_generation(config, key)
@@ -311,6 +311,3 @@ def proof_of_webhook(prover: EnforcementProver | None, key: str, body: dict[str,
         return Proof(True)
     return prover.webhook(key, configuration, probed_epoch(config), mutating)
 
-
-def _api_message(exc: ApiException) -> str:
-    return api_message(exc)

@@ -32,8 +32,8 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
-from vpol.controller.generated_apply import GeneratedObjects
-from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, _api_message, proof_of_native,
+from vpol.controller.generated_apply import GeneratedObjects, api_message
+from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, proof_of_native,
                                        proof_of_webhook)
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
 from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
@@ -246,7 +246,7 @@ class MutatingReconciler:
             config = self.objects.get_webhook_configuration(MUTATING_WEBHOOK_CONFIGURATION, mutating=True)
         except ApiException as exc:
             return (False, "WebhookNotConfigured", f"not applied at admission: {why_not_native}; reading "
-                                                   f"{MUTATING_WEBHOOK_CONFIGURATION} failed: {_api_message(exc)}"), \
+                                                   f"{MUTATING_WEBHOOK_CONFIGURATION} failed: {api_message(exc)}"), \
                 "None"
         covered = covered_generation(config, name)
         if config is None or covered is None or covered < generation:
