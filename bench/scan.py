@@ -647,11 +647,16 @@ def report_rows(kube: Any, policies: int, pods: int) -> list[list[str]]:
 
 
 def clear_reports(kube: Any, namespaces: int) -> None:
+    """Every PolicyReport goes, also those of objects outside the bench's namespaces (vpol's own Deployment,
+    which the Pod policies match through autogen), so the next phase starts with none."""
     custom: Any = client.CustomObjectsApi(kube.api_client)
+    others = {str(r["metadata"].get("namespace", "")) for items, _rv in list_pages(kube.api_client, *REPORTS)
+              for r in items}
+    spaces = sorted({f"{NS_PREFIX}{i:02d}" for i in range(namespaces)} | others)
     # One deletecollection per namespace, several at once (the API server deletes a collection's items one by one).
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: custom.delete_collection_namespaced_custom_object(
-            *REPORTS[:2], f"{NS_PREFIX}{i:02d}", REPORTS[2], _preload_content=False), range(namespaces)))
+        list(pool.map(lambda ns: custom.delete_collection_namespaced_custom_object(
+            *REPORTS[:2], ns, REPORTS[2], _preload_content=False), spaces))
     wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0], 300, 1)
 
 

@@ -30,8 +30,8 @@ from vpol.desired.probe import probed_epoch
 from vpol.desired.status import Findings, desired_status, status_changed
 from vpol.desired.vap import desired_objects, generated_selector
 from vpol.desired.webhook_coverage import covered_generation
-from vpol.cel.compiler import compile_policy
-from vpol.cel.typecheck import check_policy
+from vpol.cel.compiler import compile_verdict
+from vpol.cel.typecheck import check_policy_cached
 from vpol.engine.autogen import autogen_configs, status_configs
 from vpol.engine.scope import matched_resources
 from vpol.kube.access import AccessChecker
@@ -165,8 +165,8 @@ class Reconciler:
 
         result.actions = ",".join(policy.spec.validation_actions)
         result.background = policy.spec.evaluation.background_enabled
-        compiled = compile_policy(policy)
-        findings.compile_errors = [p.short() for p in compiled.errors()]
+        compiled = compile_verdict(policy)  # the scanner and the webhook asked the same of this spec already
+        findings.compile_errors = [p.short() for p in compiled.errors]
         findings.background_enabled = policy.spec.evaluation.background_enabled
         self.on_policy(name, policy if compiled.ok else None)
         if compiled.ok and policy.spec.evaluation.background_enabled:
@@ -176,7 +176,7 @@ class Reconciler:
 
         discovery = self.discovery.get()
         try:
-            warnings = check_policy(policy, discovery)
+            warnings = check_policy_cached(policy, discovery)
             findings.type_warnings = [(w.field_path, w.warning) for w in warnings]
             if self.discovery.error:
                 findings.type_check_note = "checked against the bundled built-in schemas (cluster discovery " \

@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from vpol.cel.compiler import compile_mutating_policy
-from vpol.cel.typecheck import check_policy
+from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
 from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, proof_of_native,
@@ -139,7 +139,7 @@ class MutatingReconciler:
         errors = [p.short() for p in compiled.errors()]
         discovery = self.discovery.get()
         try:
-            warnings = check_policy(policy, discovery)
+            warnings = check_policy_cached(policy, discovery)
             # A mutation that cannot apply to a matched kind fails every request: an error, as in `vpol check`.
             errors += [f"{w.field_path}: {w.warning.strip()}" for w in warnings if w.wrong_result]
             findings.type_warnings = [(w.field_path, w.warning) for w in warnings]

@@ -280,13 +280,21 @@ class Scanner(threading.Thread):
         self._deactivate()
 
     def _activate(self) -> None:
-        if not self._primed.wait(120):
-            logger.warning("not every policy was reconciled within 120s; scanning with those that were")
-        logger.info("background scans starting")
-        self._seed_from_reports()
+        started = time.monotonic()
+        # Reading back the reports and the namespaces needs no policy: done while the policies are still being
+        # listed and reconciled (a restart waited for both one after the other).
         self._ns_watcher = Watcher(self.api, "", "v1", "namespaces", self._on_namespace, kind="Namespace")
         self._ns_watcher.start()
+        self._seed_from_reports()
+        seeded = time.monotonic()
         self._ns_watcher.synced.wait(30)
+        if not self._primed.wait(120):
+            logger.warning("not every policy was reconciled within 120s; scanning with those that were")
+        # Counted once the policies are known: a result's series carries its policy's severity and category.
+        for state in self._state.values():
+            self._count(state.entries, state.ref, +1)
+        self._publish_counts()
+        logger.info("background scans starting (%d reports read back in %.1fs)", len(self._state), seeded - started)
         self._active = True
         # Everything queued so far (policy arrivals, object changes) is covered by this scan, once
         # a burst of policy changes under way has arrived whole (it is not scanned half now, half later).
@@ -391,7 +399,8 @@ class Scanner(threading.Thread):
         if not always and not any(e[0] in ("policy", "exceptions") for e in batch):
             return batch
         started = time.monotonic()
-        # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives.
+        # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives, and
+        # compiles each policy as it comes: the pass that follows finds them compiled.
         evaluator = self._evaluator_now()
         if evaluator is not None:
             evaluator.start()
@@ -408,6 +417,10 @@ class Scanner(threading.Thread):
             batch.append(event)
             if event[0] == "stop":
                 return batch
+            if event[0] in ("policy", "exceptions"):
+                evaluator = self._evaluator_now()
+                if evaluator is not None:
+                    evaluator.start()
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -795,6 +808,8 @@ class Scanner(threading.Thread):
         metrics.SCAN_LAST_SUCCESS.set(time.time())
 
     def _seed_from_reports(self) -> None:
+        """What vpol's reports say (results and the scan key they were computed with), read back at start-up;
+        counted into vpol_report_results by the caller, once the policies are known."""
         for report in self.reports.existing(f"{MANAGED_BY_LABEL}={MANAGED_BY}"):
             scope = report.get("scope") or {}
             md = report.get("metadata") or {}
@@ -812,8 +827,6 @@ class Scanner(threading.Thread):
                 self.reports.delete(str(md.get("name", "")), ref.namespace)
                 key = ""
             self._state[uid] = _State(ref, entries, written, key)
-            self._count(entries, ref, +1)
-        self._publish_counts()
 
 
 def _always() -> threading.Event:

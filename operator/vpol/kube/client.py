@@ -8,6 +8,8 @@ operator while its liveness probe stays green.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
@@ -19,6 +21,8 @@ DEFAULT_TIMEOUT = (10.0, 60.0)
 #: reconciles), and every connection beyond the pool is dropped after use, so the
 #: next call pays a new TLS handshake.
 POOL_SIZE = 32
+#: The kubeconfig loader's credential refresh runs at most this often (seconds).
+REFRESH_INTERVAL = 1.0
 
 
 class TimeoutApiClient(client.ApiClient):
@@ -36,9 +40,34 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     if path or os.path.exists(os.path.expanduser("~/.kube/config")):
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+            throttle_refresh(configuration)
             return TimeoutApiClient(configuration)
         except config.ConfigException:
             if path:
                 raise
     config.load_incluster_config(client_configuration=configuration)
+    throttle_refresh(configuration)
     return TimeoutApiClient(configuration)
+
+
+def throttle_refresh(configuration: client.Configuration, interval: float = REFRESH_INTERVAL) -> None:
+    """Run the loaders' credential refresh hook at most every ``interval`` seconds.
+
+    The generated client calls it before every request. The kubeconfig loader's hook re-applies the whole
+    cluster configuration each time, and setting ``host`` scans the process environment for proxy settings:
+    ~0.3 ms per request, a fifth of the client's cost of a report write. What the hook is for still
+    happens: both loaders renew a token only when it is due (the kubeconfig loader 5 minutes before its
+    expiry, the in-cluster loader once a minute), and a second's delay changes neither.
+    """
+    hook: Callable[[Any], None] | None = getattr(configuration, "refresh_api_key_hook", None)
+    if hook is None:
+        return
+    last = [float("-inf")]
+
+    def throttled(cfg: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= interval:
+            last[0] = now
+            hook(cfg)
+
+    configuration.refresh_api_key_hook = throttled  # type: ignore[assignment]  # the stubs declare it None

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -204,6 +205,32 @@ def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, co
         exc.body = data.decode(errors="replace")  # the API server's Status, as the generated client keeps it
         raise exc
     return dict(json.loads(data or b"{}"))
+
+
+def send_encoded(api: client.ApiClient, method: str, path: str, data: bytes, *, content_type: str,
+                 query: list[tuple[str, Any]] | None = None, timeout: tuple[float, float] = (10.0, 60.0)) -> int:
+    """A write whose body is already encoded JSON; returns the HTTP status (2xx), raises ApiException otherwise.
+
+    For the operator's high-volume writes (a report per scanned resource): the generated client walks a
+    body recursively to "sanitise" it, encodes it with the pure-Python path of ``json.dumps`` and parses
+    the object the API server sends back; here the caller encodes once and the answer is read (so the
+    connection goes back to the pool) but not parsed. Measured with 16-result reports: 1.7 ms of client
+    CPU per write through the generated client, see bench/README.md for this path's figure."""
+    method, url, headers, _body, _post = api.param_serialize(
+        method=method, resource_path=path, query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type}, auth_settings=["BearerToken"])
+    resp = api.rest_client.pool_manager.request(method, url, body=data, headers=headers, preload_content=False,
+                                                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
+    try:
+        raw = resp.data
+    finally:
+        resp.release_conn()
+    status = int(resp.status)
+    if not 200 <= status < 300:
+        exc = ApiException(status=status, reason=raw[:1000].decode(errors="replace"))
+        exc.body = raw.decode(errors="replace")
+        raise exc
+    return status
 
 
 def get_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str,

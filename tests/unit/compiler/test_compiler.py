@@ -177,3 +177,31 @@ def test_verdicts_kept_are_bounded(monkeypatch):
     for i in range(5):
         compiler.compile_verdict(make_policy(validations=[{"expression": f"{i} == {i}"}]))
     assert len(compiler._VERDICTS) == 3
+
+
+def test_type_warnings_are_computed_once_per_spec_and_discovery(monkeypatch):
+    """check_policy_cached gives check_policy's warnings, checking a spec once per discovery snapshot: another
+    policy object with the same spec is answered from the cache, a new snapshot or another spec is checked."""
+    from vpol.cel import typecheck
+    from vpol.model.discovery import builtin
+
+    calls = []
+    real = typecheck.check_policy
+
+    def counting(policy, discovery=None, **kw):
+        calls.append(policy.name)
+        return real(policy, discovery, **kw)
+
+    monkeypatch.setattr(typecheck, "check_policy", counting)
+    monkeypatch.setattr(typecheck, "_CHECKED", typecheck.OrderedDict())
+    validations = [{"expression": "object.spec.nodeName > 3"}]
+    snapshot = builtin()
+    first = typecheck.check_policy_cached(make_policy(name="a", validations=validations), snapshot)
+    assert first and first == real(make_policy(name="a", validations=validations), snapshot)
+    again = typecheck.check_policy_cached(make_policy(name="b", validations=validations), snapshot)
+    assert again == first and calls == ["a"]
+    typecheck.check_policy_cached(make_policy(name="c", validations=[{"expression": "true"}]), snapshot)
+    assert calls == ["a", "c"]
+    other = snapshot.with_extra(())  # another snapshot (immutable: a new object)
+    typecheck.check_policy_cached(make_policy(name="d", validations=validations), other)
+    assert calls == ["a", "c", "d"]

@@ -41,3 +41,80 @@ def test_calls_without_a_timeout_get_the_default(tmp_path: Path, monkeypatch) ->
     except RuntimeError:
         pass
     assert seen["_request_timeout"] == DEFAULT_TIMEOUT
+
+
+def test_the_credential_refresh_runs_at_most_once_per_interval(tmp_path: Path, monkeypatch) -> None:
+    """The kubeconfig loader's refresh hook (re-applied before every request by the generated client) is
+    throttled; it still runs, so a token due for renewal is renewed."""
+    from vpol.kube import client as vclient
+
+    api = api_client(str(kubeconfig(tmp_path)))
+    cfg = api.configuration
+    assert cfg.refresh_api_key_hook is not None  # the loader's hook, wrapped by api_client
+    calls = []
+    clock = [100.0]
+    monkeypatch.setattr(vclient.time, "monotonic", lambda: clock[0])
+    cfg.refresh_api_key_hook = lambda c: calls.append(clock[0])
+    vclient.throttle_refresh(cfg, interval=1.0)
+    for t in (100.0, 100.2, 100.9, 101.0, 101.5, 103.0):
+        clock[0] = t
+        assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer t"
+    assert calls == [100.0, 101.0, 103.0]
+    cfg.refresh_api_key_hook = None
+    vclient.throttle_refresh(cfg)  # nothing to wrap
+    assert cfg.refresh_api_key_hook is None
+
+
+def test_reports_are_sent_encoded_once_and_the_answer_is_not_parsed(tmp_path: Path, monkeypatch) -> None:
+    """Reports.create/apply send the report's compact JSON straight to the connection pool (no sanitising, no
+    re-encoding), with the field manager; a 409 on create says "exists" and other errors keep the Status."""
+    import json
+
+    import pytest
+    from kubernetes.client.rest import ApiException
+
+    from vpol.kube.reports import Reports
+
+    api = api_client(str(kubeconfig(tmp_path)))
+    sent = []
+    status = [201]
+
+    class Answer:
+        def __init__(self, code: int):
+            self.status = code
+            self.data = b'{"kind":"Status","message":"m"}' if code >= 300 else b"{not parsed"
+
+        def release_conn(self) -> None:
+            sent[-1]["released"] = True
+
+    def request(method, url, body=None, headers=None, **kw):
+        sent.append({"method": method, "url": url, "body": body, "headers": headers, "kw": kw})
+        return Answer(status[0])
+
+    monkeypatch.setattr(api.rest_client.pool_manager, "request", request)
+    report = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+              "metadata": {"name": "vpol-u1", "namespace": "ns"}, "results": [{"policy": "p", "message": "é"}]}
+    reports = Reports(api)
+    assert reports.create(report) is True
+    first = sent[-1]
+    assert first["method"] == "POST" and first["released"]
+    assert first["url"] == "https://127.0.0.1:1/apis/wgpolicyk8s.io/v1alpha2/namespaces/ns/policyreports" \
+                           "?fieldManager=vpol"
+    assert isinstance(first["body"], bytes) and json.loads(first["body"]) == report
+    assert b" " not in first["body"] and first["headers"]["Content-Type"] == "application/json"
+    assert first["headers"]["authorization"] == "Bearer t"
+    status[0] = 409
+    assert reports.create(report) is False
+    status[0] = 200
+    reports.apply(report)
+    applied = sent[-1]
+    assert applied["method"] == "PATCH" and applied["headers"]["Content-Type"] == "application/apply-patch+yaml"
+    assert applied["url"].endswith("/namespaces/ns/policyreports/vpol-u1?fieldManager=vpol&force=true")
+    cluster = {**report, "kind": "ClusterPolicyReport", "metadata": {"name": "vpol-u2"}}
+    reports.apply(cluster)
+    assert sent[-1]["url"].endswith("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/vpol-u2"
+                                    "?fieldManager=vpol&force=true")
+    status[0] = 422
+    with pytest.raises(ApiException) as failed:
+        reports.apply(report)
+    assert failed.value.status == 422 and '"message":"m"' in failed.value.body
