@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -72,8 +73,10 @@ from common import (  # noqa: E402
     REPO,
     MemoryPeaks,
     MemorySampler,
+    cpu_seconds,
     install_vpol,
     metric_sum,
+    pids_named,
     scrape,
     start_operator,
     table,
@@ -82,7 +85,9 @@ from common import (  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from vpol.controller.scanner import WRITERS  # noqa: E402
 from vpol.kube.dynamic import list_pages  # noqa: E402
+from vpol.kube.reports import Reports  # noqa: E402
 
 NS_PREFIX = "bench-scan-"
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
@@ -302,7 +307,7 @@ class Profiler:
         self.proc = None
         if out is not None and shutil.which("py-spy"):
             out.mkdir(parents=True, exist_ok=True)
-            self.proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "50",
+            self.proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "50", *(["--gil"] if os.environ.get("VPOL_BENCH_PROFILE_GIL") else []),
                                           "--format", "speedscope", "-o", str(out / f"{name}.speedscope.json")],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -482,7 +487,9 @@ def main() -> int:
             cleanup_workload(kube)
         files = policy_files(args.policies)
         print(f"policies: {', '.join(f.parent.name for f in files)}")
+        cpu0 = control_plane_cpu()
         took = create_workload(kube, args.namespaces, args.pods, args.violating_share, args.threads)
+        pod_cpu = control_plane_cpu() - cpu0
         pods = count_pods(kube)
         print(f"created {pods} Pods in {args.namespaces} namespaces in {took:.1f}s ({pods / took:.0f}/s)")
         expected = pods * len(files)
@@ -497,6 +504,7 @@ def main() -> int:
              f"{apply_seconds:.1f} s, {apply_results} results ({apply_results / apply_seconds:.0f}/s)", ""],
         ]
         results: dict[str, Phase] = {}
+        floor: ReportFloor | None = None
 
         if "apply" in phases:
             print(f"phase apply: policies applied to a running operator; waiting for {expected} results...")
@@ -507,6 +515,14 @@ def main() -> int:
             rows.append(["  policies Ready", f"{ready}/{len(names)}", ""])
             if ph.run.wall_complete is not None:
                 rows += report_rows(kube, len(files), pods)
+            floor = report_floor(kube, args.namespaces)
+            rows.append(["report floor: the API server accepting the reports the scan wrote, created again as "
+                         f"the scanner creates them ({WRITERS} parallel, vpol's write path)",
+                         f"{floor.seconds:.1f} s ({floor.reports / max(0.001, floor.seconds):.0f}/s); control-plane "
+                         f"CPU {floor.cpu_per_report * 1000:.1f} ms per report, "
+                         f"{pod_cpu / max(1, pods) * 1000:.1f} ms per Pod", ""])
+            rows.append(["  apply: policies applied -> every result written, / report floor",
+                         f"{ph.written / floor.seconds:.2f}" if ph.written is not None and floor.seconds else "", ""])
             clear_reports(kube, args.namespaces)
         else:
             apply_policies(kube, files)
@@ -517,6 +533,9 @@ def main() -> int:
             results["cold"] = ph
             rows += scan_rows(ph, expected, pods, "fresh operator (policies present, no reports), from its start",
                               args.timeout)
+            if floor is not None and floor.seconds and ph.written is not None:
+                rows.append(["  cold: operator start -> every result written, / report floor",
+                             f"{ph.written / floor.seconds:.2f}", ""])
             rows += report_rows(kube, len(files), pods)
 
         if "restart" in phases:
@@ -658,6 +677,39 @@ def clear_reports(kube: Any, namespaces: int) -> None:
         list(pool.map(lambda ns: custom.delete_collection_namespaced_custom_object(
             *REPORTS[:2], ns, REPORTS[2], _preload_content=False), spaces))
     wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0], 300, 1)
+
+
+def control_plane_cpu() -> float:
+    """CPU seconds used so far by the local control plane's processes (kube-apiserver, etcd, the controller
+    manager: one multi-call binary); 0 with --kubeconfig (not measurable from here)."""
+    return sum(cpu_seconds(pid) for pid in pids_named("vpol-controlpla"))
+
+
+@dataclass
+class ReportFloor:
+    """The API server's own speed at the scan's writes, measured in this run."""
+    reports: int = 0
+    seconds: float = 0.0
+    cpu_per_report: float = 0.0  # control-plane CPU seconds per report
+
+
+def report_floor(kube: Any, namespaces: int, threads: int = WRITERS) -> ReportFloor:
+    """The reports the apply phase wrote, read back, deleted and created again the way the scanner creates them
+    (vpol's write path, ``threads`` parallel creates): how fast this API server accepts exactly this work."""
+    reports = []
+    for items, _rv in list_pages(kube.api_client, *REPORTS):
+        for r in items:
+            md = r["metadata"]
+            r["metadata"] = {k: md[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+                             if k in md}
+            reports.append(r)
+    clear_reports(kube, namespaces)
+    writer = Reports(kube.api_client)
+    cpu0, started = control_plane_cpu(), time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(writer.create, reports))
+    took = time.monotonic() - started
+    return ReportFloor(len(reports), took, (control_plane_cpu() - cpu0) / max(1, len(reports)))
 
 
 def _ready(kube: Any, name: str) -> bool:

@@ -8,6 +8,7 @@ patches of the status subresource.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.desired.webhook import owner_reference
-from vpol.kube.dynamic import create_object
+from vpol.kube.dynamic import collection_path, create_object, send_encoded
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
@@ -214,9 +215,10 @@ class Objects:
         return out
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create an events.k8s.io/v1 Event."""
-        events: Any = client.EventsV1Api(self.api)
-        events.create_namespaced_event(namespace, dict(body))
+        """Create an events.k8s.io/v1 Event (generically, as reports are written: the generated EventsV1Api
+        validates its arguments with pydantic, parses the Event sent back into models and loads their module)."""
+        send_encoded(self.api, "POST", collection_path("events.k8s.io", "v1", "events", namespace),
+                     json.dumps(dict(body), separators=(",", ":")).encode(), content_type="application/json")
 
     def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would
