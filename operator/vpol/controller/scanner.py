@@ -68,10 +68,11 @@ from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import Watcher, list_pages
 from vpol.kube.live_backend import LiveBackend
+from vpol.kube.objects import Objects
 from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
-from vpol.model.parse import parse_policy
+from vpol.model.parse import parse_exception, parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -281,8 +282,13 @@ class Scanner(threading.Thread):
 
     def _activate(self) -> None:
         started = time.monotonic()
-        # Reading back the reports and the namespaces needs no policy: done while the policies are still being
-        # listed and reconciled (a restart waited for both one after the other).
+        # The policies and exceptions that exist, read directly rather than waiting for the operator's watches
+        # and reconciles to report them (they do, later, with the same specs: nothing changes then); the
+        # evaluation worker starts compiling them while the reports and namespaces are read back.
+        self._prime()
+        evaluator = self._evaluator_now()
+        if evaluator is not None:
+            evaluator.start(wait=False)
         self._ns_watcher = Watcher(self.api, "", "v1", "namespaces", self._on_namespace, kind="Namespace")
         self._ns_watcher.start()
         self._seed_from_reports()
@@ -307,6 +313,28 @@ class Scanner(threading.Thread):
         # every policy it finds), whatever its background setting.
         if self.mutation.policies():
             self._mutating_changed({p.key for p in self.mutation.policies()})
+
+    def _prime(self) -> None:
+        """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now."""
+        objects = Objects(self.api)
+        try:
+            bodies = objects.list_policies()
+            exceptions = [e for e in (parse_exception(b)[0] for b in objects.list_exceptions()) if e is not None]
+        except Exception as exc:  # noqa: BLE001 - the operator's watches and reconciles tell them as well
+            logger.warning("background scans: listing policies failed (%s); waiting for the operator's watch",
+                           describe(exc))
+            return
+        self.set_exceptions(exceptions)
+        names = []
+        for body in bodies:
+            md = body.get("metadata") or {}
+            key = f"{md['namespace']}/{md.get('name', '')}" if md.get("namespace") else str(md.get("name", ""))
+            try:
+                self.set_policy(key, scanned_policy(body))
+            except Exception:  # noqa: BLE001 - one unreadable policy does not stop the others
+                logger.exception("background scans: could not read policy %s", key)
+            names.append(key)
+        self.expect(names)
 
     def _queued(self) -> list[tuple[Any, ...]]:
         """Every event queued now (without waiting)."""

@@ -285,6 +285,8 @@ class SandboxedEvaluator:
         #: signal, and must never be handed another request (nor be taken as restarted).
         self._killed = False
         self._conn: multiprocessing.connection.Connection | None = None
+        #: Started with ``start(wait=False)`` and its "ready" not received yet.
+        self._starting = False
         self.global_context = global_context
         #: The store version the running worker has (-1: none yet).
         self._global_version = -1
@@ -297,12 +299,13 @@ class SandboxedEvaluator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def start(self) -> None:
-        """Start the worker now (it also starts on first use); a running one is kept."""
+    def start(self, *, wait: bool = True) -> None:
+        """Start the worker now (it also starts on first use); a running one is kept. ``wait=False``: return
+        once the process is started; it imports and compiles meanwhile, and the first use waits for that."""
         if not self.running:
-            self._start()
+            self._start(wait=wait)
 
-    def _start(self) -> None:
+    def _start(self, *, wait: bool = True) -> None:
         self._kill()  # a worker that was killed, or died: reap it (nothing to do for the first one)
         prebuilt, self._prebuilt = self._prebuilt, None  # only the first worker is forked
         ctx = mp.get_context("fork") if prebuilt is not None else self._ctx
@@ -315,12 +318,21 @@ class SandboxedEvaluator:
         self._proc.start()
         child.close()
         self._conn = parent
-        # Compiling in the worker takes time proportional to the policies, not the subject.
-        if not parent.poll(60 + len(self.policies) + len(self.mutating)):
+        self._global_version = -1
+        self._starting = True
+        if wait:
+            self._await_ready()
+
+    def _await_ready(self) -> None:
+        """Wait for a worker started without waiting to say it is ready (compiling takes time proportional to
+        the policies, not the subject)."""
+        if not self._starting or self._conn is None:
+            return
+        self._starting = False
+        if not self._conn.poll(60 + len(self.policies) + len(self.mutating)):
             self._kill()
             raise RuntimeError("policy evaluation worker did not start")
-        parent.recv()
-        self._global_version = -1
+        self._conn.recv()
 
     def global_context_stale(self) -> bool:
         """The running worker lacks changes of the GlobalContextEntry data."""
@@ -343,6 +355,7 @@ class SandboxedEvaluator:
             self._conn.close()
         self._proc = self._conn = None
         self._killed = False
+        self._starting = False
 
     def close(self) -> None:
         if self._conn is not None:
@@ -362,6 +375,7 @@ class SandboxedEvaluator:
              only_mutating: frozenset[int] | None = None) -> tuple[str, Any]:
         if not self.running:
             self._start()
+        self._await_ready()
         assert self._conn is not None
         try:
             if self.global_context_stale():
@@ -384,6 +398,10 @@ class SandboxedEvaluator:
         self.policies, self.exceptions = list(policies), list(exceptions)
         if not self.running:
             return  # the next start compiles them
+        try:
+            self._await_ready()
+        except RuntimeError:
+            return  # killed: the next start compiles them
         assert self._conn is not None
         try:
             self._conn.send(("load", (self.policies, self.exceptions), None, None))
@@ -408,6 +426,8 @@ class SandboxedEvaluator:
         GIL and a wake-up of the loop from the thread, on top of the exchange itself."""
         if not self.running or self._conn is None:
             return None, "the evaluation worker is not running"
+        if self._starting:
+            return None, "the evaluation worker is still starting"
         conn = self._conn
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()

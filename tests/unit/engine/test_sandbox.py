@@ -134,3 +134,25 @@ def test_update_compiles_changed_policies_in_the_running_worker():
         ev.update([named])
         assert [(r.policy, r.result) for r in ev.evaluate(subject(pod()))] == [("named", "pass")]
         assert ev._proc.pid == pid and ev.kills == 0
+
+
+def test_a_worker_started_without_waiting_is_waited_for_at_first_use():
+    """start(wait=False) returns while the worker imports and compiles; an update or evaluation that follows
+    first takes its "ready" (not as an answer), and a worker still starting answers no admission request."""
+    import asyncio
+
+    first = make_policy(name="first", validations=[{"expression": "object.metadata.name == 'pod'"}])
+    second = make_policy(name="second", validations=[{"expression": "object.metadata.name != 'pod'"}])
+    with SandboxedEvaluator([first]) as ev:
+        ev.start(wait=False)
+        assert ev.running and ev._starting
+        answer, why = asyncio.run(ev.admit(None, 1.0))  # type: ignore[arg-type]
+        assert answer is None and "starting" in why
+        ev.update([first, second])
+        assert not ev._starting
+        assert {r.policy: r.result for r in ev.evaluate(subject(pod()))} == {"first": "pass", "second": "fail"}
+    with SandboxedEvaluator([first]) as ev:
+        ev.start(wait=False)
+        assert [r.result for r in ev.evaluate(subject(pod()))] == ["pass"]
+        ev.start(wait=False)  # running: kept
+        assert [r.result for r in ev.evaluate(subject(pod("other")))] == ["fail"]
