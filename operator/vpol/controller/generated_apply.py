@@ -5,13 +5,17 @@ A reconcile runs whenever a policy or one of its generated objects changes, and 
 changes the VAPs (their type-checking status) right after they are written, so most reconciles find the
 generated objects as they left them. Applying them again is a no-op for the object but not for the API
 server (decode, merge, compare: measured at 108 such applies in the first 16 s of an operator restarted on 16
-policies). An object is applied again unless both hold:
+policies). An object is applied again unless one of these holds:
 
-* what would be applied is what this process applied last (a digest of the desired object), and
-* the object's resourceVersion, listed at the start of the reconcile, is the one that apply returned:
-  nobody (not even the API server's status writer) has written it since.
+* what would be applied is what this process applied last (a digest of the desired object), and the
+  object's resourceVersion, listed at the start of the reconcile, is the one that apply returned: nobody
+  (not even the API server's status writer) has written it since; or
+* (a restarted process, or a status write since) the object records the digest of what would be applied
+  (vpol writes it in the annotation ``vpol.kyverno.io/generated-digest`` with every apply) and nothing but
+  vpol's applies wrote its fields: its managedFields, status subresources aside, hold only vpol's Apply.
+  Someone else's change, whatever the tool, adds their entry (or takes vpol's fields), so it is applied.
 
-Anything else (a new process, another spec, a change by anyone) applies, so drift is repaired as before.
+Anything else (another spec, a change by anyone) applies, so drift is repaired as before.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from vpol.kube.objects import Objects
+from vpol.kube.objects import GENERATED_DIGEST_ANNOTATION, Listed, Objects
 
 Key = tuple[str, str]
 
@@ -41,6 +45,19 @@ def api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
+def listed_version(existing: Mapping[Key, Listed], key: Key) -> str | None:
+    """The resourceVersion ``key`` was listed with (None: not listed)."""
+    listed = existing.get(key)
+    return listed.version if listed is not None else None
+
+
+def with_digest(obj: Mapping[str, Any], value: str) -> dict[str, Any]:
+    """``obj`` with the digest of its desired form in its annotations (a copy)."""
+    metadata = dict(obj["metadata"])
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), GENERATED_DIGEST_ANNOTATION: value}
+    return {**obj, "metadata": metadata}
+
+
 class GeneratedObjects:
     """What one reconciler applied: (kind, name) -> resourceVersion after its apply (``versions``: the watch
     echo of our own write needs no reconcile), and the digest applied."""
@@ -50,20 +67,24 @@ class GeneratedObjects:
         self.versions: dict[Key, str] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
 
-    def apply(self, desired: Sequence[dict[str, Any]], existing: Mapping[Key, str],
+    def apply(self, desired: Sequence[dict[str, Any]], existing: Mapping[Key, Listed],
               applied: list[str]) -> tuple[bool, str]:
-        """Apply ``desired`` (``existing``: (kind, name) -> resourceVersion listed now), appending the names
+        """Apply ``desired`` (``existing``: (kind, name) -> the object as listed now), appending the names
         written to ``applied``; (False, why) when the API server refused one (400/422), else (True, summary).
         Other API errors are raised (transient: the queue retries)."""
         for obj in desired:
             key = (obj["kind"], obj["metadata"]["name"])
             wanted = digest(obj)
             last = self._applied.get(key)
-            if last is not None and last == (wanted, existing.get(key)):
-                self.versions[key] = last[1]
+            listed = existing.get(key)
+            version = listed.version if listed is not None else None
+            if (last is not None and last == (wanted, version)) or \
+                    (listed is not None and listed.digest == wanted and listed.ours_only):
+                self.versions[key] = listed.version if listed is not None else ""
+                self._applied[key] = (wanted, self.versions[key])
                 continue
             try:
-                result = self.objects.apply(obj)
+                result = self.objects.apply(with_digest(obj, wanted))
             except ApiException as exc:
                 if exc.status in (400, 422):
                     return False, f"the API server rejected {key[0]} {key[1]}: {api_message(exc)}"

@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.controller.generated_apply import GeneratedObjects, api_message
+from vpol.controller.generated_apply import GeneratedObjects, api_message, listed_version
 from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
 from vpol.desired.probe import probed_epoch
@@ -36,7 +36,7 @@ from vpol.engine.autogen import autogen_configs, status_configs
 from vpol.engine.scope import matched_resources
 from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
-from vpol.kube.objects import Objects
+from vpol.kube.objects import Listed, Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
 from vpol.model.parse import parse_exception, parse_policy
@@ -209,7 +209,7 @@ class Reconciler:
                     native_objects = tuple(o["metadata"]["name"] for o in plan.objects
                                            if o["kind"] == "ValidatingAdmissionPolicy")
                     changed = any(self.generated_versions.get((o["kind"], o["metadata"]["name"])) !=
-                                  existing.get((o["kind"], o["metadata"]["name"])) for o in plan.objects)
+                                  listed_version(existing, (o["kind"], o["metadata"]["name"])) for o in plan.objects)
                     proof = self.native_proof(name, body, generation, VAP, changed, NATIVE)
                     native_pending = "" if proof.proven else proof.waiting_for
                     vap_warnings = self._vap_warnings(plan.objects)
@@ -262,7 +262,7 @@ class Reconciler:
                 out.append((str(w.get("fieldRef", "")), str(w.get("warning", ""))))
         return out
 
-    def _delete_generated(self, existing: dict[tuple[str, str], str], keep: set[tuple[str, str]]) -> list[str]:
+    def _delete_generated(self, existing: Mapping[tuple[str, str], Listed], keep: set[tuple[str, str]]) -> list[str]:
         deleted = []
         for kind, name in existing:
             if (kind, name) not in keep:

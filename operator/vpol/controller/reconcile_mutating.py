@@ -24,7 +24,7 @@ Queue keys are ``mpol:<name>`` (a colon cannot appear in object names).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
-from vpol.controller.generated_apply import GeneratedObjects, api_message
+from vpol.controller.generated_apply import GeneratedObjects, api_message, listed_version
 from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, proof_of_native,
                                        proof_of_webhook)
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
@@ -42,7 +42,7 @@ from vpol.desired.vap import generated_selector
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
-from vpol.kube.objects import Objects
+from vpol.kube.objects import Listed, Objects
 from vpol.engine.mutate_existing import target_resources, trigger_resources
 from vpol.kube.access import AccessChecker
 from vpol.model.discovery import Discovery
@@ -190,7 +190,7 @@ class MutatingReconciler:
                     keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                     names = ", ".join(o["metadata"]["name"] for o in plan.objects
                                       if o["kind"] == "MutatingAdmissionPolicy")
-                    changed = any(self.generated_versions.get(k) != existing.get(k) for k in keep)
+                    changed = any(self.generated_versions.get(k) != listed_version(existing, k) for k in keep)
                     proof = proof_of_native(self.prover, self.written_at, key, body, generation, MAP, changed,
                                             NATIVE_MAP)
                     if proof.proven:
@@ -259,7 +259,7 @@ class MutatingReconciler:
         return (True, "Webhook", f"applied by vpol's webhook ({MUTATING_WEBHOOK_CONFIGURATION}): not native "
                                  f"because {why_not_native}"), "Webhook"
 
-    def _delete_generated(self, existing: dict[tuple[str, str], str], keep: set[tuple[str, str]],
+    def _delete_generated(self, existing: Mapping[tuple[str, str], Listed], keep: set[tuple[str, str]],
                           api_version: str | None) -> list[str]:
         deleted = []
         for kind, obj_name in existing:

@@ -423,16 +423,29 @@ class Scanner(threading.Thread):
     def _gather(self, batch: list[tuple[Any, ...]], *, always: bool = False) -> list[tuple[Any, ...]]:
         """When policies change (or ``always``), wait for the rest of the burst, so it costs one
         pass (and one write per resource): until no policy has changed for SETTLE_QUIET
-        seconds, at most SETTLE_MAX. Events arriving meanwhile join the batch."""
+        seconds, at most SETTLE_MAX. Events arriving meanwhile join the batch, also those that
+        queued up while the evaluation worker started or compiled (they arrived before the quiet)."""
         if not always and not any(e[0] in ("policy", "exceptions") for e in batch):
             return batch
         started = time.monotonic()
-        # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives, and
-        # compiles each policy as it comes: the pass that follows finds them compiled.
-        evaluator = self._evaluator_now()
-        if evaluator is not None:
-            evaluator.start()
+        arrived = True
         while True:
+            if arrived:
+                # The evaluation worker starts (or compiles the policies changed so far) while the rest arrives:
+                # the pass that follows finds them compiled.
+                evaluator = self._evaluator_now()
+                if evaluator is not None:
+                    evaluator.start()
+            arrived = False
+            for event in self._queued():
+                batch.append(event)
+                if event[0] == "stop":
+                    return batch
+                arrived = arrived or event[0] in ("policy", "exceptions")
+            if time.monotonic() >= started + SETTLE_MAX:
+                return batch
+            if arrived:
+                continue
             with self._lock:
                 changed = self._policies_changed
             left = min(changed + SETTLE_QUIET, started + SETTLE_MAX) - time.monotonic()
@@ -445,10 +458,7 @@ class Scanner(threading.Thread):
             batch.append(event)
             if event[0] == "stop":
                 return batch
-            if event[0] in ("policy", "exceptions"):
-                evaluator = self._evaluator_now()
-                if evaluator is not None:
-                    evaluator.start()
+            arrived = event[0] in ("policy", "exceptions")
 
     # -- watching ---------------------------------------------------------------------------
 

@@ -208,14 +208,15 @@ def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, co
 
 
 def send_encoded(api: client.ApiClient, method: str, path: str, data: bytes, *, content_type: str,
-                 query: list[tuple[str, Any]] | None = None, timeout: tuple[float, float] = (10.0, 60.0)) -> int:
-    """A write whose body is already encoded JSON; returns the HTTP status (2xx), raises ApiException otherwise.
+                 query: list[tuple[str, Any]] | None = None, timeout: tuple[float, float] = (10.0, 60.0)) -> bytes:
+    """A write whose body is already encoded JSON; returns the answer's body (unparsed), raises ApiException
+    when the status is not 2xx.
 
     For the operator's high-volume writes (a report per scanned resource): the generated client walks a
     body recursively to "sanitise" it, encodes it with the pure-Python path of ``json.dumps`` and parses
     the object the API server sends back; here the caller encodes once and the answer is read (so the
-    connection goes back to the pool) but not parsed. Measured with 16-result reports: 1.7 ms of client
-    CPU per write through the generated client, see bench/README.md for this path's figure."""
+    connection goes back to the pool) and parsed only by a caller that needs it. Measured with 16-result
+    reports: 1.7 ms of client CPU per write through the generated client, 1.2 ms this way."""
     method, url, headers, _body, _post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
         header_params={"Accept": "application/json", "Content-Type": content_type}, auth_settings=["BearerToken"])
@@ -230,7 +231,7 @@ def send_encoded(api: client.ApiClient, method: str, path: str, data: bytes, *, 
         exc = ApiException(status=status, reason=raw[:1000].decode(errors="replace"))
         exc.body = raw.decode(errors="replace")
         raise exc
-    return status
+    return bytes(raw)
 
 
 def get_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str,

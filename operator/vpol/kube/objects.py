@@ -9,14 +9,15 @@ patches of the status subresource.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.desired.webhook import owner_reference
-from vpol.kube.dynamic import collection_path, create_object, send_encoded
+from vpol.kube.dynamic import collection_path, create_object, list_pages, object_path, send_encoded
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
@@ -30,6 +31,39 @@ STORAGE_VERSION = "v1"
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 _MAP_METHODS = {"MutatingAdmissionPolicy": "mutating_admission_policy",
                 "MutatingAdmissionPolicyBinding": "mutating_admission_policy_binding"}
+
+
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+ADMISSION_PLURALS = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+}
+#: The digest (vpol.controller.generated_apply) of the desired object vpol last applied, recorded in the object.
+GENERATED_DIGEST_ANNOTATION = "vpol.kyverno.io/generated-digest"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A generated object as listed: its resourceVersion, the digest vpol's last apply recorded in it, and
+    whether nothing but vpol's applies wrote its fields (the API server's status writers aside): every entry
+    of its managedFields outside a subresource is vpol's Apply."""
+
+    version: str
+    digest: str = ""
+    ours_only: bool = False
+
+    @classmethod
+    def of(cls, item: Mapping[str, Any]) -> "Listed":
+        md = item.get("metadata") or {}
+        managed = [m for m in md.get("managedFields") or [] if isinstance(m, Mapping) and not m.get("subresource")]
+        ours = bool(managed) and all(m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"
+                                     for m in managed)
+        return cls(str(md.get("resourceVersion", "")),
+                   str((md.get("annotations") or {}).get(GENERATED_DIGEST_ANNOTATION, "")), ours)
 
 
 def not_found(exc: BaseException) -> bool:
@@ -138,22 +172,18 @@ class Objects:
         return getattr(client, f"Admissionregistration{version[0].upper()}{version[1:]}Api")(self.api)
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        name = obj["metadata"]["name"]
-        kw = dict(field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            result = self.admission.patch_validating_admission_policy(name, dict(obj), **kw)
-        elif obj["kind"] == "ValidatingAdmissionPolicyBinding":
-            result = self.admission.patch_validating_admission_policy_binding(name, dict(obj), **kw)
-        elif obj["kind"] == "ValidatingWebhookConfiguration":
-            result = self.admission.patch_validating_webhook_configuration(name, dict(obj), **kw)
-        elif obj["kind"] == "MutatingWebhookConfiguration":
-            result = self.admission.patch_mutating_webhook_configuration(name, dict(obj), **kw)
-        elif obj["kind"] in MAP_KINDS:
-            api = self._map_api(obj["apiVersion"])
-            result = getattr(api, f"patch_{_MAP_METHODS[obj['kind']]}")(name, dict(obj), **kw)
-        else:
-            raise ValueError(f"vpol does not apply {obj['kind']}")
-        return self.api.sanitize_for_serialization(result)
+        """Server-side apply (field manager vpol, forced) of one admissionregistration.k8s.io object; the object
+        as stored. Sent generically: the generated client would validate the arguments, parse the answer into
+        its models and turn those back into a dict."""
+        plural = ADMISSION_PLURALS.get(str(obj.get("kind", "")))
+        if plural is None:
+            raise ValueError(f"vpol does not apply {obj.get('kind')}")
+        group, _slash, version = str(obj["apiVersion"]).rpartition("/")
+        path = object_path(group, version, plural, "", str(obj["metadata"]["name"]))
+        raw = send_encoded(self.api, "PATCH", path, json.dumps(dict(obj), separators=(",", ":")).encode(),
+                           content_type="application/apply-patch+yaml",
+                           query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
+        return dict(json.loads(raw or b"{}"))
 
     def get_vap(self, name: str) -> dict[str, Any] | None:
         try:
@@ -195,23 +225,23 @@ class Objects:
                 raise
             return False
 
-    def list_generated(self, label_selector: str) -> dict[tuple[str, str], str]:
-        """(kind, name) -> resourceVersion of every VAP and binding carrying ``label_selector``."""
-        out = {}
-        for item in self.admission.list_validating_admission_policy(label_selector=label_selector).items:
-            out[("ValidatingAdmissionPolicy", item.metadata.name)] = str(item.metadata.resource_version or "")
-        for item in self.admission.list_validating_admission_policy_binding(label_selector=label_selector).items:
-            out[("ValidatingAdmissionPolicyBinding", item.metadata.name)] = str(item.metadata.resource_version or "")
-        return out
+    def list_generated(self, label_selector: str) -> dict[tuple[str, str], Listed]:
+        """(kind, name) -> what :class:`Listed` says of every VAP and binding carrying ``label_selector``."""
+        return self._list_admission(("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"), "v1",
+                                    label_selector)
 
-    def list_generated_maps(self, label_selector: str, api_version: str) -> dict[tuple[str, str], str]:
-        """(kind, name) -> resourceVersion of every MutatingAdmissionPolicy and binding carrying
-        ``label_selector``."""
-        api = self._map_api(api_version)
+    def list_generated_maps(self, label_selector: str, api_version: str) -> dict[tuple[str, str], Listed]:
+        """The same of every MutatingAdmissionPolicy and binding carrying ``label_selector``."""
+        return self._list_admission(MAP_KINDS, api_version.rpartition("/")[2], label_selector)
+
+    def _list_admission(self, kinds: Sequence[str], version: str, label_selector: str
+                        ) -> dict[tuple[str, str], Listed]:
         out = {}
-        for kind in MAP_KINDS:
-            for item in getattr(api, f"list_{_MAP_METHODS[kind]}")(label_selector=label_selector).items:
-                out[(kind, item.metadata.name)] = str(item.metadata.resource_version or "")
+        for kind in kinds:
+            for items, _rv in list_pages(self.api, ADMISSION_GROUP, version, ADMISSION_PLURALS[kind],
+                                         label_selector=label_selector):
+                for item in items:
+                    out[(kind, str(item["metadata"]["name"]))] = Listed.of(item)
         return out
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:

@@ -1,0 +1,52 @@
+"""The scanner gathers a burst of policy changes into one pass, also while its evaluation worker starts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kubernetes import client
+
+from tests.unit.policies import make_policy
+from vpol.controller import scanner as scanner_module
+from vpol.controller.scanner import Scanner
+
+
+class SlowStartEvaluator:
+    """Stands for a worker process that takes a while to start (imports, compiling) on a busy machine."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.started = False
+
+    def start(self, *, wait: bool = True) -> None:
+        if not self.started:
+            self.started = True
+            time.sleep(self.seconds)
+
+
+def test_a_burst_that_ends_while_the_worker_starts_is_gathered_whole(monkeypatch) -> None:
+    """16 policies arrive in a burst; the first starts the worker, which takes longer than the rest of the burst
+    and the quiet after it: every policy is still in the batch (one pass, one write per resource), not only
+    the ones read before the worker started."""
+    monkeypatch.setattr(scanner_module, "SETTLE_QUIET", 0.2)
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    evaluator = SlowStartEvaluator(0.8)
+    monkeypatch.setattr(scanner, "_evaluator_now", lambda: evaluator)
+    policies = [make_policy(name=f"p{i:02d}", validations=[{"expression": "true"}]) for i in range(16)]
+
+    def burst() -> None:
+        for p in policies[1:]:
+            scanner.set_policy(p.name, p)
+            time.sleep(0.01)
+
+    scanner.set_policy(policies[0].name, policies[0])
+    first = scanner._events.get_nowait()
+    sender = threading.Thread(target=burst)
+    sender.start()
+    batch: list[Any] = scanner._gather([first])
+    sender.join()
+    assert evaluator.started
+    assert sorted(e[1] for e in batch if e[0] == "policy") == [p.name for p in policies]
+    assert scanner._events.empty()
