@@ -779,7 +779,9 @@ class Scanner(threading.Thread):
     def _list_all(self, gvrs: Iterable[GVR]) -> Iterable[dict[str, Any]]:
         for gvr in gvrs:
             kind = self._watchers[gvr].kind if gvr in self._watchers else ""
-            for items, _rv in list_pages(self.api, *gvr):
+            # Pages of one chunk: a parsed Pod is ~10x its JSON, and a page is held until its last object is
+            # evaluated (pages of 500 were the operator's peak resident memory at 10,000 Pods).
+            for items, _rv in list_pages(self.api, *gvr, page_size=CHUNK):
                 for item in items:
                     if kind:
                         item.setdefault("kind", kind)
