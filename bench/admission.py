@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     REPO,
     BenchRun,
+    CONTROL_PLANE_COMM,
     CpuMeter,
     MemorySampler,
     descendants,
@@ -83,8 +84,6 @@ from kubernetes import client  # noqa: E402
 
 GROUP, VERSION, PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
 NAMESPACE = "bench-admission"
-#: The local control plane's process name (its binary's name as /proc/PID/comm keeps it: 15 characters).
-CONTROL_PLANE_COMM = "vpol-controlplane"[:15]
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",

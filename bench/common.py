@@ -366,6 +366,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: The local control plane's processes (tests/controlplane: one multi-call binary), by /proc/PID/comm.
+CONTROL_PLANE_COMM = "vpol-controlplane"[:15]
+
+
+def control_plane_cpu() -> float:
+    """CPU seconds the local control plane's processes (kube-apiserver, etcd, the controller manager) have used
+    so far; 0 with --kubeconfig (not measurable from here)."""
+    return sum(cpu_seconds(pid) for pid in pids_named(CONTROL_PLANE_COMM))
+
+
 def pids_named(name: str) -> list[int]:
     """Processes whose command name (/proc/PID/comm) is ``name``."""
     out = []

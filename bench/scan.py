@@ -79,10 +79,9 @@ from common import (  # noqa: E402
     REPO,
     MemoryPeaks,
     MemorySampler,
-    cpu_seconds,
+    control_plane_cpu,
     install_vpol,
     metric_sum,
-    pids_named,
     scrape,
     start_operator,
     table,
@@ -687,12 +686,6 @@ def clear_reports(kube: Any, namespaces: int) -> None:
         list(pool.map(lambda ns: custom.delete_collection_namespaced_custom_object(
             *REPORTS[:2], ns, REPORTS[2], _preload_content=False), spaces))
     wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0], 300, 1)
-
-
-def control_plane_cpu() -> float:
-    """CPU seconds used so far by the local control plane's processes (kube-apiserver, etcd, the controller
-    manager: one multi-call binary); 0 with --kubeconfig (not measurable from here)."""
-    return sum(cpu_seconds(pid) for pid in pids_named("vpol-controlpla"))
 
 
 @dataclass
