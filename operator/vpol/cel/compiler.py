@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +25,7 @@ from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.format_calls import go_format
 from vpol.cel.format_check import FormatProblem, format_problems
+from vpol.cel.memo import BoundedMemo
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
@@ -398,29 +397,18 @@ class CompileVerdict:
 #: Verdicts by what compiling depends on. The operator asks the same question of the same spec from several
 #: places (its watch event for the scanner, the webhook's policy set, the native-eligibility check at every
 #: reconcile): measured at a restart with 16 policies, 102 compiles for 18 reconciles, about 4 s of CPU
-#: competing with the first scan. functools.lru_cache would key on the whole policy object (its metadata,
-#: resourceVersion and status included) and hold it; this keys on the spec only.
-_VERDICTS: "OrderedDict[tuple[Any, ...], CompileVerdict]" = OrderedDict()
-_VERDICTS_LOCK = threading.Lock()
+#: competing with the first scan.
 VERDICTS_KEPT = 1024
+_VERDICTS: BoundedMemo[CompileVerdict] = BoundedMemo(VERDICTS_KEPT)
 
 
 def compile_verdict(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompileVerdict:
     """:func:`compile_policy`'s verdict for ``policy``, computed once per spec (the error positions are those of
     the first policy asked with that spec; paths and messages are the same for every such policy)."""
-    key = (policy.kind, policy.namespace, policy.spec, kubernetes_only)
-    with _VERDICTS_LOCK:
-        found = _VERDICTS.get(key)
-        if found is not None:
-            _VERDICTS.move_to_end(key)
-            return found
-    compiled = compile_policy(policy, kubernetes_only=kubernetes_only)
-    verdict = CompileVerdict(compiled.ok, tuple(compiled.errors()))
-    with _VERDICTS_LOCK:
-        _VERDICTS[key] = verdict
-        while len(_VERDICTS) > VERDICTS_KEPT:
-            _VERDICTS.popitem(last=False)
-    return verdict
+    def compute() -> CompileVerdict:
+        compiled = compile_policy(policy, kubernetes_only=kubernetes_only)
+        return CompileVerdict(compiled.ok, tuple(compiled.errors()))
+    return _VERDICTS.get((policy.kind, policy.namespace, policy.spec, kubernetes_only), compute)
 
 #: Libraries a namespaced policy may not name (Kyverno's rule, pkg/cel/policies/vpol/validate.go and
 #: mpol/validate.go: they reach beyond the namespace), with Kyverno's messages.

@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -58,6 +57,7 @@ from vpol.cel.compiler import (
     type_name,
 )
 from vpol.cel.environment import EnvSpec, environment
+from vpol.cel.memo import BoundedMemo
 from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
 from vpol.cel.optional_selection import or_value_compat
@@ -411,33 +411,23 @@ def check_policy(
     return [w for w in warnings if _role_of(w.field_path, expressions) in wanted]
 
 
-#: check_policy's warnings by spec, for the discovery they were computed against (the operator's reconciles ask
-#: again at every event of a policy's generated objects: 27 ms per Pod Security policy each time, measured).
-_CHECKED: "OrderedDict[tuple[Any, ...], tuple[TypeWarning, ...]]" = OrderedDict()
-_CHECKED_DISCOVERY: list[Discovery | None] = [None]
-_CHECKED_LOCK = threading.Lock()
+#: check_policy's warnings by spec, for the discovery snapshot they were computed against (the operator's
+#: reconciles ask again at every event of a policy's generated objects: 27 ms per Pod Security policy each time,
+#: measured); a new snapshot gets a new memo.
 CHECKED_KEPT = 512
+_CHECKED: list[tuple[Discovery | None, BoundedMemo[tuple[TypeWarning, ...]]]] = [(None, BoundedMemo(CHECKED_KEPT))]
+_CHECKED_LOCK = threading.Lock()
 
 
 def check_policy_cached(policy: ValidatingPolicy | MutatingPolicy, discovery: Discovery) -> list[TypeWarning]:
     """:func:`check_policy` of ``policy`` against ``discovery``, computed once per spec while ``discovery`` (an
     immutable snapshot) is the one asked with; a new snapshot starts afresh."""
+    with _CHECKED_LOCK:
+        if _CHECKED[0][0] is not discovery:
+            _CHECKED[0] = (discovery, BoundedMemo(CHECKED_KEPT))
+        memo = _CHECKED[0][1]
     key = (type(policy).__name__, policy.kind, policy.namespace, policy.spec)
-    with _CHECKED_LOCK:
-        if _CHECKED_DISCOVERY[0] is not discovery:
-            _CHECKED.clear()
-            _CHECKED_DISCOVERY[0] = discovery
-        found = _CHECKED.get(key)
-        if found is not None:
-            _CHECKED.move_to_end(key)
-            return list(found)
-    warnings = tuple(check_policy(policy, discovery))
-    with _CHECKED_LOCK:
-        if _CHECKED_DISCOVERY[0] is discovery:
-            _CHECKED[key] = warnings
-            while len(_CHECKED) > CHECKED_KEPT:
-                _CHECKED.popitem(last=False)
-    return list(warnings)
+    return list(memo.get(key, lambda: tuple(check_policy(policy, discovery))))
 
 
 def _role_of(path: str, expressions: Sequence[tuple[str, str, str]]) -> str:

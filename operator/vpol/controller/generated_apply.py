@@ -45,12 +45,6 @@ def api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-def listed_version(existing: Mapping[Key, Listed], key: Key) -> str | None:
-    """The resourceVersion ``key`` was listed with (None: not listed)."""
-    listed = existing.get(key)
-    return listed.version if listed is not None else None
-
-
 def with_digest(obj: Mapping[str, Any], value: str) -> dict[str, Any]:
     """``obj`` with the digest of its desired form in its annotations (a copy)."""
     metadata = dict(obj["metadata"])
@@ -66,6 +60,16 @@ class GeneratedObjects:
         self.objects = objects
         self.versions: dict[Key, str] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
+
+    def changed(self, desired: Sequence[Mapping[str, Any]], existing: Mapping[Key, Listed]) -> bool:
+        """Whether any of ``desired`` is not as ``existing`` listed it before :meth:`apply` (a write of ours, or
+        of anyone's since our last, made it differ)."""
+        for obj in desired:
+            key = (obj["kind"], obj["metadata"]["name"])
+            listed = existing.get(key)
+            if self.versions.get(key) != (listed.version if listed is not None else None):
+                return True
+        return False
 
     def apply(self, desired: Sequence[dict[str, Any]], existing: Mapping[Key, Listed],
               applied: list[str]) -> tuple[bool, str]:

@@ -42,6 +42,7 @@ from vpol.kube.errors import describe
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import Objects
+from vpol.model.policy import policy_key
 from vpol.controller.runtime import Runtime
 from vpol.controller.admission.webhook import Admission
 
@@ -176,11 +177,11 @@ async def _resync(rt: Runtime) -> None:
         try:
             assert rt.reconciler is not None and rt.queue is not None
             objects = rt.reconciler.objects
-            names = await asyncio.to_thread(lambda: [_key(p["metadata"]) for p in objects.list_policies()])
+            names = await asyncio.to_thread(lambda: [policy_key(p["metadata"]) for p in objects.list_policies()])
             if rt.scanner is not None:
                 rt.scanner.expect(names)
             mutating = await asyncio.to_thread(
-                lambda: [mutating_key(_key(p["metadata"])) for p in objects.list_mutating_policies()])
+                lambda: [mutating_key(policy_key(p["metadata"])) for p in objects.list_mutating_policies()])
             for name in [*names, *mutating]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
@@ -213,17 +214,12 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(rt.leader.join, 10)
 
 
-def _key(meta: Mapping[str, Any]) -> str:
-    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    return f"{namespace}/{name}" if namespace else str(name)
-
-
 @kopf.on.event(POLICIES)
 @kopf.on.event(NAMESPACED_POLICIES)
 def policy_event(type: str | None, body: Mapping[str, Any], meta: Mapping[str, Any], memo: kopf.Memo,
                  **_: Any) -> None:
     rt = _runtime(memo)
-    key = _key(meta)
+    key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
     if rt.reconciler is not None and version and rt.reconciler.written_versions.get(key) == version:
         return  # the echo of our own status write: nothing new to reconcile
@@ -241,7 +237,7 @@ def policy_event(type: str | None, body: Mapping[str, Any], meta: Mapping[str, A
 @kopf.on.event(NAMESPACED_MUTATING_POLICIES)
 def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     rt = _runtime(memo)
-    key = _key(meta)
+    key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
     if rt.mutating is not None and version and rt.mutating.written_versions.get(key) == version:
         return  # the echo of our own status write
@@ -299,7 +295,7 @@ def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping
     reconciler = rt.mutating if mutating else rt.reconciler
     version = str(meta.get("resourceVersion", ""))
     if event_type != "DELETED" and reconciler is not None and version and \
-            reconciler.generated_versions.get((kind, name)) == version:
+            reconciler.generated.versions.get((kind, name)) == version:
         return  # the echo of our own apply
     _enqueue(memo, mutating_key(owner) if mutating else owner)
 

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.controller.generated_apply import GeneratedObjects, api_message, listed_version
+from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
 from vpol.desired.probe import probed_epoch
@@ -39,7 +39,7 @@ from vpol.kube.errors import describe
 from vpol.kube.objects import Listed, Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
-from vpol.model.parse import parse_exception, parse_policy
+from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -120,20 +120,14 @@ class Reconciler:
         #: resourceVersion of each policy right after our own status write: the watch event
         #: that write causes needs no reconcile.
         self.written_versions: dict[str, str] = {}
-        #: The VAPs and bindings we apply (vpol.controller.generated_apply).
+        #: The VAPs and bindings we apply (vpol.controller.generated_apply), and their resourceVersions.
         self.generated = GeneratedObjects(self.objects)
-        #: The same for them: (kind, name) -> resourceVersion after our apply.
-        self.generated_versions = self.generated.versions
         #: Told about every valid policy (None when it is gone or invalid): the scanner listens.
         self.on_policy = on_policy or (lambda name, policy: None)
         self.on_exceptions = on_exceptions or (lambda exceptions: None)
 
     def exceptions(self) -> list[PolicyException]:
-        out = []
-        for body in self.objects.list_exceptions():
-            exc, _problems = parse_exception(body)
-            if exc is not None:
-                out.append(exc)
+        out = self.objects.policy_exceptions()
         self.on_exceptions(out)
         return out
 
@@ -208,8 +202,7 @@ class Reconciler:
                 if ok:
                     native_objects = tuple(o["metadata"]["name"] for o in plan.objects
                                            if o["kind"] == "ValidatingAdmissionPolicy")
-                    changed = any(self.generated_versions.get((o["kind"], o["metadata"]["name"])) !=
-                                  listed_version(existing, (o["kind"], o["metadata"]["name"])) for o in plan.objects)
+                    changed = self.generated.changed(plan.objects, existing)
                     proof = self.native_proof(name, body, generation, VAP, changed, NATIVE)
                     native_pending = "" if proof.proven else proof.waiting_for
                     vap_warnings = self._vap_warnings(plan.objects)

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
-from vpol.controller.generated_apply import GeneratedObjects, api_message, listed_version
+from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, proof_of_native,
                                        proof_of_webhook)
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
@@ -104,7 +104,6 @@ class MutatingReconciler:
         self.written_versions: dict[str, str] = {}
         #: The MAPs and bindings we apply (vpol.controller.generated_apply), and their resourceVersions.
         self.generated = GeneratedObjects(self.objects)
-        self.generated_versions = self.generated.versions
 
     def map_api_version(self) -> str | None:
         """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""
@@ -190,7 +189,7 @@ class MutatingReconciler:
                     keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                     names = ", ".join(o["metadata"]["name"] for o in plan.objects
                                       if o["kind"] == "MutatingAdmissionPolicy")
-                    changed = any(self.generated_versions.get(k) != listed_version(existing, k) for k in keep)
+                    changed = self.generated.changed(plan.objects, existing)
                     proof = proof_of_native(self.prover, self.written_at, key, body, generation, MAP, changed,
                                             NATIVE_MAP)
                     if proof.proven:

@@ -72,8 +72,8 @@ from vpol.kube.objects import Objects
 from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
-from vpol.model.parse import parse_exception, parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.parse import parse_policy
+from vpol.model.policy import PolicyException, ValidatingPolicy, policy_key
 
 logger = logging.getLogger(__name__)
 
@@ -319,7 +319,7 @@ class Scanner(threading.Thread):
         objects = Objects(self.api)
         try:
             bodies = objects.list_policies()
-            exceptions = [e for e in (parse_exception(b)[0] for b in objects.list_exceptions()) if e is not None]
+            exceptions = objects.policy_exceptions()
         except Exception as exc:  # noqa: BLE001 - the operator's watches and reconciles tell them as well
             logger.warning("background scans: listing policies failed (%s); waiting for the operator's watch",
                            describe(exc))
@@ -327,8 +327,7 @@ class Scanner(threading.Thread):
         self.set_exceptions(exceptions)
         names = []
         for body in bodies:
-            md = body.get("metadata") or {}
-            key = f"{md['namespace']}/{md.get('name', '')}" if md.get("namespace") else str(md.get("name", ""))
+            key = policy_key(body.get("metadata") or {})
             try:
                 self.set_policy(key, scanned_policy(body))
             except Exception:  # noqa: BLE001 - one unreadable policy does not stop the others

@@ -31,11 +31,16 @@ def _call(api: client.ApiClient, path: str, query: list[tuple[str, Any]], *, tim
         auth_settings=["BearerToken"])
     resp = api.call_api(method, url, header_params=headers, _request_timeout=timeout)
     if not 200 <= int(resp.status) < 300:
-        data = resp.read()
-        exc = ApiException(status=int(resp.status), reason=data[:500].decode(errors="replace"))
-        exc.body = data[:4096].decode(errors="replace")  # the Status object, for vpol.kube.errors.describe
-        raise exc
+        raise api_error(int(resp.status), resp.read()[:4096])
     return resp.response
+
+
+def api_error(status: int, answer: bytes) -> ApiException:
+    """The error for a refused request; its body is the API server's Status (for vpol.kube.errors.describe),
+    as the generated client keeps it."""
+    exc = ApiException(status=status, reason=answer[:1000].decode(errors="replace"))
+    exc.body = answer.decode(errors="replace")
+    return exc
 
 
 def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *, namespace: str = "",
@@ -190,47 +195,42 @@ def object_path(group: str, version: str, resource: str, namespace: str, name: s
     return f"{collection_path(group, version, resource, namespace)}/{name}" + (f"/{subresource}" if subresource else "")
 
 
+def encoded(obj: Any) -> bytes:
+    """``obj`` as compact JSON, once (what the API server decodes; JSON is also YAML for an apply)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, content_type: str = "",
           query: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    method, url, headers, serialized, _post = api.param_serialize(
-        method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
-        auth_settings=["BearerToken"])
-    resp = api.call_api(method, url, header_params=headers, body=serialized)
-    data = resp.read()
-    if not 200 <= int(resp.status) < 300:
-        exc = ApiException(status=int(resp.status), reason=data[:1000].decode(errors="replace"))
-        exc.body = data.decode(errors="replace")  # the API server's Status, as the generated client keeps it
-        raise exc
-    return dict(json.loads(data or b"{}"))
+    raw = send_encoded(api, method, path, encoded(body) if body is not None else None, content_type=content_type,
+                       query=query)
+    return dict(json.loads(raw or b"{}"))
 
 
-def send_encoded(api: client.ApiClient, method: str, path: str, data: bytes, *, content_type: str,
+def send_encoded(api: client.ApiClient, method: str, path: str, data: bytes | None, *, content_type: str = "",
                  query: list[tuple[str, Any]] | None = None, timeout: tuple[float, float] = (10.0, 60.0)) -> bytes:
-    """A write whose body is already encoded JSON; returns the answer's body (unparsed), raises ApiException
-    when the status is not 2xx.
+    """A request whose body (if any) is already encoded JSON; returns the answer's body (unparsed), raises
+    ApiException when the status is not 2xx.
 
     For the operator's high-volume writes (a report per scanned resource): the generated client walks a
     body recursively to "sanitise" it, encodes it with the pure-Python path of ``json.dumps`` and parses
     the object the API server sends back; here the caller encodes once and the answer is read (so the
     connection goes back to the pool) and parsed only by a caller that needs it. Measured with 16-result
     reports: 1.7 ms of client CPU per write through the generated client, 1.2 ms this way."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
     method, url, headers, _body, _post = api.param_serialize(
-        method=method, resource_path=path, query_params=query or [],
-        header_params={"Accept": "application/json", "Content-Type": content_type}, auth_settings=["BearerToken"])
+        method=method, resource_path=path, query_params=query or [], header_params=headers,
+        auth_settings=["BearerToken"])
     resp = api.rest_client.pool_manager.request(method, url, body=data, headers=headers, preload_content=False,
                                                 timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
     try:
         raw = resp.data
     finally:
         resp.release_conn()
-    status = int(resp.status)
-    if not 200 <= status < 300:
-        exc = ApiException(status=status, reason=raw[:1000].decode(errors="replace"))
-        exc.body = raw.decode(errors="replace")
-        raise exc
+    if not 200 <= int(resp.status) < 300:
+        raise api_error(int(resp.status), raw)
     return bytes(raw)
 
 
@@ -260,6 +260,14 @@ def replace_object(api: client.ApiClient, group: str, version: str, resource: st
     """PUT one object (its metadata.resourceVersion, when set, guards against a concurrent write: 409)."""
     return _send(api, "PUT", object_path(group, version, resource, namespace, name), body=body,
                  content_type="application/json")
+
+
+def apply_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str,
+                 body: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+    """Server-side apply of one object (``body`` names it) under ``field_manager``, forced; the object as stored."""
+    return _send(api, "PATCH", object_path(group, version, resource, namespace, str(body["metadata"]["name"])),
+                 body=body, content_type="application/apply-patch+yaml",
+                 query=[("fieldManager", field_manager), ("force", "true")])
 
 
 def json_patch_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str, name: str,

@@ -8,7 +8,6 @@ patches of the status subresource.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.desired.webhook import owner_reference
-from vpol.kube.dynamic import collection_path, create_object, list_pages, object_path, send_encoded
+from vpol.kube.dynamic import apply_object, collection_path, create_object, encoded, list_pages, send_encoded
+from vpol.model.parse import parse_exception
+from vpol.model.policy import PolicyException
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
@@ -115,6 +116,12 @@ class Objects:
             raise
         return list(out.get("items") or [])
 
+    def policy_exceptions(self) -> list[PolicyException]:
+        """Every PolicyException that parses (those that do not are reported by the validation webhook and
+        `vpol check`, not here)."""
+        parsed = (parse_exception(body)[0] for body in self.list_exceptions())
+        return [exc for exc in parsed if exc is not None]
+
     def patch_policy_status(self, key: str, status: Mapping[str, Any]) -> str:
         """Merge-patch the status; returns the policy's new resourceVersion."""
         namespace, _, name = key.rpartition("/")
@@ -179,11 +186,7 @@ class Objects:
         if plural is None:
             raise ValueError(f"vpol does not apply {obj.get('kind')}")
         group, _slash, version = str(obj["apiVersion"]).rpartition("/")
-        path = object_path(group, version, plural, "", str(obj["metadata"]["name"]))
-        raw = send_encoded(self.api, "PATCH", path, json.dumps(dict(obj), separators=(",", ":")).encode(),
-                           content_type="application/apply-patch+yaml",
-                           query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
-        return dict(json.loads(raw or b"{}"))
+        return apply_object(self.api, group, version, plural, "", dict(obj), field_manager=FIELD_MANAGER)
 
     def get_vap(self, name: str) -> dict[str, Any] | None:
         try:
@@ -248,7 +251,7 @@ class Objects:
         """Create an events.k8s.io/v1 Event (generically, as reports are written: the generated EventsV1Api
         validates its arguments with pydantic, parses the Event sent back into models and loads their module)."""
         send_encoded(self.api, "POST", collection_path("events.k8s.io", "v1", "events", namespace),
-                     json.dumps(dict(body), separators=(",", ":")).encode(), content_type="application/json")
+                     encoded(dict(body)), content_type="application/json")
 
     def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would

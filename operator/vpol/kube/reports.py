@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.kube.dynamic import collection_path, list_pages, object_path, send_encoded
+from vpol.kube.dynamic import collection_path, encoded, list_pages, object_path, send_encoded
 from vpol.kube.objects import FIELD_MANAGER
 
 GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
@@ -36,7 +35,7 @@ class Reports:
 
     def apply(self, report: Mapping[str, Any]) -> None:
         """Server-side apply of a whole report (field manager vpol, forced)."""
-        send_encoded(self.api, "PATCH", self._path(report, named=True), _encode(report),
+        send_encoded(self.api, "PATCH", self._path(report, named=True), encoded(report),
                      content_type="application/apply-patch+yaml",
                      query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
 
@@ -50,7 +49,7 @@ class Reports:
         set is left behind.
         """
         try:
-            send_encoded(self.api, "POST", self._path(report, named=False), _encode(report),
+            send_encoded(self.api, "POST", self._path(report, named=False), encoded(report),
                          content_type="application/json", query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             if exc.status == 409:
@@ -78,7 +77,3 @@ class Reports:
             if exc.status != 404:
                 raise
 
-
-def _encode(report: Mapping[str, Any]) -> bytes:
-    """A report as compact JSON (what the API server decodes; JSON is also YAML for an apply)."""
-    return json.dumps(report, separators=(",", ":"), ensure_ascii=False).encode()

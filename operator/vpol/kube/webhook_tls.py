@@ -47,12 +47,7 @@ class WebhookTLS:
             return self._current
 
     def _read(self) -> tuple[Any, ServingCertificate | None]:
-        try:
-            secret = get_object(self.api, "", "v1", "secrets", self.namespace, self.secret_name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None, None
-            raise
+        secret = get_object(self.api, "", "v1", "secrets", self.namespace, self.secret_name)  # None: not found
         if secret is None:
             return None, None
         return secret, from_secret_data(secret.get("data"))

@@ -131,6 +131,12 @@ class PolicySpec:
     webhook_timeout_seconds: int | None = None
 
 
+def policy_key(metadata: Mapping[str, Any]) -> str:
+    """A policy object's key from its metadata, also when it does not parse (:attr:`PolicyIdentity.key`)."""
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    return f"{namespace}/{name}" if namespace else name
+
+
 class PolicyIdentity:
     """What every policy kind says of itself: its key, its reference and where its problems are."""
 

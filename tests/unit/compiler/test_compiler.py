@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.unit.policies import make_policy
 from vpol.cel.compiler import compile_policy
+from vpol.cel.memo import BoundedMemo
 
 
 def errors(policy):
@@ -156,7 +157,7 @@ def test_a_verdict_is_computed_once_per_spec(monkeypatch):
         return real(policy, **kw)
 
     monkeypatch.setattr(compiler, "compile_policy", counting)
-    monkeypatch.setattr(compiler, "_VERDICTS", compiler.OrderedDict())
+    monkeypatch.setattr(compiler, "_VERDICTS", BoundedMemo(compiler.VERDICTS_KEPT))
     bad = [{"expression": "true"}, {"expression": "object.x =="}]
     first = compiler.compile_verdict(make_policy(name="a", validations=bad))
     again = compiler.compile_verdict(make_policy(name="b", validations=bad))  # another object, the same spec
@@ -172,8 +173,7 @@ def test_a_verdict_is_computed_once_per_spec(monkeypatch):
 def test_verdicts_kept_are_bounded(monkeypatch):
     from vpol.cel import compiler
 
-    monkeypatch.setattr(compiler, "_VERDICTS", compiler.OrderedDict())
-    monkeypatch.setattr(compiler, "VERDICTS_KEPT", 3)
+    monkeypatch.setattr(compiler, "_VERDICTS", BoundedMemo(3))
     for i in range(5):
         compiler.compile_verdict(make_policy(validations=[{"expression": f"{i} == {i}"}]))
     assert len(compiler._VERDICTS) == 3
@@ -193,7 +193,7 @@ def test_type_warnings_are_computed_once_per_spec_and_discovery(monkeypatch):
         return real(policy, discovery, **kw)
 
     monkeypatch.setattr(typecheck, "check_policy", counting)
-    monkeypatch.setattr(typecheck, "_CHECKED", typecheck.OrderedDict())
+    monkeypatch.setattr(typecheck, "_CHECKED", [(None, BoundedMemo(typecheck.CHECKED_KEPT))])
     validations = [{"expression": "object.spec.nodeName > 3"}]
     snapshot = builtin()
     first = typecheck.check_policy_cached(make_policy(name="a", validations=validations), snapshot)

@@ -55,8 +55,11 @@ def test_unchanged_objects_are_not_applied_again() -> None:
     assert applied == ["a", "b"] and gen.versions == {("ValidatingAdmissionPolicy", "a"): "11",
                                                        ("ValidatingAdmissionPolicy", "b"): "12"}
     assert api.stored["a"]["metadata"]["annotations"] == {GENERATED_DIGEST_ANNOTATION: digest(vap("a"))}
+    assert gen.changed([vap("a"), vap("b")], {})  # written by this apply: not as listed before it
     again: list[str] = []
-    assert gen.apply([vap("a"), vap("b")], api.listed(), again)[0] and again == [] and api.applies == ["a", "b"]
+    listed = api.listed()
+    assert gen.apply([vap("a"), vap("b")], listed, again)[0] and again == [] and api.applies == ["a", "b"]
+    assert not gen.changed([vap("a"), vap("b")], listed)
 
 
 def test_any_change_applies_again() -> None:

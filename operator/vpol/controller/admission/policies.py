@@ -35,7 +35,7 @@ from vpol.kube.objects import (
 )
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException, ValidatingPolicy, policy_key
 
 logger = logging.getLogger(__name__)
 
@@ -206,12 +206,6 @@ class AdmissionPolicies:
                 logger.exception("admission policy listener failed")
 
 
-def _key(obj: Mapping[str, Any]) -> str:
-    md = obj.get("metadata") or {}
-    ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
-    return f"{ns}/{name}" if ns else name
-
-
 def _tracked(owner: AdmissionPolicies, plural: str,
              handler: Callable[[str, dict[str, Any]], str]) -> Callable[[str, dict[str, Any]], None]:
     """A watcher callback that also records which keys each list produced."""
@@ -230,3 +224,7 @@ def _tracked(owner: AdmissionPolicies, plural: str,
             listing.add(key)
 
     return on_event
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return policy_key(obj.get("metadata") or {})
