@@ -191,6 +191,69 @@ def test_a_report_the_operator_does_not_know_is_taken_over(policies: Policies, c
     assert [x["result"] for x in r["results"]] == ["pass"] and r["summary"]["fail"] == 0
 
 
+def test_reports_are_updated_at_vpols_own_version_and_keep_what_others_added(policies: Policies, cluster: Any,
+                                                                            namespace: str) -> None:
+    """A changed report is replaced (PUT) at the resourceVersion of vpol's last write of it, the cheapest update
+    for the API server; once someone else has changed the report, that precondition fails and the write is a
+    server-side apply, which keeps their fields."""
+    uid = make_cm(cluster, namespace, "versioned", {"x": "1"})
+    name = policies.create("versioned", owner_policy())
+    wait_for("a fail result", lambda: (result_of(cluster, namespace, uid, name) or {}).get("result") == "fail", 60)
+    core = client.CoreV1Api(cluster.api_client)
+
+    def managers() -> list[tuple[str, str]]:
+        fields = report(cluster, namespace, uid)["metadata"]["managedFields"]
+        return sorted((m["manager"], m["operation"]) for m in fields)
+
+    core.patch_namespaced_config_map("versioned", namespace, {"data": {"owner": "me"}})
+    wait_for("the pass result", lambda: (result_of(cluster, namespace, uid, name) or {}).get("result") == "pass", 60)
+    # Created, then replaced: vpol's writes, none of them an apply.
+    assert managers() == [("vpol", "Update")]
+
+    custom = client.CustomObjectsApi(cluster.api_client)
+    custom.patch_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", namespace, "policyreports", f"vpol-{uid}",
+                                          {"metadata": {"labels": {"team": "payments"}}})
+    core.patch_namespaced_config_map("versioned", namespace, {"data": {"owner": None}})
+    wait_for("the fail result again",
+             lambda: (result_of(cluster, namespace, uid, name) or {}).get("result") == "fail", 60)
+    r = report(cluster, namespace, uid)
+    assert r["metadata"]["labels"]["team"] == "payments", "someone else's label was lost"
+    assert r["summary"].get("fail") == 1 and not r["summary"].get("pass")
+    assert ("vpol", "Apply") in managers()
+
+
+def test_a_new_severity_or_category_reaches_reports_and_metrics(policies: Policies, cluster: Any, namespace: str,
+                                                               operator: OperatorProcess) -> None:
+    """Changing only a policy's severity or category annotations changes no result, but every report holding its
+    results says the new ones, and vpol_report_results counts them under the new labels only."""
+    uid = make_cm(cluster, namespace, "rated", {"x": "1"})
+    name = policies.create("rated", owner_policy())
+
+    def annotate(severity: str, category: str) -> None:
+        policies.api.patch_cluster_custom_object(GROUP, VERSION, PLURAL, name, {"metadata": {"annotations": {
+            "policies.kyverno.io/severity": severity, "policies.kyverno.io/category": category}}})
+
+    def series() -> set[tuple[str, str]]:
+        out = set()
+        for line in operator.metrics().splitlines():
+            if line.startswith("vpol_report_results{") and f'policy="{name}"' in line and \
+                    float(line.rsplit(" ", 1)[1]) > 0:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                out.add((labels["severity"], labels["category"]))
+        return out
+
+    annotate("low", "Testing")
+    wait_for("a low-severity result", lambda: (result_of(cluster, namespace, uid, name) or {}).get("severity")
+             == "low", 60)
+    wait_for("the low series", lambda: series() == {("low", "Testing")}, 30)
+    annotate("high", "Security")
+    wait_for("the high-severity result", lambda: (result_of(cluster, namespace, uid, name) or {}).get("severity")
+             == "high", 60)
+    r = result_of(cluster, namespace, uid, name)
+    assert (r["result"], r["category"]) == ("fail", "Security")
+    wait_for("only the new series", lambda: series() == {("high", "Security")}, 30)
+
+
 def kyverno_report(uid: str, namespace: str, name: str, managed_by: str, source: str) -> dict[str, Any]:
     """A report as Kyverno's reports controller writes it for a resource: named by its bare UID."""
     return {

@@ -47,6 +47,7 @@ from vpol.desired.report import (
     ReportEntry,
     Results,
     SCAN_KEY_ANNOTATION,
+    SOURCE,
     ResourceRef,
     by_policy,
     entries_from_report,
@@ -54,6 +55,7 @@ from vpol.desired.report import (
     now_seconds,
     report_for,
     report_name,
+    reported_meta,
 )
 from vpol.cel.compiler import compile_verdict
 from vpol.controller import metrics
@@ -69,7 +71,7 @@ from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import Watcher, list_pages
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import Objects
-from vpol.kube.reports import Reports
+from vpol.kube.reports import Reports, written_by_vpol_only
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_policy
@@ -126,6 +128,9 @@ class _State:
     written: bool
     #: What the entries were computed from (see _scan_key); "" when unknown.
     key: str = ""
+    #: The report's resourceVersion as vpol last wrote it (updated at that version, see Reports.update); ""
+    #: when unknown or when someone else also wrote it (then applied).
+    version: str = ""
 
 
 def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
@@ -178,9 +183,14 @@ class Scanner(threading.Thread):
         self._pool_entries = EntryPool()
         self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
         self._pending: deque[tuple[_Write, Future[None]]] = deque()
-        self._counts: Counter[tuple[str, str, str, str, str]] = Counter()
-        #: Series of vpol_report_results whose count changed since they were last set.
-        self._changed_counts: set[tuple[str, str, str, str, str]] = set()
+        #: Results in reports per (policy, namespace, result); published with the policy's severity and category.
+        self._counts: Counter[tuple[str, str, str]] = Counter()
+        #: Counts changed since they were last published (or whose policy's severity or category changed).
+        self._changed_counts: set[tuple[str, str, str]] = set()
+        #: The (severity, category) each count is published under (vpol_report_results' last two labels).
+        self._published: dict[tuple[str, str, str], tuple[str, str]] = {}
+        #: The report metadata of each policy as the reports were last written with (see _meta_changed).
+        self._written_meta: dict[str, PolicyMeta] = {}
         self._active = False
         self._last_full = 0.0
         self.writes = 0
@@ -308,6 +318,7 @@ class Scanner(threading.Thread):
         if any(e[0] == "stop" for e in queued):
             self._events.put(("stop",))
             return
+        self._meta_changed()
         self._full_scan(mutate=False)
         # Every MutatingPolicy with mutateExisting runs once when scanning starts (as Kyverno's controller does for
         # every policy it finds), whatever its background setting.
@@ -359,6 +370,8 @@ class Scanner(threading.Thread):
         self._state.clear()
         self._counts.clear()
         self._changed_counts.clear()
+        self._published.clear()
+        self._written_meta = {}
         metrics.REPORT_RESULTS.clear()
         self._active = False
 
@@ -398,6 +411,7 @@ class Scanner(threading.Thread):
                 return
         if policies or resync_all or mutating:
             self._sync_watchers()
+            self._meta_changed()
         if mutating:
             self._mutating_changed(mutating)
         if triggers and self.mutation.policies():
@@ -688,7 +702,7 @@ class Scanner(threading.Thread):
             if state is not None and state.written:
                 return _Write(ref, None)
             return None
-        self._state[ref.uid] = _State(ref, entries, False, key)
+        self._state[ref.uid] = _State(ref, entries, False, key, state.version if state is not None else "")
         return _Write(ref, entries, self._meta(), key, create=state is None)
 
     def _store_one(self, ref: ResourceRef, policy: str, entry: ReportEntry | None) -> None:
@@ -717,12 +731,21 @@ class Scanner(threading.Thread):
             metrics.REPORT_WRITES.labels("delete").inc()
             return
         report = report_for(w.ref, by_policy(w.entries), w.meta or {}, w.key)
-        if not (w.create and self.reports.create(report)):
-            self.reports.apply(report)
+        version = self.reports.create(report) if w.create else None
+        if version is None:
+            state = self._state.get(w.ref.uid)
+            if state is not None and state.version:
+                version = self.reports.update(report, state.version)
+            if version is None:
+                version = self.reports.apply(report)
         metrics.REPORT_WRITES.labels("apply").inc()
         state = self._state.get(w.ref.uid)
-        if state is not None and state.entries is w.entries:
-            state.written = True
+        if state is not None:
+            # Two writes of one report in flight at once may record their versions out of order: the next
+            # update then fails its precondition and is applied instead.
+            state.version = version
+            if state.entries is w.entries:
+                state.written = True
 
     def _flush(self, writes: list["_Write"]) -> None:
         """Queue report writes (or deletions) to the writer threads; a failed write is
@@ -753,25 +776,44 @@ class Scanner(threading.Thread):
     def _count(self, entries: Results, ref: ResourceRef, sign: int) -> None:
         """Count a resource's results in (or out of) vpol_report_results; the gauge itself is set
         once per chunk (_publish_counts), not once per result."""
-        meta = self._meta()
         for entry in entries:
-            m = meta.get(entry.policy, PolicyMeta())
-            key = (entry.policy, ref.namespace, entry.result, m.severity, m.category)
+            key = (entry.policy, ref.namespace, entry.result)
             self._counts[key] += sign
             self._changed_counts.add(key)
 
     def _publish_counts(self) -> None:
+        meta = self._meta()
         for key in self._changed_counts:
             value = self._counts.get(key, 0)
-            if value <= 0:
-                self._counts.pop(key, None)
+            m = meta.get(key[0], PolicyMeta())
+            labels = (m.severity, m.category)
+            old = self._published.pop(key, None)
+            if old is not None and (value <= 0 or old != labels):
                 try:
-                    metrics.REPORT_RESULTS.remove(*key)
+                    metrics.REPORT_RESULTS.remove(*key, *old)
                 except KeyError:
                     pass
+            if value <= 0:
+                self._counts.pop(key, None)
             else:
-                metrics.REPORT_RESULTS.labels(*key).set(value)
+                metrics.REPORT_RESULTS.labels(*key, *labels).set(value)
+                self._published[key] = labels
         self._changed_counts.clear()
+
+    def _meta_changed(self) -> None:
+        """After policy changes: the reports holding results of a policy whose severity, category or scored
+        annotation changed are written again (the rescan of the policy, or the next write of the report,
+        finds them not written), and its counts are published under the new labels."""
+        meta = self._meta()
+        changed = {name for name, old in self._written_meta.items() if name in meta and meta[name] != old}
+        self._written_meta = dict(meta)
+        if not changed:
+            return
+        for state in self._state.values():
+            if any(e.policy in changed for e in state.entries):
+                state.written = False
+        self._changed_counts.update(key for key in self._counts if key[0] in changed)
+        self._publish_counts()
 
     # -- scans ------------------------------------------------------------------------------
 
@@ -849,6 +891,7 @@ class Scanner(threading.Thread):
     def _seed_from_reports(self) -> None:
         """What vpol's reports say (results and the scan key they were computed with), read back at start-up;
         counted into vpol_report_results by the caller, once the policies are known."""
+        meta = {name: m.as_reported() for name, m in self._meta().items()}
         for report in self.reports.existing(f"{MANAGED_BY_LABEL}={MANAGED_BY}"):
             scope = report.get("scope") or {}
             md = report.get("metadata") or {}
@@ -859,13 +902,29 @@ class Scanner(threading.Thread):
                               str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
             entries = self._pool_entries.results(entries_from_report(report).values())
             key = str((md.get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
-            written = md.get("name") == report_name(uid)
-            if not written:
+            version = str(md.get("resourceVersion", "")) if written_by_vpol_only(report) else ""
+            written = True
+            if md.get("name") != report_name(uid):
                 # Written by an older vpol under the resource's bare UID, the name Kyverno gives its own
                 # reports: removed, and its results rewritten under vpol's name by the first scan.
                 self.reports.delete(str(md.get("name", "")), ref.namespace)
-                key = ""
-            self._state[uid] = _State(ref, entries, written, key)
+                written, key, version = False, "", ""
+            elif _stale_meta(report, meta):
+                # It says another severity, category or scored than its policy does now (changed while no vpol
+                # ran): written again by the first scan.
+                written = False
+            self._state[uid] = _State(ref, entries, written, key, version)
+        self._written_meta = dict(self._meta())
+
+
+def _stale_meta(report: Mapping[str, Any], meta: Mapping[str, PolicyMeta]) -> bool:
+    """Whether one of vpol's results in ``report`` carries other policy metadata than ``meta`` (as reported)."""
+    for item in report.get("results") or []:
+        if isinstance(item, Mapping) and item.get("source") == SOURCE:
+            want = meta.get(str(item.get("policy", "")))
+            if want is not None and reported_meta(item) != want:
+                return True
+    return False
 
 
 def _always() -> threading.Event:

@@ -86,6 +86,15 @@ class PolicyMeta:
         """From the policy's annotations: a severity outside :data:`SEVERITIES` is left out."""
         return cls(severity_of(severity), category, scored)
 
+    def as_reported(self) -> "PolicyMeta":
+        """What a report result written with this metadata says (see report_for and reported_meta)."""
+        return PolicyMeta(severity_of(self.severity), self.category, self.scored)
+
+
+def reported_meta(item: Mapping[str, Any]) -> PolicyMeta:
+    """The policy metadata a written report result carries (its severity, category and scored)."""
+    return PolicyMeta(str(item.get("severity") or ""), str(item.get("category") or ""), bool(item.get("scored")))
+
 
 @dataclass(frozen=True, slots=True)
 class ReportEntry:

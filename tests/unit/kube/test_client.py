@@ -65,9 +65,10 @@ def test_the_credential_refresh_runs_at_most_once_per_interval(tmp_path: Path, m
     assert cfg.refresh_api_key_hook is None
 
 
-def test_reports_are_sent_encoded_once_and_the_answer_is_not_parsed(tmp_path: Path, monkeypatch) -> None:
-    """Reports.create/apply send the report's compact JSON straight to the connection pool (no sanitising, no
-    re-encoding), with the field manager; a 409 on create says "exists" and other errors keep the Status."""
+def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tmp_path: Path, monkeypatch) -> None:
+    """Reports.create/update/apply send the report's compact JSON straight to the connection pool (no sanitising,
+    no re-encoding), with the field manager, and return the written report's resourceVersion; a 409 on create
+    says "exists", a 409 or 404 on update says "not at that version any more"; other errors keep the Status."""
     import json
 
     import pytest
@@ -82,7 +83,8 @@ def test_reports_are_sent_encoded_once_and_the_answer_is_not_parsed(tmp_path: Pa
     class Answer:
         def __init__(self, code: int):
             self.status = code
-            self.data = b'{"kind":"Status","message":"m"}' if code >= 300 else b"{not parsed"
+            self.data = b'{"kind":"Status","message":"m"}' if code >= 300 else \
+                b'{"kind":"PolicyReport","metadata":{"name":"vpol-u1","resourceVersion":"%d"}}' % len(sent)
 
         def release_conn(self) -> None:
             sent[-1]["released"] = True
@@ -95,7 +97,7 @@ def test_reports_are_sent_encoded_once_and_the_answer_is_not_parsed(tmp_path: Pa
     report = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
               "metadata": {"name": "vpol-u1", "namespace": "ns"}, "results": [{"policy": "p", "message": "é"}]}
     reports = Reports(api)
-    assert reports.create(report) is True
+    assert reports.create(report) == "1"
     first = sent[-1]
     assert first["method"] == "POST" and first["released"]
     assert first["url"] == "https://127.0.0.1:1/apis/wgpolicyk8s.io/v1alpha2/namespaces/ns/policyreports" \
@@ -104,17 +106,42 @@ def test_reports_are_sent_encoded_once_and_the_answer_is_not_parsed(tmp_path: Pa
     assert b" " not in first["body"] and first["headers"]["Content-Type"] == "application/json"
     assert first["headers"]["authorization"] == "Bearer t"
     status[0] = 409
-    assert reports.create(report) is False
+    assert reports.create(report) is None
     status[0] = 200
-    reports.apply(report)
+    assert reports.apply(report) == "3"
     applied = sent[-1]
     assert applied["method"] == "PATCH" and applied["headers"]["Content-Type"] == "application/apply-patch+yaml"
     assert applied["url"].endswith("/namespaces/ns/policyreports/vpol-u1?fieldManager=vpol&force=true")
+    # An update replaces the report at the version given, and only there.
+    assert reports.update(report, "3") == "4"
+    put = sent[-1]
+    assert put["method"] == "PUT" and put["url"].endswith("/namespaces/ns/policyreports/vpol-u1?fieldManager=vpol")
+    assert json.loads(put["body"]) == {**report, "metadata": {**report["metadata"], "resourceVersion": "3"}}
+    assert "resourceVersion" not in report["metadata"]
+    for refused in (409, 404):
+        status[0] = refused
+        assert reports.update(report, "3") is None
+    status[0] = 200
     cluster = {**report, "kind": "ClusterPolicyReport", "metadata": {"name": "vpol-u2"}}
     reports.apply(cluster)
     assert sent[-1]["url"].endswith("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/vpol-u2"
                                     "?fieldManager=vpol&force=true")
-    status[0] = 422
-    with pytest.raises(ApiException) as failed:
-        reports.apply(report)
-    assert failed.value.status == 422 and '"message":"m"' in failed.value.body
+    for refused in (422, 403):
+        status[0] = refused
+        with pytest.raises(ApiException) as failed:
+            reports.apply(report)
+        assert failed.value.status == refused and '"message":"m"' in failed.value.body
+        with pytest.raises(ApiException):
+            reports.update(report, "3")
+
+
+def test_only_reports_that_vpol_alone_wrote_are_replaced() -> None:
+    from vpol.kube.reports import written_by_vpol_only
+
+    def report(*managers: str) -> dict:
+        return {"metadata": {"managedFields": [{"manager": m, "operation": "Update"} for m in managers]}}
+
+    assert written_by_vpol_only(report("vpol", "vpol"))
+    assert not written_by_vpol_only(report("vpol", "kubectl-label"))
+    assert not written_by_vpol_only(report())
+    assert not written_by_vpol_only({"metadata": {}})

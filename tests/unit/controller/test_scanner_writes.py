@@ -1,0 +1,154 @@
+"""How the scanner writes a report: created when new, replaced at the version vpol last wrote, applied otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from tests.unit.policies import make_policy
+from vpol.controller.scanner import Scanner
+from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for
+
+
+class RecordingReports:
+    """Stands for vpol.kube.reports.Reports: records each write and answers as the API server would."""
+
+    def __init__(self, existing: list[dict[str, Any]] | None = None):
+        self.existing_reports = existing or []
+        #: Reports someone else changed since: an update at vpol's version fails its precondition.
+        self.stale: set[str] = set()
+        self.calls: list[tuple[str, str, str]] = []
+        self.version = 100
+
+    def existing(self, _selector: str) -> list[dict[str, Any]]:
+        return self.existing_reports
+
+    def _next(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    def create(self, report: dict[str, Any]) -> str | None:
+        self.calls.append(("create", report["metadata"]["name"], ""))
+        return self._next()
+
+    def update(self, report: dict[str, Any], version: str) -> str | None:
+        self.calls.append(("update", report["metadata"]["name"], version))
+        if report["metadata"]["name"] in self.stale:
+            return None
+        return self._next()
+
+    def apply(self, report: dict[str, Any]) -> str:
+        self.calls.append(("apply", report["metadata"]["name"], ""))
+        self.stale.discard(report["metadata"]["name"])
+        return self._next()
+
+    def delete(self, name: str, namespace: str) -> None:
+        self.calls.append(("delete", name, ""))
+
+
+POLICY = make_policy(name="p", validations=[{"expression": "true"}])
+
+
+def ref(uid: str) -> ResourceRef:
+    return ResourceRef("v1", "ConfigMap", f"cm-{uid}", "ns", uid)
+
+
+def entry(result: str) -> ReportEntry:
+    return ReportEntry("p", result, "", (), 1)
+
+
+def stored(uid: str, result: str, version: str, *managers: str) -> dict[str, Any]:
+    body = report_for(ref(uid), {"p": entry(result)}, {"p": PolicyMeta()}, "k")
+    body["metadata"]["resourceVersion"] = version
+    body["metadata"]["managedFields"] = [{"manager": m, "operation": "Update"} for m in managers]
+    return body
+
+
+def scanner_with(reports: RecordingReports) -> Scanner:
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    scanner.reports = reports  # type: ignore[assignment]
+    scanner.set_policy("p", POLICY)
+    return scanner
+
+
+def write(scanner: Scanner, uid: str, result: str) -> None:
+    w = scanner._store(ref(uid), [entry(result)], None, "k2")
+    assert w is not None
+    scanner._write(w)
+
+
+def test_a_new_report_is_created_and_later_replaced_at_the_version_written() -> None:
+    reports = RecordingReports()
+    scanner = scanner_with(reports)
+    write(scanner, "u1", "fail")
+    write(scanner, "u1", "pass")
+    write(scanner, "u1", "fail")
+    assert reports.calls == [("create", "vpol-u1", ""), ("update", "vpol-u1", "101"), ("update", "vpol-u1", "102")]
+
+
+def test_a_report_changed_by_someone_else_is_applied_and_then_updated_again() -> None:
+    reports = RecordingReports()
+    scanner = scanner_with(reports)
+    write(scanner, "u1", "fail")
+    reports.stale.add("vpol-u1")
+    write(scanner, "u1", "pass")
+    write(scanner, "u1", "fail")
+    assert reports.calls == [("create", "vpol-u1", ""), ("update", "vpol-u1", "101"), ("apply", "vpol-u1", ""),
+                             ("update", "vpol-u1", "102")]
+
+
+def test_reports_read_back_at_start_are_replaced_only_when_vpol_alone_wrote_them() -> None:
+    reports = RecordingReports([stored("ours", "fail", "7", "vpol"),
+                                stored("shared", "fail", "8", "vpol", "kubectl-label")])
+    scanner = scanner_with(reports)
+    scanner._seed_from_reports()
+    write(scanner, "ours", "pass")
+    write(scanner, "shared", "pass")
+    assert reports.calls == [("update", "vpol-ours", "7"), ("apply", "vpol-shared", "")]
+
+
+def test_a_report_read_back_with_another_severity_than_its_policys_is_written_again() -> None:
+    """The policy's severity changed while no vpol ran: its results are the same, its reports are not."""
+    rated = make_policy(name="p", validations=[{"expression": "true"}],
+                        annotations={"policies.kyverno.io/severity": "high"})
+    low = stored("low", "fail", "7", "vpol")
+    low["results"][0]["severity"] = "low"
+    high = stored("high", "fail", "8", "vpol")
+    high["results"][0]["severity"] = "high"
+    reports = RecordingReports([low, high])
+    scanner = scanner_with(reports)
+    scanner.set_policy("p", rated)
+    scanner._seed_from_reports()
+    assert scanner._store(ref("high"), [entry("fail")], None, "k") is None
+    w = scanner._store(ref("low"), [entry("fail")], None, "k")
+    assert w is not None
+    scanner._write(w)
+    assert reports.calls == [("update", "vpol-low", "7")]
+
+
+def test_report_result_counts_follow_a_new_severity() -> None:
+    """vpol_report_results counts a policy's results under its current severity and category only."""
+    from vpol.controller import metrics
+
+    reports = RecordingReports()
+    scanner = scanner_with(reports)
+    scanner._meta_changed()
+    write(scanner, "u1", "fail")
+    write(scanner, "u2", "fail")
+
+    def series() -> dict[tuple[str, ...], float]:
+        scanner._publish_counts()  # as each chunk of a scan does
+        return {tuple(s.labels[k] for k in ("namespace", "result", "severity")): s.value
+                for m in metrics.REPORT_RESULTS.collect() for s in m.samples if s.labels["policy"] == "p"}
+
+    assert series() == {("ns", "fail", ""): 2}
+    scanner.set_policy("p", make_policy(name="p", validations=[{"expression": "true"}],
+                                        annotations={"policies.kyverno.io/severity": "medium"}))
+    scanner._meta_changed()
+    assert series() == {("ns", "fail", "medium"): 2}
+    # ...and the reports holding its results are written again, though the results did not change.
+    calls = len(reports.calls)
+    write(scanner, "u1", "fail")
+    assert reports.calls[calls:] == [("update", "vpol-u1", "101")]
+    metrics.REPORT_RESULTS.clear()
