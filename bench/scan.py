@@ -19,10 +19,16 @@ vpol-system/vpol ServiceAccount):
    the operator's peak RSS and, separately, its evaluation worker's; then
    checks the reports themselves (one PolicyReport per Pod with every result);
    this phase is cut off after --apply-timeout and its end extrapolated
-   when it is slow; the reports it wrote are then deleted;
-3. ("cold") starts a fresh operator with the policies present and no reports,
+   when it is slow;
+3. ("add", after the report floor below, whose reports are then in place)
+   starts an operator, and once its start-up is over applies one more policy
+   (a copy of the first under another name): every report is updated once;
+   measures the time until every result is written, the writes per Pod and
+   the control plane's CPU per write (against the report floor's creates);
+   the copy is deleted afterwards, and the reports too;
+4. ("cold") starts a fresh operator with the policies present and no reports,
    and measures the same figures from the operator's start;
-4. ("restart") restarts the operator with nothing changed and measures the
+5. ("restart") restarts the operator with nothing changed and measures the
    time to its first full scan and its report writes (targets: zero writes,
    <= 10 s); with --rescan-interval S also one periodic full rescan.
 
@@ -52,7 +58,7 @@ write floor is the time the same API server took to accept the bench's Pods
 The run ends with a table of these ratios, each marked PASS or FAIL.
 
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
-       [--phases apply,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
+       [--phases apply,add,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
        [--kubeconfig FILE --kubectl PATH]
 """
 
@@ -341,6 +347,8 @@ class Phase:
     periodic_resources: float = 0.0
     #: Pods x policies: the results a complete scan reports.
     expected: int = 0
+    #: The local control plane's CPU seconds from t0 until the phase went quiet (0 with --kubeconfig).
+    control_plane_cpu: float = 0.0
 
     @property
     def writes(self) -> float:
@@ -376,6 +384,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
     t0 is the operator's start, or the first policy apply when ``apply`` is given.
     """
     t_start = time.monotonic()
+    cpu0 = control_plane_cpu()
     op = start_operator(kube, work, ["--scan-interval", str(scan_interval), *args.operator_arg],
                         log_name=f"operator-{name}.log")
     assert op.proc is not None
@@ -393,13 +402,17 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             # the scanner's activation) is timed as part of the policies' scan.
             wait_until(lambda: progress(op, t_start).full_scans >= 1, 120, 0.2)
             t0 = time.monotonic()
-            names = apply_policies(kube, apply)
             base = progress(op, t0)
+            cpu0 = control_plane_cpu()
+            names = apply_policies(kube, apply)
         run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit)
+        # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
+        cpu = control_plane_cpu() - cpu0
         full = [p for p in run.timeline if p.full_scans >= 1]
         phase = Phase(name, run, MemoryPeaks(), base, live=live,
                       first_full=full[0].t if full else None,
-                      first_full_seconds=full[0].full_seconds if full else 0.0, expected=expected)
+                      first_full_seconds=full[0].full_seconds if full else 0.0, expected=expected,
+                      control_plane_cpu=cpu)
         if periodic and full:
             ok = wait_until(lambda: progress(op, t0).full_scans >= 2, scan_interval + timeout, 0.5)
             p2 = progress(op, t0)
@@ -472,9 +485,10 @@ def main() -> int:
     parser.add_argument("--rescan-interval", type=float, default=0,
                         help="--scan-interval of the restarted operator, to also time one periodic full rescan "
                              "(it starts once the restart's work is done; e.g. 60); default 0: not measured")
-    parser.add_argument("--phases", default="apply,cold,restart",
-                        help="comma-separated: apply (policies applied to a running operator), cold (fresh "
-                             "operator, policies present, no reports), restart (nothing changed)")
+    parser.add_argument("--phases", default="apply,add,cold,restart",
+                        help="comma-separated: apply (policies applied to a running operator), add (one more "
+                             "policy applied to a running operator whose reports exist; needs apply), cold "
+                             "(fresh operator, policies present, no reports), restart (nothing changed)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
                                                              "--apply-timeout 60")
     parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
@@ -532,6 +546,11 @@ def main() -> int:
                          f"{pod_cpu / max(1, pods) * 1000:.1f} ms per Pod", ""])
             rows.append(["  apply: policies applied -> every result written, / report floor",
                          f"{ph.written / floor.seconds:.2f}" if ph.written is not None and floor.seconds else "", ""])
+            rows.append(["  apply: control-plane CPU per report write (the policies' enforcement included)",
+                         f"{ph.control_plane_cpu / max(1, ph.writes) * 1000:.1f} ms (report floor's creates: "
+                         f"{floor.cpu_per_report * 1000:.1f} ms)", ""])
+            if "add" in phases:
+                rows += add_phase(kube, work, args, files, pods, floor)
             clear_reports(kube, args.namespaces)
         else:
             apply_policies(kube, files)
@@ -545,6 +564,9 @@ def main() -> int:
             if floor is not None and floor.seconds and ph.written is not None:
                 rows.append(["  cold: operator start -> every result written, / report floor",
                              f"{ph.written / floor.seconds:.2f}", ""])
+                rows.append(["  cold: control-plane CPU per report write (the operator's start-up included)",
+                             f"{ph.control_plane_cpu / max(1, ph.writes) * 1000:.1f} ms (report floor's creates: "
+                             f"{floor.cpu_per_report * 1000:.1f} ms)", ""])
             rows += report_rows(kube, len(files), pods)
 
         if "restart" in phases:
@@ -589,6 +611,34 @@ def main() -> int:
                 cleanup_workload(cluster.kube)
         finally:
             cluster.stop()
+
+
+def add_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[Path], pods: int,
+              floor: ReportFloor) -> list[list[str]]:
+    """One more policy applied to a running operator whose reports all exist (those of the report floor): every
+    report gains a result, so the scan updates each once. Timed and costed against the report floor's creates."""
+    doc = yaml.safe_load(files[0].read_text())
+    doc["metadata"]["name"] = f"{doc['metadata']['name']}-again"
+    extra = work / "add-policy.yaml"
+    extra.write_text(yaml.safe_dump(doc))
+    expected = pods * (len(files) + 1)
+    print(f"phase add: one more policy ({doc['metadata']['name']}) applied to a running operator whose reports "
+          f"exist; waiting for {expected} results...")
+    ph, _ = operator_phase(kube, work, "add", args, expected, args.timeout, apply=[extra])
+    client.CustomObjectsApi(kube.api_client).delete_cluster_custom_object(
+        POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, doc["metadata"]["name"])
+    written = ph.written
+    return [
+        ["add: one more policy applied to a running operator whose reports exist -> every report updated",
+         f"{written:.1f} s" if written is not None else "not reached", ""],
+        ["  report writes (vpol_report_writes_total)", f"{ph.writes:.0f} ({ph.writes / max(1, pods):.2f} per Pod)",
+         "1 per Pod"],
+        ["  control-plane CPU per report write (while the policy's scan ran, its enforcement included)",
+         f"{ph.control_plane_cpu / max(1, ph.writes) * 1000:.1f} ms (report floor's creates: "
+         f"{floor.cpu_per_report * 1000:.1f} ms)", ""],
+        ["  add: policy applied -> every report updated, / report floor",
+         f"{written / floor.seconds:.2f}" if written is not None and floor.seconds else "", ""],
+    ]
 
 
 def target_rows(results: dict[str, Phase], pods: int, floor: float, apply_rate: float) -> list[list[str]]:
