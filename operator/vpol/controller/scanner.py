@@ -809,6 +809,8 @@ class Scanner(threading.Thread):
         self._written_meta = dict(meta)
         if not changed:
             return
+        # A write queued with the old metadata that finished after this would mark its report written again.
+        self._drain()
         for state in self._state.values():
             if any(e.policy in changed for e in state.entries):
                 state.written = False
