@@ -70,8 +70,8 @@ from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import Watcher, list_pages
 from vpol.kube.live_backend import LiveBackend
-from vpol.kube.objects import Objects
-from vpol.kube.reports import Reports, written_by_vpol_only
+from vpol.kube.objects import Objects, written_by_vpol_only
+from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_policy

@@ -60,11 +60,19 @@ class Listed:
     @classmethod
     def of(cls, item: Mapping[str, Any]) -> "Listed":
         md = item.get("metadata") or {}
-        managed = [m for m in md.get("managedFields") or [] if isinstance(m, Mapping) and not m.get("subresource")]
-        ours = bool(managed) and all(m.get("manager") == FIELD_MANAGER and m.get("operation") == "Apply"
-                                     for m in managed)
         return cls(str(md.get("resourceVersion", "")),
-                   str((md.get("annotations") or {}).get(GENERATED_DIGEST_ANNOTATION, "")), ours)
+                   str((md.get("annotations") or {}).get(GENERATED_DIGEST_ANNOTATION, "")),
+                   written_by_vpol_only(item, operation="Apply"))
+
+
+def written_by_vpol_only(item: Mapping[str, Any], *, operation: str = "") -> bool:
+    """Whether nothing but vpol (by ``operation`` only, when given) wrote the object's fields: its managedFields
+    outside a subresource (the API server's status writers) name no other manager. Then vpol replacing or
+    skipping a write of it loses nothing of anyone else's."""
+    managed = [m for m in (item.get("metadata") or {}).get("managedFields") or []
+               if isinstance(m, Mapping) and not m.get("subresource")]
+    return bool(managed) and all(m.get("manager") == FIELD_MANAGER and (not operation or m.get("operation") ==
+                                                                         operation) for m in managed)
 
 
 def not_found(exc: BaseException) -> bool:

@@ -99,17 +99,9 @@ class Reports:
                 raise
 
 
-
 def _version(answer: bytes) -> str:
     """The resourceVersion of the object a write answered with ("" when it cannot be read)."""
     try:
         return str(json.loads(answer or b"{}").get("metadata", {}).get("resourceVersion", ""))
     except (ValueError, AttributeError):
         return ""
-
-
-def written_by_vpol_only(report: Mapping[str, Any]) -> bool:
-    """Whether only vpol wrote the report's fields (its managedFields name no other manager): then replacing it
-    at its resourceVersion loses nothing of anyone else's."""
-    managed = (report.get("metadata") or {}).get("managedFields") or []
-    return bool(managed) and all(isinstance(m, Mapping) and m.get("manager") == FIELD_MANAGER for m in managed)

@@ -136,7 +136,7 @@ def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tm
 
 
 def test_only_reports_that_vpol_alone_wrote_are_replaced() -> None:
-    from vpol.kube.reports import written_by_vpol_only
+    from vpol.kube.objects import written_by_vpol_only
 
     def report(*managers: str) -> dict:
         return {"metadata": {"managedFields": [{"manager": m, "operation": "Update"} for m in managers]}}
