@@ -270,11 +270,15 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
         # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
         mixed: list[Mismatch | FormatProblem] = []
+        # Reading the checked tree costs more than compiling; an expression without a list or map literal
+        # (no `[` or `{`) and without a `format` call has nothing either check could find.
+        literals = "[" in written or "{" in written
+        formats = not unchecked and "format" in written
         try:
-            tree = checked_tree(expr)
-            mixed += mismatches(tree)
-            if not unchecked:
-                mixed += format_problems(tree)
+            if literals or formats:
+                tree = checked_tree(expr)
+                mixed += mismatches(tree) if literals else []
+                mixed += format_problems(tree) if formats else []
         except Exception:  # noqa: BLE001 - an unreadable checked expression: nothing known, nothing refused
             pass
         if mixed:
@@ -392,6 +396,8 @@ class CompileVerdict:
 
     ok: bool
     errors: tuple[Problem, ...]
+    #: Every problem, warnings included (what apply-time validation answers with).
+    problems: tuple[Problem, ...] = ()
 
 
 #: Verdicts by what compiling depends on. The operator asks the same question of the same spec from several
@@ -407,7 +413,7 @@ def compile_verdict(policy: ValidatingPolicy, *, kubernetes_only: bool = False) 
     the first policy asked with that spec; paths and messages are the same for every such policy)."""
     def compute() -> CompileVerdict:
         compiled = compile_policy(policy, kubernetes_only=kubernetes_only)
-        return CompileVerdict(compiled.ok, tuple(compiled.errors()))
+        return CompileVerdict(compiled.ok, tuple(compiled.errors()), tuple(compiled.problems))
     return _VERDICTS.get((policy.kind, policy.namespace, policy.spec, kubernetes_only), compute)
 
 #: Libraries a namespaced policy may not name (Kyverno's rule, pkg/cel/policies/vpol/validate.go and

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.compiler import compile_mutating_policy, compile_policy
-from vpol.cel.typecheck import check_policy
+from vpol.cel.compiler import compile_mutating_policy, compile_policy, compile_verdict
+from vpol.cel.typecheck import check_policy, check_policy_cached
 from vpol.engine.evaluate import compile_exception
 from vpol.model.discovery import Discovery
 from vpol.model.global_context import is_global_context_document, parse_global_context_entry
@@ -50,19 +50,30 @@ class Verdict:
 
 
 def policy_problems(policy: ValidatingPolicy | MutatingPolicy, *, typecheck: bool = True,
-                    discovery: Discovery | None = None, wrong_result_is_error: bool = True) -> list[Problem]:
+                    discovery: Discovery | None = None, wrong_result_is_error: bool = True,
+                    cached: bool = False) -> list[Problem]:
     """Compile errors and type-check findings of a parsed policy, located in its document.
 
     ``wrong_result_is_error``: a result of the wrong type for every matched kind fails on every object, so
     `vpol check` calls it an error; at apply time it is a warning (Kyverno, which does not type-check against
-    schemas, admits such a policy, and vpol refuses only what Kyverno refuses)."""
-    compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
-    problems = list(compiled.problems)
+    schemas, admits such a policy, and vpol refuses only what Kyverno refuses).
+
+    ``cached``: answered from (and kept in) the operator's memos of compile verdicts and type warnings per spec,
+    which its watches, scanner and reconciler then find filled (apply-time validation of objects from the API
+    server, whose documents carry no source positions; the CLI locates each file's problems itself)."""
+    problems: list[Problem]
+    if cached and isinstance(policy, ValidatingPolicy):
+        problems = list(compile_verdict(policy).problems)
+    else:
+        compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
+        problems = list(compiled.problems)
     if typecheck:
+        warnings = check_policy_cached(policy, discovery) if cached and discovery is not None else \
+            check_policy(policy, discovery)
         problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
                                               severity="error" if w.wrong_result and wrong_result_is_error
                                               else "warning"))
-                        for w in check_policy(policy, discovery))
+                        for w in warnings)
     return problems
 
 
@@ -76,7 +87,7 @@ def is_validated_document(obj: Any) -> bool:
         is_global_context_document(obj)
 
 
-def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None) -> Verdict:
+def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None, *, cached: bool = False) -> Verdict:
     """Every problem of one document of vpol's kinds (ValidatingPolicy, NamespacedValidatingPolicy,
     MutatingPolicy, NamespacedMutatingPolicy, PolicyException, GlobalContextEntry), as apply-time validation sees
     them: what does not parse or compile is an
@@ -97,6 +108,6 @@ def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None
         policy, problems = parse_mutating_policy(data)
     else:
         policy, problems = parse_policy(data)
-    verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False)
-                                   if policy is not None else [])
+    verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False,
+                                                   cached=cached) if policy is not None else [])
     return verdict

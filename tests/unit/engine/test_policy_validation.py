@@ -137,3 +137,34 @@ def test_global_context_entries_are_validated_with_kyvernos_rules() -> None:
     assert verdict.ref == "GlobalContextEntry/e" and verdict.errors, verdict.problems
     fine = {**both, "spec": {"kubernetesResource": {"version": "v1", "resource": "configmaps"}}}
     assert not validate_document(fine).errors
+
+
+def test_the_webhooks_validation_fills_the_memos_the_operator_reads_next(monkeypatch) -> None:
+    """Apply-time validation in the operator (cached=True) answers as the uncached path does, and leaves the spec's
+    compile verdict and type warnings in the memos its watch, scanner and reconciler then read: the policy is
+    compiled and type-checked once, not again by each of them."""
+    from vpol.cel import compiler, typecheck
+    from vpol.cel.memo import BoundedMemo
+    from vpol.model.discovery import builtin
+    from vpol.model.parse import parse_policy
+
+    monkeypatch.setattr(compiler, "_VERDICTS", BoundedMemo(compiler.VERDICTS_KEPT))
+    monkeypatch.setattr(typecheck, "_CHECKED", [(None, BoundedMemo(typecheck.CHECKED_KEPT))])
+    calls: list[str] = []
+    real_compile, real_check = compiler.compile_policy, typecheck.check_policy
+    monkeypatch.setattr(compiler, "compile_policy", lambda p, **kw: (calls.append("compile"), real_compile(p, **kw))[1])
+    monkeypatch.setattr(typecheck, "check_policy", lambda p, d=None, **kw: (calls.append("check"), real_check(p, d, **kw))[1])
+    doc = vpol({"matchConstraints": {"resourceRules": [RULE]},
+                "validations": [{"expression": "object.spec.nosuch == 1"}, {"expression": "object.x =="}]})
+    discovery = builtin()
+    uncached = validate_document(doc, discovery)
+    calls.clear()
+    cached = validate_document(doc, discovery, cached=True)
+    assert [p.render() for p in cached.problems] == [p.render() for p in uncached.problems]
+    assert [e.path for e in cached.errors] == ["spec.validations[1].expression"]
+    assert [w.path for w in cached.warnings] == ["spec.validations[0].expression"]
+    assert calls == ["compile", "check"]
+    policy, _ = parse_policy(doc)
+    assert policy is not None
+    assert compiler.compile_verdict(policy).errors == tuple(cached.errors)
+    assert typecheck.check_policy_cached(policy, discovery) and calls == ["compile", "check"]

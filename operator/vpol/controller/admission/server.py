@@ -375,7 +375,7 @@ class WebhookServer:
         response: dict[str, Any] = {"uid": uid, "allowed": True}
         if req.get("operation") in ("CREATE", "UPDATE") and isinstance(obj, dict) and is_validated_document(obj):
             try:
-                verdict = await asyncio.to_thread(validate_document, obj, self.discovery())
+                verdict = await asyncio.to_thread(validate_document, obj, self.discovery(), cached=True)
                 response = policy_validation_response(uid, verdict.ref, [p.render() for p in verdict.errors],
                                                       [p.render() for p in verdict.warnings])
             except Exception:  # noqa: BLE001 - never block a policy edit on vpol's own failure
