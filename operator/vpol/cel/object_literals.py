@@ -51,9 +51,10 @@ _TOKEN_RX = re.compile(
     r")|(?P<number>" + _NUMBER.pattern + r")|(?P<op>&&|\|\||==|!=|<=|>=)|(?P<punct>.)", re.S)
 
 
-def tokens(src: str) -> Iterator[Token]:
-    """CEL tokens of ``src`` (comments and whitespace left out). Unterminated strings end the input."""
-    i, n = 0, len(src)
+def tokens(src: str, start: int = 0) -> Iterator[Token]:
+    """CEL tokens of ``src`` (comments and whitespace left out) from offset ``start`` (a token's start: the
+    tokens from there are those of the whole text, at the same offsets). Unterminated strings end the input."""
+    i, n = start, len(src)
     match = _TOKEN_RX.match
     while i < n:
         m = match(src, i)

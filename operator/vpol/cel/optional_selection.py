@@ -173,10 +173,15 @@ def guard(src: str) -> str:
         if presence is None:
             break
         text = presence
+    toks = list(tokens(text))
+    #: Where the search for the next site starts: a rewrite changes the tokens from its receiver on, and whether
+    #: token j is a site depends on the tokens before it and the two after it, so every j at least three tokens
+    #: before the rewritten receiver is still no site (re-reading the whole text each time was quadratic).
+    scan_from = 0
     for n in range(1, MAX_GUARDS + 1):
-        toks = list(tokens(text))
         site = None
-        for i, tok in enumerate(toks):
+        for i in range(scan_from, len(toks)):
+            tok = toks[i]
             field = tok.text == "." and i + 2 < len(toks) and toks[i + 1].text == "?" and toks[i + 2].kind == "ident"
             index = tok.text == "[" and i + 1 < len(toks) and toks[i + 1].text == "?"
             # `x.?a.b`: a plain selection on the optional an earlier guard made (selections on an optional are
@@ -220,6 +225,9 @@ def guard(src: str) -> str:
             condition = _scalar(var, kinds)
         replacement = f"(cel.bind({var}, {receiver}, {condition} ? optional.none() : {selection}))"
         text = text[:toks[first].start] + replacement + text[end:]
+        # The text before the receiver is unchanged, and so are its tokens.
+        toks = toks[:first] + list(tokens(text, toks[first].start))
+        scan_from = max(0, first - 2)
     return src
 
 
