@@ -340,3 +340,30 @@ def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: A
         matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
     res = wait_for("an error for a disabled http call", lambda: result_of(cluster, namespace, target, http_policy), 60)
     assert res["result"] == "error" and "disabled" in res["message"], res
+
+
+def test_the_scanner_hears_of_policy_changes_through_its_own_watch(policies: Policies, cluster: Any,
+                                                                   namespace: str) -> None:
+    """Policy changes reach background scans straight from the API server's watch, not only through the operator's
+    Kopf handlers and reconciles (which reach it later under load, delaying the pass a burst of policies starts):
+    a scanner of its own, with no operator process telling it anything, learns of a created, changed and deleted
+    policy."""
+    from vpol.controller.scanner import Scanner
+
+    scanner = Scanner(cluster.api_client, backend=None, discovery=None)  # type: ignore[arg-type]
+    scanner._watch_policies()
+    try:
+        for w in scanner._policy_watchers:
+            assert w.synced.wait(30), f"the scanner's watch of {w.gvr} did not start"
+        name = policies.create("watched", owner_policy())
+        wait_for("the scanner to hold the new policy", lambda: name in scanner._policies, 30, 0.1)
+        changed = owner_policy(validations=[{"expression": "has(object.data)", "message": "data is required"}])
+        policies.replace_spec(name, changed)
+        wait_for("the scanner to hold the changed spec",
+                 lambda: [v.expression for v in scanner._policies[name].spec.validations] == ["has(object.data)"],
+                 30, 0.1)
+        policies.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        wait_for("the scanner to drop the deleted policy", lambda: name not in scanner._policies, 30, 0.1)
+    finally:
+        for w in scanner._policy_watchers:
+            w.stop()
