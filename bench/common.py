@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,12 +230,19 @@ def _wait_established(kube: KubeCluster, *crds: str) -> None:
     kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
 
 
+#: The ServiceAccount kubeconfigs start_operator wrote in this run, with the server each is for.
+_SA_KUBECONFIGS: dict[Path, str] = {}
+
+
 def start_operator(kube: KubeCluster, workdir: Path, extra: Sequence[str] = (), log_name: str = "operator.log"
                    ) -> OperatorProcess:
     """`vpol run` as the vpol-system/vpol ServiceAccount (token), like the e2e tests run it."""
     kubeconfig = workdir / "sa-kubeconfig"
-    if not kubeconfig.exists():
+    if _SA_KUBECONFIGS.get(kubeconfig) != kube.configuration.host:
+        # Written once per cluster of this run: a file left in a reused --workdir holds another cluster's
+        # address and token.
         sa_kubeconfig(kube, kubeconfig)
+        _SA_KUBECONFIGS[kubeconfig] = kube.configuration.host
     return OperatorProcess(kubeconfig, workdir / log_name, extra=tuple(extra)).start(timeout=120)
 
 
@@ -376,6 +384,20 @@ def control_plane_cpu() -> float:
     return sum(cpu_seconds(pid) for pid in pids_named(CONTROL_PLANE_COMM))
 
 
+def control_plane_parts() -> dict[str, list[int]]:
+    """The local control plane's processes by part: kube-apiserver, kube-controller-manager, and the supervisor
+    (etcd runs embedded in it), told apart by their command lines (one multi-call binary)."""
+    parts: dict[str, list[int]] = {"kube-apiserver": [], "kube-controller-manager": [], "etcd (supervisor)": []}
+    for pid in pids_named(CONTROL_PLANE_COMM):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mode = argv[1].decode() if len(argv) > 1 else ""
+        parts[mode if mode in parts else "etcd (supervisor)"].append(pid)
+    return parts
+
+
 def pids_named(name: str) -> list[int]:
     """Processes whose command name (/proc/PID/comm) is ``name``."""
     out = []
@@ -412,12 +434,36 @@ class CpuMeter:
 
 # -- metrics ----------------------------------------------------------------------------------
 
-def scrape(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The operator's /metrics as {(sample name, sorted labels): value}."""
+def scrape(op: OperatorProcess, names: Sequence[str] = ()) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The operator's /metrics as {(sample name, sorted labels): value}; only the samples ``names`` when given
+    (benches poll a few of them often: rendering and parsing all of them costs both processes CPU)."""
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-    for family in text_string_to_metric_families(op.metrics()):
+    for family in text_string_to_metric_families(op.metrics(names)):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def apiserver_requests(api_client: Any) -> Counter[tuple[str, str, str]]:
+    """The API server's requests so far (apiserver_request_total) by (verb, resource, subresource); empty when
+    /metrics cannot be read (another cluster's API server may not allow it)."""
+    out: Counter[tuple[str, str, str]] = Counter()
+    try:
+        method, url, headers, _body, _post = api_client.param_serialize(
+            method="GET", resource_path="/metrics", header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"])
+        resp = api_client.call_api(method, url, header_params=headers)
+        resp.read()
+        text = resp.data.decode()
+    except Exception:  # noqa: BLE001 - a diagnostic only: no figures rather than no bench
+        return out
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for s in family.samples:
+            if s.name == "apiserver_request_total":
+                key = (s.labels.get("verb", ""), s.labels.get("resource", ""), s.labels.get("subresource", ""))
+                out[key] += int(s.value)
     return out
 
 

@@ -72,6 +72,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,11 @@ from common import (  # noqa: E402
     REPO,
     MemoryPeaks,
     MemorySampler,
+    CpuMeter,
+    apiserver_requests,
     control_plane_cpu,
+    control_plane_parts,
+    descendants,
     install_vpol,
     metric_sum,
     scrape,
@@ -244,8 +249,14 @@ class Progress:
     eval_seconds: float = 0.0
 
 
+#: The samples progress() reads (the operator renders only these for it).
+PROGRESS_SAMPLES = ("vpol_report_writes_total", "vpol_report_results", "vpol_policy_results_total",
+                    "vpol_scan_resources_total", "vpol_scan_duration_seconds_count", "vpol_scan_duration_seconds_sum",
+                    "vpol_evaluation_duration_seconds_sum")
+
+
 def progress(op: Any, t0: float) -> Progress:
-    m = scrape(op)
+    m = scrape(op, PROGRESS_SAMPLES)
     return Progress(
         t=time.monotonic() - t0,
         writes=metric_sum(m, "vpol_report_writes_total"),
@@ -349,6 +360,11 @@ class Phase:
     expected: int = 0
     #: The local control plane's CPU seconds from t0 until the phase went quiet (0 with --kubeconfig).
     control_plane_cpu: float = 0.0
+    #: CPU seconds by process over the same time: the control plane's parts (kube-apiserver,
+    #: kube-controller-manager, etcd with the supervisor), the operator, its worker, the bench itself.
+    cpu_by_process: dict[str, float] = field(default_factory=dict)
+    #: The API server's requests from t0 until the phase went quiet, by (verb, resource, subresource).
+    requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     @property
     def writes(self) -> float:
@@ -383,11 +399,17 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
 
     t0 is the operator's start, or the first policy apply when ``apply`` is given.
     """
+    requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
     t_start = time.monotonic()
     cpu0 = control_plane_cpu()
     op = start_operator(kube, work, ["--scan-interval", str(scan_interval), *args.operator_arg],
                         log_name=f"operator-{name}.log")
     assert op.proc is not None
+    pid = op.proc.pid
+    parts = CpuMeter({**{part: (lambda part=part: control_plane_parts()[part]) for part in control_plane_parts()},
+                      "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
+                      "bench (this process)": lambda: [os.getpid()]})
+    parts.start()
     sampler = MemorySampler(op.proc.pid)
     sampler.start()
     profiler = Profiler(Path(args.profile) if args.profile else None, op.proc.pid, name)
@@ -401,18 +423,28 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             # been up for a while is when policies are applied to it; otherwise its own start-up work (Kopf,
             # the scanner's activation) is timed as part of the policies' scan.
             wait_until(lambda: progress(op, t_start).full_scans >= 1, 120, 0.2)
+            requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
             t0 = time.monotonic()
             base = progress(op, t0)
             cpu0 = control_plane_cpu()
+            parts.start()
             names = apply_policies(kube, apply)
+            applied = time.monotonic() - t0
+            print(f"  [{name}] {len(names)} policies applied in {applied:.2f}s (one request each, vpol's policy "
+                  "validation webhook included)", flush=True)
         run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit)
         # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
         cpu = control_plane_cpu() - cpu0
+        cpu_parts = parts.stop()
+        requests = apiserver_requests(kube.api_client)  # after the CPU: rendering its metrics is not the phase's
+        requests.subtract(requests0)
         full = [p for p in run.timeline if p.full_scans >= 1]
         phase = Phase(name, run, MemoryPeaks(), base, live=live,
                       first_full=full[0].t if full else None,
                       first_full_seconds=full[0].full_seconds if full else 0.0, expected=expected,
-                      control_plane_cpu=cpu)
+                      control_plane_cpu=cpu, cpu_by_process=cpu_parts,
+                      requests=+requests)
+        (work / f"requests-{name}.txt").write_text(requests_text(phase))
         if periodic and full:
             ok = wait_until(lambda: progress(op, t0).full_scans >= 2, scan_interval + timeout, 0.5)
             p2 = progress(op, t0)
@@ -426,6 +458,17 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         profiler.stop()
         sampler.stop()
         op.stop()
+
+
+def requests_text(phase: Phase, top: int = 40) -> str:
+    """Where the control plane's work went in a phase: CPU per part, and the API server's requests by verb and
+    resource (most first)."""
+    lines = [f"phase {phase.name}: control-plane CPU {phase.control_plane_cpu:.1f} s; CPU by process: "
+             + ", ".join(f"{k} {v:.1f} s" for k, v in phase.cpu_by_process.items()),
+             f"API server requests: {sum(phase.requests.values())}"]
+    for (verb, resource, sub), n in phase.requests.most_common(top):
+        lines.append(f"  {n:7d} {verb:8s} {resource}{'/' + sub if sub else ''}")
+    return "\n".join(lines) + "\n"
 
 
 def offline_apply(kube: Any, files: list[Path], work: Path) -> tuple[float, int]:

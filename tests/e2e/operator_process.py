@@ -13,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,11 @@ class OperatorProcess:
             time.sleep(0.3)
         raise RuntimeError(f"operator not live within {timeout}s:\n{self.log()}")
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+    def metrics(self, names: Sequence[str] = ()) -> str:
+        """The operator's /metrics; only the samples ``names`` when given (prometheus_client's ``name[]``
+        filter: the operator renders only those, so frequent polling costs it little)."""
+        query = "?" + urllib.parse.urlencode([("name[]", n) for n in names]) if names else ""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics{query}", timeout=5) as r:
             return r.read().decode()
 
     def log(self) -> str:
