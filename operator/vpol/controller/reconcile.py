@@ -163,8 +163,10 @@ class Reconciler:
         findings.compile_errors = [p.short() for p in compiled.errors]
         findings.background_enabled = policy.spec.evaluation.background_enabled
         self.on_policy(name, policy if compiled.ok else None)
+        # Read once per reconcile (the scanner is told; the native plan below uses the same list).
+        exceptions: list[PolicyException] | None = None
         if compiled.ok and policy.spec.evaluation.background_enabled:
-            self.exceptions()
+            exceptions = self.exceptions()
         configs = autogen_configs(policy)
         findings.autogen = status_configs(configs)
 
@@ -194,7 +196,8 @@ class Reconciler:
             elif not way.native:
                 findings.vap = (False, "NotEligible", f"skip generating ValidatingAdmissionPolicy: {way.ineligible}")
             else:
-                plan = desired_objects(policy, exceptions=self.exceptions(), force=True)
+                plan = desired_objects(policy, exceptions=exceptions if exceptions is not None else self.exceptions(),
+                                       force=True)
                 ok, message = self.generated.apply(plan.objects, existing, result.applied)
                 keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                 findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
