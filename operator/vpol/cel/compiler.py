@@ -229,8 +229,13 @@ def excerpt_at(src: str, position: Position) -> str:
     return f" | {text}\n | {'.' * max(0, position.column - 1)}^"
 
 
-def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[Program | None, list[Problem]]:
-    """Compile one expression in the environment ``spec``; check its result type."""
+def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
+                       evaluated: bool = True) -> tuple[Program | None, list[Problem]]:
+    """Compile one expression in the environment ``spec``; check its result type.
+
+    ``evaluated=False``: only the verdict and the result type are wanted (a compile verdict, the type checker's
+    first pass), so the rewrites that make the evaluated program behave as cel-go's are skipped (they never add
+    a problem: a rewrite that does not compile keeps the program as written)."""
     if not src.strip():
         return None, [Problem("expression is empty", path=path)]
     if _nesting(src) > MAX_NESTING:
@@ -284,7 +289,7 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec) -> tuple[P
         if mixed:
             return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
                                   excerpt=excerpt_at(src, at)) for m in sorted(mixed, key=lambda m: m.offset)]
-    if not spec.kubernetes_only:
+    if evaluated and not spec.kubernetes_only:
         # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
         # checked and reported above is the expression as written.
         # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
@@ -325,10 +330,12 @@ def compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
 class _Frame:
     """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
 
-    def __init__(self, out: CompiledPolicy | CompiledMutatingPolicy, mode: str, kubernetes_only: bool) -> None:
+    def __init__(self, out: CompiledPolicy | CompiledMutatingPolicy, mode: str, kubernetes_only: bool, *,
+                 evaluated: bool = True) -> None:
         self.out = out
         self.mode = mode
         self.kubernetes_only = kubernetes_only
+        self.evaluated = evaluated
         self.declared: list[tuple[str, str]] = []
 
     def spec_now(self) -> EnvSpec:
@@ -336,7 +343,7 @@ class _Frame:
                        variables_type=typed_variables_message(self.declared))
 
     def add(self, src: str, path: str, role: str, env_spec: EnvSpec | None = None) -> Program | None:
-        prog, problems = compile_expression(src, path, role, env_spec or self.spec_now())
+        prog, problems = compile_expression(src, path, role, env_spec or self.spec_now(), evaluated=self.evaluated)
         self.out.problems.extend(problems)
         return prog
 
@@ -366,11 +373,12 @@ class _Frame:
                 self.out.match_conditions.append((mc.name, prog))
 
 
-def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompiledPolicy:
-    """Compile every expression of ``policy`` (all errors, not just the first)."""
+def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False, evaluated: bool = True) -> CompiledPolicy:
+    """Compile every expression of ``policy`` (all errors, not just the first); ``evaluated=False`` when its
+    programs will not be evaluated (see compile_expression)."""
     out = CompiledPolicy(policy)
     s = policy.spec
-    frame = _Frame(out, s.evaluation.mode, kubernetes_only)
+    frame = _Frame(out, s.evaluation.mode, kubernetes_only, evaluated=evaluated)
     frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
     for i, val in enumerate(s.validations):
         prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
@@ -412,7 +420,7 @@ def compile_verdict(policy: ValidatingPolicy, *, kubernetes_only: bool = False) 
     """:func:`compile_policy`'s verdict for ``policy``, computed once per spec (the error positions are those of
     the first policy asked with that spec; paths and messages are the same for every such policy)."""
     def compute() -> CompileVerdict:
-        compiled = compile_policy(policy, kubernetes_only=kubernetes_only)
+        compiled = compile_policy(policy, kubernetes_only=kubernetes_only, evaluated=False)
         return CompileVerdict(compiled.ok, tuple(compiled.errors()), tuple(compiled.problems))
     return _VERDICTS.get((policy.kind, policy.namespace, policy.spec, kubernetes_only), compute)
 

@@ -317,8 +317,8 @@ def check(
     declared: list[tuple[str, str]] = []
     for (path, src), name in zip(variables, names):
         prog, problems = compile_expression(
-            src, path, "variable", EnvSpec(kubernetes_only=kubernetes_only, variables_type=_untyped_variables(declared))
-        )
+            src, path, "variable", EnvSpec(kubernetes_only=kubernetes_only, variables_type=_untyped_variables(declared)),
+            evaluated=False)
         if prog is not None and not problems:
             untyped_ok.add(path)
         declared.append((name, prog.result_type if prog else "dyn"))
@@ -326,7 +326,7 @@ def check(
     for path, src, role in expressions:
         if path in variable_paths:
             continue
-        prog, problems = compile_expression(src, path, role, full_untyped)
+        prog, problems = compile_expression(src, path, role, full_untyped, evaluated=False)
         if prog is not None and not problems:
             untyped_ok.add(path)
     if not untyped_ok:

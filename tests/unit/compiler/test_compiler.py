@@ -205,3 +205,32 @@ def test_type_warnings_are_computed_once_per_spec_and_discovery(monkeypatch):
     other = snapshot.with_extra(())  # another snapshot (immutable: a new object)
     typecheck.check_policy_cached(make_policy(name="d", validations=validations), other)
     assert calls == ["a", "c", "d"]
+
+
+def test_a_verdict_skips_the_evaluation_rewrites_and_finds_the_same_problems():
+    """compile_verdict (and the type checker's first pass) compile with evaluated=False: the programs are not
+    rewritten for evaluation (cel-go's optional selections on scalars, eager bindings...), which never changes what
+    is reported; every example policy and a few broken ones get the same problems either way."""
+    import glob
+
+    import yaml
+
+    from vpol.model.parse import parse_policy
+
+    src = "object.?spec.?replicas.orValue(1) >= 1"
+    guarded = compile_policy(make_policy(validations=[{"expression": src}]))
+    plain = compile_policy(make_policy(validations=[{"expression": src}]), evaluated=False)
+    assert "vpol_opt_" in guarded.validations[0][1].evaluated and plain.validations[0][1].evaluated == src
+    policies = [make_policy(validations=[{"expression": "object.x =="}]),
+                make_policy(validations=[{"expression": "[1, 'a'].size() > 0"}]),
+                make_policy(validations=[{"expression": "object.?a.?b.orValue('') == 1 + 'x'"}])]
+    for path in sorted(glob.glob("examples/**/*.yaml", recursive=True)):
+        for doc in yaml.safe_load_all(open(path)):
+            if isinstance(doc, dict) and doc.get("kind") in ("ValidatingPolicy", "NamespacedValidatingPolicy"):
+                policy, _problems = parse_policy(doc)
+                if policy is not None:
+                    policies.append(policy)
+    assert len(policies) > 20
+    for policy in policies:
+        assert [p.render() for p in compile_policy(policy, evaluated=False).problems] == \
+            [p.render() for p in compile_policy(policy).problems], policy.name
