@@ -55,7 +55,12 @@ write floor is the time the same API server took to accept the bench's Pods
   `vpol apply`'s on the same Pods and policies (its results over its wall time);
 * operator peak RSS <= 150 MiB (stated for 10,000 Pods).
 
-The run ends with a table of these ratios, each marked PASS or FAIL.
+The run ends with a table of these ratios, each marked PASS or FAIL. Each phase also leaves
+``requests-<phase>.txt`` in the work directory: the CPU seconds each process used (kube-apiserver,
+kube-controller-manager, etcd with the supervisor, the operator, its worker, this bench) and the API
+server's requests by verb and resource (apiserver_request_total, read outside the timed window), to tell
+where a phase's time went. The operator's metrics are polled for the few samples read (``name[]``), so
+polling twice a second costs neither process much.
 
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
        [--phases apply,add,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
