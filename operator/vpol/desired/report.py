@@ -88,7 +88,7 @@ class PolicyMeta:
 
     def as_reported(self) -> "PolicyMeta":
         """What a report result written with this metadata says (see report_for and reported_meta)."""
-        return PolicyMeta(severity_of(self.severity), self.category, self.scored)
+        return PolicyMeta.of(self.severity, self.category, self.scored)
 
 
 def reported_meta(item: Mapping[str, Any]) -> PolicyMeta:
