@@ -34,7 +34,7 @@ from vpol.controller.reconcile import DiscoveryCache, Reconciler
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
-from vpol.controller.scanner import ScanOptions, Scanner, scanned_policy
+from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
@@ -216,20 +216,14 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(POLICIES)
 @kopf.on.event(NAMESPACED_POLICIES)
-def policy_event(type: str | None, body: Mapping[str, Any], meta: Mapping[str, Any], memo: kopf.Memo,
-                 **_: Any) -> None:
+def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """A policy changed: it is reconciled. (Background scans learn of it from their own watch of the policies,
+    vpol.controller.scanner, before the reconcile gets to it.)"""
     rt = _runtime(memo)
     key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
     if rt.reconciler is not None and version and rt.reconciler.written_versions.get(key) == version:
         return  # the echo of our own status write: nothing new to reconcile
-    if rt.scanner is not None:
-        # The scanner learns of the change now, not when the reconcile (VAPs, access review, status) gets to
-        # it: policies applied together reach it together and are rescanned in one pass.
-        try:
-            rt.scanner.set_policy(key, None if type == "DELETED" else scanned_policy(body))
-        except Exception:  # noqa: BLE001 - the reconcile tells the scanner as well
-            logger.exception("background scans: could not read policy %s", key)
     _enqueue(memo, key)
 
 

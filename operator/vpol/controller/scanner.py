@@ -8,8 +8,8 @@ How it runs (NOTES.md sections 3 and 5):
   re-evaluates that one resource within seconds;
 - a changed policy re-evaluates only that policy (a paged re-list of the
   kinds it matches); a deleted or invalid policy's results are removed;
-- policy changes come from the policies' watch events (``scanned_policy``,
-  before their reconcile runs) and are gathered until none arrived for a
+- policy changes come from the scanner's own watch of the policies
+  (``scanned_policy``, before their reconcile runs) and are gathered until none arrived for a
   second, so policies applied together are evaluated in one pass and each
   report is written once; a pass evaluates with the policies it started with;
 - a full rescan every ``scan_interval`` catches anything missed;
@@ -101,7 +101,7 @@ MAX_PENDING_WRITES = 2 * CHUNK
 POLICY_RESOURCES = ((POLICY_PLURAL, "ValidatingPolicy"), (NAMESPACED_POLICY_PLURAL, "NamespacedValidatingPolicy"))
 #: After a policy change, gather further policy changes until none arrives for
 #: SETTLE_QUIET seconds (for at most SETTLE_MAX seconds), then rescan once for all of
-#: them. Policy changes come from the policies' watch events (scanned_policy), so a
+#: them. Policy changes come from the scanner's watch of the policies (scanned_policy), so a
 #: burst arrives as fast as it is applied, however long each policy's reconcile takes.
 SETTLE_QUIET = 1.0
 SETTLE_MAX = 30.0
@@ -218,7 +218,7 @@ class Scanner(threading.Thread):
     def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
         """A policy to scan with (None or background disabled: stop scanning with it).
 
-        Called from the policy's watch event (scanned_policy) and again by its reconcile,
+        Called from the scanner's watch of the policies (scanned_policy) and again by its reconcile,
         which may have read an older version of it: a generation of the same object older
         than the one held is ignored.
         """
