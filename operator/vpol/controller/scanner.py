@@ -94,6 +94,11 @@ _IMPURE = re.compile(r"\b(resource|http|globalContext)\s*\.|GetMetadata|getMetad
 CHUNK = 200
 #: Concurrent report writes.
 WRITERS = 8
+#: The first round trip of a pass evaluates this many; each next one twice as many, up to CHUNK. The report
+#: writers start on the first chunk's results instead of waiting for a whole CHUNK (200 Pods x 16 policies took
+#: 0.7 s on a busy 2-core host before the first write), and each chunk is evaluated while the one before it is
+#: written (evaluating a resource costs less than writing its report), so they are not left idle after it.
+FIRST_CHUNK = 2 * WRITERS
 #: Report writes queued before the scan waits for them (evaluation continues while
 #: earlier writes are in flight; this bounds what is held for them).
 MAX_PENDING_WRITES = 2 * CHUNK
@@ -608,11 +613,13 @@ class Scanner(threading.Thread):
         """
         count = 0
         chunk: list[dict[str, Any]] = []
+        size = min(FIRST_CHUNK, CHUNK)
         for obj in objects:
             chunk.append(obj)
-            if len(chunk) >= CHUNK:
+            if len(chunk) >= size:
                 count += self._scan_chunk(evaluator, chunk, only)
                 chunk = []
+                size = min(2 * size, CHUNK)
         if chunk:
             count += self._scan_chunk(evaluator, chunk, only)
         return count
