@@ -519,6 +519,15 @@ class PolicyEngine:
     def ok(self) -> bool:
         return self.compiled.ok
 
+    def prepare(self) -> None:
+        """Build now what the first subject of the policy as written would build otherwise: its fused program
+        (vpol.cel.fused) and the libraries' values. An evaluation worker does this while it loads its policies,
+        so that the first chunk of a scan, or the first admission request, does not wait for it (16 Pod Security
+        policies: 0.14-0.24 s at their first subject, 1-3 ms at the next)."""
+        _library_values()
+        if self.fused and self.compiled.ok:
+            fused_program(self.compiled)
+
     def applies_to_namespace(self, subject: Subject) -> bool:
         """A NamespacedValidatingPolicy sees only namespaced objects of its own namespace."""
         if not self.policy.namespace:

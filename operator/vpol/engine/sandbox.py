@@ -176,7 +176,7 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
         engines, mutating_engines = prebuilt
     else:
         compiled_exceptions = [compile_exception(e) for e in exceptions]
-        engines = [PolicyEngine(p, compiled_exceptions) for p in policies]
+        engines = [_prepared(PolicyEngine(p, compiled_exceptions)) for p in policies]
         mutating_engines = [MutatingPolicyEngine(p, compiled_exceptions) for p in mutating]
     view = GlobalContextView()
     if global_context:
@@ -252,8 +252,15 @@ def _reload(engines: list[PolicyEngine], policies: list[ValidatingPolicy],
     out = []
     for policy in policies:
         engine = held.get(policy.key)
-        out.append(engine if engine is not None and engine.policy == policy else PolicyEngine(policy, exceptions))
+        out.append(engine if engine is not None and engine.policy == policy else
+                   _prepared(PolicyEngine(policy, exceptions)))
     return out
+
+
+def _prepared(engine: PolicyEngine) -> PolicyEngine:
+    """``engine``, with what its first evaluation would build built now (PolicyEngine.prepare)."""
+    engine.prepare()
+    return engine
 
 
 class SandboxedEvaluator:

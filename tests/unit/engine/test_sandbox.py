@@ -156,3 +156,28 @@ def test_a_worker_started_without_waiting_is_waited_for_at_first_use():
         assert [r.result for r in ev.evaluate(subject(pod()))] == ["pass"]
         ev.start(wait=False)  # running: kept
         assert [r.result for r in ev.evaluate(subject(pod("other")))] == ["fail"]
+
+
+def test_a_worker_builds_fused_programs_when_it_loads_policies_not_at_the_first_subject(monkeypatch):
+    """What the first subject of a policy built (its fused program) is built when the worker compiles it, also for
+    a policy added to a running worker (_reload): a scan's first chunk or the first admission request after a
+    policy arrives does not wait for it."""
+    from vpol.cel import fused
+    from vpol.engine import sandbox
+    from vpol.engine.evaluate import PolicyEngine
+
+    built: list[str] = []
+    build = fused._build
+    monkeypatch.setattr(fused, "_build", lambda compiled: built.append(compiled.policy.name) or build(compiled))
+    named = make_policy(name="named", validations=[{"expression": "object.metadata.name == 'pod'"},
+                                                   {"expression": "object.metadata.name.size() < 5"}])
+    engine = PolicyEngine(named)
+    assert built == []  # compiling alone builds none
+    engine.prepare()
+    assert built == ["named"] and engine.compiled.fused is not None and engine.compiled.fused[0] is not None
+    assert engine.evaluate(subject(pod())).result == "pass"
+    assert built == ["named"]  # the first subject built nothing more
+    added = make_policy(name="added", validations=[{"expression": "object.metadata.name != 'pod'"}])
+    engines = sandbox._reload([engine], [named, added], [])
+    assert engines[0] is engine and built == ["named", "added"]
+    assert engines[1].compiled.fused is not None
