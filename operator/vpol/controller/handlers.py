@@ -11,7 +11,11 @@
 - on startup every policy is queued, and again every ``resync`` seconds.
 
 No handler here holds state on the watched objects (no finalizers, no
-progress annotations): reconciling is level-based.
+progress annotations): reconciling is level-based. The event handlers are
+coroutines: they do no I/O, so they run on Kopf's event loop, where the work
+queue lives, rather than each in a thread of Kopf's executor (two hand-overs
+per event; a Pod Security policy applied to a running operator brings a dozen
+events or more: its own, its VAPs' and its bindings').
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     loop = asyncio.get_running_loop()
     queue = rt.queue
 
-    def requeue(key: str) -> None:  # from the prover's thread
+    def requeue(key: str) -> None:  # from the prover's thread (the queue hands it to the loop as well)
         loop.call_soon_threadsafe(queue.add, key)
 
     # Ready means enforced: what the reconcilers write is proven enforced by the API server first.
@@ -216,7 +220,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(POLICIES)
 @kopf.on.event(NAMESPACED_POLICIES)
-def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """A policy changed: it is reconciled. (Background scans learn of it from their own watch of the policies,
     vpol.controller.scanner, before the reconcile gets to it.)"""
     rt = _runtime(memo)
@@ -229,7 +233,7 @@ def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(MUTATING_POLICIES)
 @kopf.on.event(NAMESPACED_MUTATING_POLICIES)
-def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     rt = _runtime(memo)
     key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
@@ -239,20 +243,20 @@ def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
-def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+async def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
               memo: kopf.Memo, **_: Any) -> None:
     _generated_event("MutatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", labels=GENERATED_LABELS)
-def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+async def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
                       memo: kopf.Memo, **_: Any) -> None:
     _generated_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                labels=GENERATED_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
-def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
+async def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
                                          **_: Any) -> None:
     """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
@@ -263,7 +267,7 @@ def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, An
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                labels=GENERATED_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
-def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """Policies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
     rt.covered, changed = _coverage_changes(rt.covered, type, body)
@@ -295,19 +299,19 @@ def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
-def vap_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+async def vap_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
               memo: kopf.Memo, **_: Any) -> None:
     _generated_event("ValidatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", labels=GENERATED_LABELS)
-def binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
+async def binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
                   memo: kopf.Memo, **_: Any) -> None:
     _generated_event("ValidatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event(EXCEPTIONS)
-def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     for ref in spec.get("policyRefs") or []:
         if isinstance(ref, Mapping) and ref.get("name"):
             kind = str(ref.get("kind") or "")

@@ -5,12 +5,17 @@ tasks take names out and reconcile whatever the cluster holds at that
 moment. A key is never processed by two workers at once, a key added while
 it is being processed is processed again afterwards, and a failed key
 comes back after an exponential backoff (capped).
+
+The queue lives on one event loop (its asyncio.Queue and sets are not thread-safe); a key added
+from another thread (Kopf runs synchronous handlers in its executor, the enforcement prover has
+its own thread) is handed to that loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -30,8 +35,24 @@ class WorkQueue:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.processed = 0
+        #: The loop the queue belongs to, and its thread: the one it is made on, else its first worker's.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
+        try:
+            self._bind(asyncio.get_running_loop())
+        except RuntimeError:
+            pass
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop, self._thread = loop, threading.get_ident()
 
     def add(self, key: str) -> None:
+        """Queue ``key`` (from any thread)."""
+        if self._loop is not None and threading.get_ident() != self._thread:
+            # Done on the loop: from here, the check-then-add below could race a worker finishing the key (and
+            # leave it dirty, never processed again), and waking a waiting worker would not wake the loop.
+            self._loop.call_soon_threadsafe(self.add, key)
+            return
         if key in self._active:
             self._dirty.add(key)
             return
@@ -55,6 +76,8 @@ class WorkQueue:
         return min(self.max_delay, self.base_delay * (2 ** n))
 
     async def run_worker(self, process: Callable[[str], Awaitable[None]]) -> None:
+        if self._loop is None:
+            self._bind(asyncio.get_running_loop())
         while True:
             key = await self._ready.get()
             self._queued.discard(key)

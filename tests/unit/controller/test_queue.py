@@ -54,3 +54,35 @@ def test_failure_is_retried_with_backoff():
     calls, delay = asyncio.run(scenario())
     assert calls == ["k", "k", "k"]
     assert delay == 0.01  # success resets the backoff
+
+
+def test_a_key_added_from_another_thread_is_processed_at_once():
+    """Kopf runs synchronous handlers in an executor thread and the enforcement prover has its own: a key they
+    add reaches a worker waiting on the loop at once (asyncio's queue woken from another thread would wait
+    until something else woke the loop: here the 5 s timeout)."""
+    import threading
+    import time
+
+    async def scenario():
+        q = WorkQueue()
+        done = asyncio.Event()
+
+        async def process(key):
+            done.set()
+
+        worker = asyncio.create_task(q.run_worker(process))
+        await asyncio.sleep(0.05)  # the worker waits for a key
+        started = time.monotonic()
+
+        def later() -> None:
+            time.sleep(0.2)  # the loop is asleep by then, waiting for the worker's queue or the timeout
+            q.add("from-a-thread")
+
+        threading.Thread(target=later).start()
+        await asyncio.wait_for(done.wait(), 5)
+        took = time.monotonic() - started
+        worker.cancel()
+        return took, q.processed
+
+    took, processed = asyncio.run(scenario())
+    assert processed == 1 and took < 2.5, took  # 0.2 s and a little
