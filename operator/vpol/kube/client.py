@@ -17,10 +17,10 @@ from kubernetes import client, config
 #: (connect, read) seconds for calls that set no timeout of their own.
 DEFAULT_TIMEOUT = (10.0, 60.0)
 #: Pooled connections per client. The generated client's default (5 per core) is less
-#: than the operator uses at once (a watch per scanned kind, the report writers,
+#: than the operator uses at once (a watch per scanned kind, the 16 report writers,
 #: reconciles), and every connection beyond the pool is dropped after use, so the
 #: next call pays a new TLS handshake.
-POOL_SIZE = 32
+POOL_SIZE = 48
 #: The kubeconfig loader's credential refresh runs at most this often (seconds).
 REFRESH_INTERVAL = 1.0
 
