@@ -317,11 +317,20 @@ class Scanner(threading.Thread):
         # evaluation worker starts compiling them while the reports and namespaces are read back.
         self._prime()
         evaluator = self._evaluator_now()
-        if evaluator is not None:
-            evaluator.start(wait=False)
+        # Started from a thread of its own: starting a process waits until it has exec'd, which took 0.2-0.6 s
+        # on a busy 2-core host, and a restart with nothing changed needs no evaluation for its first scan.
+        # Nothing below uses the evaluator before the join.
+        spawner = threading.Thread(target=_start_quietly, args=(evaluator,), daemon=True,
+                                   name="vpol-worker-start") if evaluator is not None else None
+        if spawner is not None:
+            spawner.start()
         self._ns_watcher = Watcher(self.api, "", "v1", "namespaces", self._on_namespace, kind="Namespace")
         self._ns_watcher.start()
-        self._seed_from_reports()
+        try:
+            self._seed_from_reports()
+        finally:
+            if spawner is not None:
+                spawner.join()
         seeded = time.monotonic()
         self._ns_watcher.synced.wait(30)
         if not self._primed.wait(120):
@@ -972,6 +981,14 @@ def _stale_meta(report: Mapping[str, Any], meta: Mapping[str, PolicyMeta]) -> bo
             if want is not None and reported_meta(item) != want:
                 return True
     return False
+
+
+def _start_quietly(evaluator: SandboxedEvaluator) -> None:
+    """Start the evaluation worker without waiting for it; a failure is logged (its first use starts it again)."""
+    try:
+        evaluator.start(wait=False)
+    except Exception as exc:  # noqa: BLE001 - retried where the worker is first used
+        logger.warning("starting the evaluation worker failed: %s", describe(exc))
 
 
 def _always() -> threading.Event:

@@ -50,3 +50,46 @@ def test_a_burst_that_ends_while_the_worker_starts_is_gathered_whole(monkeypatch
     assert evaluator.started
     assert sorted(e[1] for e in batch if e[0] == "policy") == [p.name for p in policies]
     assert scanner._events.empty()
+
+
+class SlowSpawnEvaluator:
+    """Stands for a worker whose process takes a while to start (the parent waits until the child has exec'd)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.returned_at = 0.0
+
+    def start(self, *, wait: bool = True) -> None:
+        if not self.returned_at:  # started once; later calls find it running
+            time.sleep(self.seconds)
+            self.returned_at = time.monotonic()
+
+
+def test_reports_are_read_back_while_the_worker_starts(monkeypatch) -> None:
+    """Activation starts the evaluation worker without waiting for its process to start: the reports are read back
+    meanwhile (a restart with nothing changed needs no evaluation for its first scan), and the first scan comes
+    after both."""
+
+    class Idle:
+        def __init__(self, *_a: Any, **_k: Any) -> None:
+            self.synced = threading.Event()
+            self.synced.set()
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(scanner_module, "Watcher", Idle)
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    evaluator = SlowSpawnEvaluator(0.5)
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(scanner, "_evaluator_now", lambda: evaluator)
+    monkeypatch.setattr(scanner, "_watch_policies", lambda: None)
+    monkeypatch.setattr(scanner, "_prime", lambda: scanner.expect([]))
+    monkeypatch.setattr(scanner, "_seed_from_reports", lambda: seen.setdefault("seed", time.monotonic()))
+    monkeypatch.setattr(scanner, "_meta_changed", lambda: None)
+    monkeypatch.setattr(scanner, "_full_scan", lambda mutate=True: seen.setdefault("scan", time.monotonic()))
+    scanner._activate()
+    assert seen["seed"] < evaluator.returned_at <= seen["scan"]
