@@ -36,7 +36,7 @@ Also, in the same run, `vpol apply` of the same Pods (listed back from the
 cluster) and policies: the offline engine's evaluations per second are the
 ceiling the scan's evaluation rate is compared with; and, after the apply phase,
 the report floor: the reports that phase wrote, read back, deleted and created
-again through vpol's write path (8 parallel creates, as the scanner's writers),
+again through vpol's write path (as many parallel creates as the scanner has writers),
 timed, with the control plane's CPU per report and per Pod (from /proc, local
 control plane only). It is how fast this API server accepts exactly the scan's
 writes with nothing else running; the scans' times are also given over it.
