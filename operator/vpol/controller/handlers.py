@@ -244,20 +244,20 @@ async def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: A
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
 async def map_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
-              memo: kopf.Memo, **_: Any) -> None:
+                    memo: kopf.Memo, **_: Any) -> None:
     _generated_event("MutatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings", labels=GENERATED_LABELS)
 async def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
-                      memo: kopf.Memo, **_: Any) -> None:
+                            memo: kopf.Memo, **_: Any) -> None:
     _generated_event("MutatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                labels=GENERATED_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
 async def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
-                                         **_: Any) -> None:
+                                               **_: Any) -> None:
     """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
     rt.covered_mutating, changed = _coverage_changes(rt.covered_mutating, type, body)
@@ -300,13 +300,13 @@ def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
 async def vap_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
-              memo: kopf.Memo, **_: Any) -> None:
+                    memo: kopf.Memo, **_: Any) -> None:
     _generated_event("ValidatingAdmissionPolicy", type, name, meta, labels, memo)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", labels=GENERATED_LABELS)
 async def binding_event(type: str | None, name: str, meta: Mapping[str, Any], labels: Mapping[str, str],
-                  memo: kopf.Memo, **_: Any) -> None:
+                        memo: kopf.Memo, **_: Any) -> None:
     _generated_event("ValidatingAdmissionPolicyBinding", type, name, meta, labels, memo)
 
 
