@@ -109,14 +109,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                              events=rt.events,
                              global_context=rt.global_context)
         rt.scanner.start()
-    loop = asyncio.get_running_loop()
-    queue = rt.queue
-
-    def requeue(key: str) -> None:  # from the prover's thread (the queue hands it to the loop as well)
-        loop.call_soon_threadsafe(queue.add, key)
-
-    # Ready means enforced: what the reconcilers write is proven enforced by the API server first.
-    rt.prover = EnforcementProver(Objects(rt.api), options.namespace, notify=requeue,
+    # Ready means enforced: what the reconcilers write is proven enforced by the API server first. The prover
+    # requeues from its own thread: the queue hands such adds to its loop.
+    rt.prover = EnforcementProver(Objects(rt.api), options.namespace, notify=rt.queue.add,
                                   map_api_version=lambda: served_map_version(discovery.get()))
     rt.prover.start()
     rt.reconciler = Reconciler(rt.api, discovery=discovery,

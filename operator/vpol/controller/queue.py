@@ -7,8 +7,8 @@ it is being processed is processed again afterwards, and a failed key
 comes back after an exponential backoff (capped).
 
 The queue lives on one event loop (its asyncio.Queue and sets are not thread-safe); a key added
-from another thread (Kopf runs synchronous handlers in its executor, the enforcement prover has
-its own thread) is handed to that loop.
+from another thread (the enforcement prover's, or Kopf's executor, where synchronous handlers
+run) is handed to that loop.
 """
 
 from __future__ import annotations
