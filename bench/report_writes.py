@@ -12,6 +12,8 @@ read from /proc: less sensitive than wall time to other work on a shared machine
 Ways, for a report that does not exist yet:
 
 * ``create``: POST of the whole report;
+* ``create, metadata answer``: the same POST, asking the API server to answer with the report's metadata
+  only (``Accept: ...;as=PartialObjectMetadata``, what vpol's writes do) instead of the whole report;
 * ``apply``: server-side apply of the whole report (field manager, force).
 
 For an existing report gaining one result (a policy added to a running operator):
@@ -27,7 +29,7 @@ Rounds run the ways alternately (``--rounds`` times each), each on objects of it
 elsewhere falls on every way alike.
 
 Usage: python3 bench/report_writes.py [--writes 500] [--threads 8] [--rounds 3] [--results 16]
-       [--kubeconfig FILE --kubectl PATH]
+       [--ways 'new report/create;new report/create, metadata answer'] [--kubeconfig FILE --kubectl PATH]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from common import BenchRun, descendants, install_vpol, table  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for  # noqa: E402
+from vpol.kube.dynamic import METADATA_ANSWER  # noqa: E402
 from vpol.kube.objects import FIELD_MANAGER  # noqa: E402
 
 GROUP, VERSION, PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
@@ -111,6 +114,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8, help="parallel clients (the scanner's writers: 8)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way")
     parser.add_argument("--results", type=int, default=16, help="results per report")
+    parser.add_argument("--ways", help="only these ways, semicolon-separated 'report/written by' "
+                        "(e.g. 'new report/create')")
     parser.add_argument("--kubeconfig")
     parser.add_argument("--kubectl")
     parser.add_argument("--workdir")
@@ -140,6 +145,12 @@ def main() -> int:
         def create(ref: ResourceRef) -> None:
             custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, new_report(ref, full),
                                                    field_manager=FIELD_MANAGER, **quiet).read()
+
+        metadata_only = {"_headers": {"Accept": METADATA_ANSWER}}
+
+        def create_metadata_answer(ref: ResourceRef) -> None:
+            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, new_report(ref, full),
+                                                   field_manager=FIELD_MANAGER, **quiet, **metadata_only).read()
 
         def apply_new(ref: ResourceRef) -> None:
             custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, new_report(ref, full),
@@ -184,12 +195,16 @@ def main() -> int:
 
         ways: list[tuple[str, str, Callable[[ResourceRef], None]]] = [
             ("new report", "create", create),
+            ("new report", "create, metadata answer", create_metadata_answer),
             ("new report", "apply", apply_new),
             ("one result added", "apply", apply_grown),
             ("one result added", "merge", merge_grown),
             ("one result added", "json-patch", json_patch_grown),
             ("one result added", "put", put_grown),
         ]
+        if args.ways:
+            wanted = set(args.ways.split(";"))
+            ways = [w for w in ways if f"{w[0]}/{w[1]}" in wanted]
         measured: dict[tuple[str, str], list[tuple[float, float, float]]] = {(c, w): [] for c, w, _f in ways}
         for round_ in range(args.rounds):
             for i, (case, way, write) in enumerate(ways):

@@ -16,7 +16,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.desired.webhook import owner_reference
-from vpol.kube.dynamic import apply_object, collection_path, create_object, encoded, list_pages, send_encoded
+from vpol.kube.dynamic import (
+    METADATA_ANSWER,
+    apply_object,
+    collection_path,
+    create_object,
+    encoded,
+    list_pages,
+    send_encoded,
+)
 from vpol.model.parse import parse_exception
 from vpol.model.policy import PolicyException
 
@@ -259,7 +267,7 @@ class Objects:
         """Create an events.k8s.io/v1 Event (generically, as reports are written: the generated EventsV1Api
         validates its arguments with pydantic, parses the Event sent back into models and loads their module)."""
         send_encoded(self.api, "POST", collection_path("events.k8s.io", "v1", "events", namespace),
-                     encoded(dict(body)), content_type="application/json")
+                     encoded(dict(body)), content_type="application/json", accept=METADATA_ANSWER)
 
     def dry_run_configmap(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run CREATE of a ConfigMap (admission runs, nothing is stored): the object the API server would

@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.kube.dynamic import collection_path, encoded, list_pages, object_path, send_encoded
+from vpol.kube.dynamic import METADATA_ANSWER, collection_path, encoded, list_pages, object_path, send_encoded
 from vpol.kube.objects import FIELD_MANAGER
 
 GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
@@ -37,7 +37,7 @@ class Reports:
     def apply(self, report: Mapping[str, Any]) -> str:
         """Server-side apply of a whole report (field manager vpol, forced); the report's new resourceVersion."""
         return _version(send_encoded(self.api, "PATCH", self._path(report, named=True), encoded(report),
-                                     content_type="application/apply-patch+yaml",
+                                     content_type="application/apply-patch+yaml", accept=METADATA_ANSWER,
                                      query=[("fieldManager", FIELD_MANAGER), ("force", "true")]))
 
     def create(self, report: Mapping[str, Any]) -> str | None:
@@ -50,7 +50,8 @@ class Reports:
         """
         try:
             answer = send_encoded(self.api, "POST", self._path(report, named=False), encoded(report),
-                                  content_type="application/json", query=[("fieldManager", FIELD_MANAGER)])
+                                  content_type="application/json", accept=METADATA_ANSWER,
+                                  query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -71,7 +72,8 @@ class Reports:
         body["metadata"] = {**report["metadata"], "resourceVersion": version}
         try:
             answer = send_encoded(self.api, "PUT", self._path(report, named=True), encoded(body),
-                                  content_type="application/json", query=[("fieldManager", FIELD_MANAGER)])
+                                  content_type="application/json", accept=METADATA_ANSWER,
+                                  query=[("fieldManager", FIELD_MANAGER)])
         except ApiException as exc:
             if exc.status in (404, 409):
                 return None

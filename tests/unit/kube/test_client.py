@@ -67,13 +67,15 @@ def test_the_credential_refresh_runs_at_most_once_per_interval(tmp_path: Path, m
 
 def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tmp_path: Path, monkeypatch) -> None:
     """Reports.create/update/apply send the report's compact JSON straight to the connection pool (no sanitising,
-    no re-encoding), with the field manager, and return the written report's resourceVersion; a 409 on create
+    no re-encoding), with the field manager, ask for the written report's metadata only (PartialObjectMetadata,
+    plain JSON as the fallback) and return its resourceVersion; a 409 on create
     says "exists", a 409 or 404 on update says "not at that version any more"; other errors keep the Status."""
     import json
 
     import pytest
     from kubernetes.client.rest import ApiException
 
+    from vpol.kube.dynamic import METADATA_ANSWER
     from vpol.kube.reports import Reports
 
     api = api_client(str(kubeconfig(tmp_path)))
@@ -105,6 +107,9 @@ def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tm
     assert isinstance(first["body"], bytes) and json.loads(first["body"]) == report
     assert b" " not in first["body"] and first["headers"]["Content-Type"] == "application/json"
     assert first["headers"]["authorization"] == "Bearer t"
+    assert first["headers"]["Accept"] == METADATA_ANSWER
+    assert METADATA_ANSWER.split(", ") == ["application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                                           "application/json"]
     status[0] = 409
     assert reports.create(report) is None
     status[0] = 200
@@ -112,11 +117,13 @@ def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tm
     applied = sent[-1]
     assert applied["method"] == "PATCH" and applied["headers"]["Content-Type"] == "application/apply-patch+yaml"
     assert applied["url"].endswith("/namespaces/ns/policyreports/vpol-u1?fieldManager=vpol&force=true")
+    assert applied["headers"]["Accept"] == METADATA_ANSWER
     # An update replaces the report at the version given, and only there.
     assert reports.update(report, "3") == "4"
     put = sent[-1]
     assert put["method"] == "PUT" and put["url"].endswith("/namespaces/ns/policyreports/vpol-u1?fieldManager=vpol")
     assert json.loads(put["body"]) == {**report, "metadata": {**report["metadata"], "resourceVersion": "3"}}
+    assert put["headers"]["Accept"] == METADATA_ANSWER
     assert "resourceVersion" not in report["metadata"]
     for refused in (409, 404):
         status[0] = refused
