@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import urllib3
@@ -44,11 +45,16 @@ def api_error(status: int, answer: bytes) -> ApiException:
 
 
 def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *, namespace: str = "",
-               page_size: int = PAGE_SIZE, label_selector: str = "") -> Iterator[tuple[list[dict[str, Any]], str]]:
-    """Yields (items, resourceVersion) page by page (``limit``/``continue``), items with apiVersion/kind set."""
-    cont = ""
+               page_size: int = PAGE_SIZE, label_selector: str = "", prefetch: bool = False
+               ) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """Yields (items, resourceVersion) page by page (``limit``/``continue``), items with apiVersion/kind set.
+
+    With ``prefetch`` the next page is requested (and parsed) in a thread while the caller works on this one,
+    so the API server's time on a page overlaps the caller's instead of adding to it; one more page is held.
+    Reading back 10,001 reports in pages of 100 at a restart: 5.0-5.2 s against 5.9-7.0 s (bench/README.md)."""
     path = collection_path(group, version, resource, namespace)
-    while True:
+
+    def page(cont: str) -> tuple[list[dict[str, Any]], str, str]:
         query: list[tuple[str, Any]] = [("limit", page_size)]
         if cont:
             query.append(("continue", cont))
@@ -64,10 +70,24 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
         meta = data.get("metadata") or {}
-        yield items, str(meta.get("resourceVersion", ""))
-        cont = meta.get("continue") or ""
-        if not cont:
-            return
+        return items, str(meta.get("resourceVersion", "")), str(meta.get("continue") or "")
+
+    if not prefetch:
+        cont = ""
+        while True:
+            items, rv, cont = page(cont)
+            yield items, rv
+            if not cont:
+                return
+    # A caller that stops early waits for the page in flight (bounded by its timeout) while the pool shuts down.
+    with ThreadPoolExecutor(1, thread_name_prefix="vpol-list-prefetch") as pool:
+        items, rv, cont = page("")
+        while True:
+            upcoming = pool.submit(page, cont) if cont else None
+            yield items, rv
+            if upcoming is None:
+                return
+            items, rv, cont = upcoming.result()
 
 
 class StopWatching(Exception):
@@ -208,9 +228,9 @@ def _send(api: client.ApiClient, method: str, path: str, *, body: Any = None, co
 
 
 #: Accept header of a write whose caller needs only the written object's metadata (its resourceVersion): the
-#: API server answers with the object as PartialObjectMetadata (the transformation it offers every endpoint
-#: since Kubernetes 1.15) instead of encoding the whole object back, and the client reads a fraction of it.
-#: Plain JSON follows as the fallback the server picks for what it cannot transform (an error's Status).
+#: API server answers with the object as PartialObjectMetadata (creates, updates and patches answer through the
+#: same transformation as reads) instead of encoding the whole object back, and the client reads a fraction of
+#: it. Plain JSON follows, the media type the server picks for what it does not transform (an error's Status).
 METADATA_ANSWER = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 
 

@@ -24,11 +24,12 @@ class Reports:
         self.custom: Any = client.CustomObjectsApi(api)
 
     def existing(self, label_selector: str) -> Iterator[dict[str, Any]]:
-        """Every report carrying ``label_selector``, both kinds, page by page."""
+        """Every report carrying ``label_selector``, both kinds, page by page; the next page is fetched while the
+        caller works on this one (a restart reads back one report per scanned resource)."""
         for plural in ("policyreports", "clusterpolicyreports"):
             try:
                 for items, _rv in list_pages(self.api, GROUP, VERSION, plural, label_selector=label_selector,
-                                             page_size=REPORT_PAGE_SIZE):
+                                             page_size=REPORT_PAGE_SIZE, prefetch=True):
                     yield from items
             except ApiException as exc:
                 if exc.status != 404:

@@ -1,14 +1,19 @@
-"""Paged lists (vpol.kube.dynamic.list_pages): every page once, in order, each connection given back."""
+"""Paged lists (vpol.kube.dynamic.list_pages): every page once, in order, each connection given back; with
+prefetch, the next page is already asked for while the caller works on the one it was given (how a restart
+reads its reports back)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from vpol.kube import dynamic
+from vpol.kube.reports import Reports
 
 PAGES = 4
 
@@ -22,43 +27,121 @@ class _Answer:
         self.released = True
 
 
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A fake API server serving PAGES pages of two ConfigMaps each; it records the ``continue`` of each request
-    and, per request, how many pages the caller had finished by then (the next page is asked for only when
-    the caller is done with the one before)."""
-    state: dict[str, Any] = {"asked": [], "done": 0, "lock": threading.Lock(), "answers": []}
+class _Server:
+    """A fake API server serving PAGES pages of two objects each. It records the ``continue`` of each request
+    and, per request, how many pages the caller had finished by then."""
 
-    def call(_api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
+    def __init__(self, path: str, kind: str, api_version: str):
+        self.path, self.kind, self.api_version = path, kind, api_version
+        self.asked: list[tuple[int, int]] = []
+        self.done = 0
+        self.lock = threading.Lock()
+        self.answers: list[_Answer] = []
+
+    def call(self, _api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
         params = dict(query)
-        assert path == "/api/v1/namespaces/ns/configmaps" and params["limit"] == 2
+        assert path == self.path and params["limit"] in (2, 100)
         index = int(params.get("continue", "0"))
-        with state["lock"]:
-            state["asked"].append((index, state["done"]))
+        with self.lock:
+            self.asked.append((index, self.done))
         more = {"continue": str(index + 1)} if index + 1 < PAGES else {}
-        answer = _Answer({"kind": "ConfigMapList", "apiVersion": "v1",
+        answer = _Answer({"kind": f"{self.kind}List", "apiVersion": self.api_version,
                           "metadata": {"resourceVersion": f"rv{index}", **more},
-                          "items": [{"metadata": {"name": f"cm-{index}-{i}"}} for i in range(2)]})
-        state["answers"].append(answer)
+                          "items": [{"metadata": {"name": f"o-{index}-{i}"}} for i in range(2)]})
+        self.answers.append(answer)
         return answer
 
-    monkeypatch.setattr(dynamic, "_call", call)
-    return state
+    def finished_one(self) -> None:
+        with self.lock:
+            self.done += 1
+
+    def wait_for_request(self, index: int) -> None:
+        """The caller works on a page until page ``index`` has been asked for (or the last page was, or 2 s)."""
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            with self.lock:
+                if index >= PAGES or any(i == index for i, _done in self.asked):
+                    return
+            time.sleep(0.01)
 
 
-def _read(server: dict[str, Any]) -> list[str]:
-    names = []
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> _Server:
+    s = _Server("/api/v1/namespaces/ns/configmaps", "ConfigMap", "v1")
+    monkeypatch.setattr(dynamic, "_call", s.call)
+    return s
+
+
+def _pages(prefetch: bool) -> Iterator[tuple[list[dict[str, Any]], str]]:
     api: Any = None  # the fake _call does not use it
-    for items, rv in dynamic.list_pages(api, "", "v1", "configmaps", namespace="ns", page_size=2):
-        assert rv == f"rv{int(items[0]['metadata']['name'].split('-')[1])}"
+    return dynamic.list_pages(api, "", "v1", "configmaps", namespace="ns", page_size=2, prefetch=prefetch)
+
+
+def _read(server: _Server, prefetch: bool, on_page: Callable[[int], None] | None = None) -> list[str]:
+    names: list[str] = []
+    for number, (items, rv) in enumerate(_pages(prefetch)):
+        if on_page is not None:
+            on_page(number)
+        assert rv == f"rv{number}"
         assert all(i["kind"] == "ConfigMap" and i["apiVersion"] == "v1" for i in items)
         names += [i["metadata"]["name"] for i in items]
-        with server["lock"]:
-            server["done"] += 1
+        server.finished_one()
     return names
 
 
-def test_every_page_is_read_once_in_order(server: dict[str, Any]) -> None:
-    assert _read(server) == [f"cm-{p}-{i}" for p in range(PAGES) for i in range(2)]
-    assert server["asked"] == [(index, index) for index in range(PAGES)]
-    assert all(a.released for a in server["answers"])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_every_page_is_read_once_in_order(server: _Server, prefetch: bool) -> None:
+    assert _read(server, prefetch) == [f"o-{p}-{i}" for p in range(PAGES) for i in range(2)]
+    assert [index for index, _done in server.asked] == list(range(PAGES))
+    assert all(a.released for a in server.answers)
+
+
+def test_without_prefetch_a_page_is_asked_for_once_the_caller_is_done_with_the_one_before(server: _Server) -> None:
+    _read(server, False)
+    assert server.asked == [(index, index) for index in range(PAGES)]
+
+
+def test_with_prefetch_the_next_page_is_asked_for_while_the_caller_works_on_this_one(server: _Server) -> None:
+    _read(server, True, lambda number: server.wait_for_request(number + 1))
+    # Page n+1 was asked for while the caller was still working on page n (n pages finished), not after it.
+    assert server.asked == [(0, 0)] + [(index, index - 1) for index in range(1, PAGES)]
+
+
+def test_a_caller_that_stops_early_leaves_no_request_running(server: _Server) -> None:
+    pages = _pages(True)
+    next(pages)
+    pages.close()
+    assert [index for index, _done in server.asked] == [0, 1]
+    assert not [t for t in threading.enumerate() if t.name.startswith("vpol-list-prefetch")]
+
+
+def test_an_error_on_a_prefetched_page_reaches_the_caller(server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.client.rest import ApiException
+
+    def expired(api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
+        if dict(query).get("continue") == "2":
+            raise ApiException(status=410, reason="Expired")
+        return server.call(api, path, query, timeout=timeout)
+
+    monkeypatch.setattr(dynamic, "_call", expired)
+    with pytest.raises(ApiException) as gone:
+        _read(server, True)
+    assert gone.value.status == 410 and server.done == 2
+
+
+def test_reports_are_read_back_with_the_next_page_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _Server("/apis/wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", "wgpolicyk8s.io/v1alpha2")
+    cluster_reports = _Server("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport",
+                              "wgpolicyk8s.io/v1alpha2")
+    monkeypatch.setattr(dynamic, "_call", lambda api, path, query, **kw: (
+        server if "/policyreports" in path else cluster_reports).call(api, path, query, **kw))
+    api: Any = None
+    seen = 0
+    for report in Reports(api).existing("app.kubernetes.io/managed-by=vpol"):
+        if report["kind"] == "PolicyReport":
+            seen += 1
+            if seen % 2 == 0:  # the last object of a page: the caller is done with it
+                server.wait_for_request(seen // 2)
+                server.finished_one()
+    assert seen == 2 * PAGES
+    assert server.asked == [(0, 0)] + [(index, index - 1) for index in range(1, PAGES)]
