@@ -72,22 +72,19 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
         meta = data.get("metadata") or {}
         return items, str(meta.get("resourceVersion", "")), str(meta.get("continue") or "")
 
-    if not prefetch:
-        cont = ""
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="vpol-list-prefetch") if prefetch else None
+    try:
+        items, rv, cont = page("")
         while True:
-            items, rv, cont = page(cont)
+            upcoming = ahead.submit(page, cont) if ahead is not None and cont else None
             yield items, rv
             if not cont:
                 return
-    # A caller that stops early waits for the page in flight (bounded by its timeout) while the pool shuts down.
-    with ThreadPoolExecutor(1, thread_name_prefix="vpol-list-prefetch") as pool:
-        items, rv, cont = page("")
-        while True:
-            upcoming = pool.submit(page, cont) if cont else None
-            yield items, rv
-            if upcoming is None:
-                return
-            items, rv, cont = upcoming.result()
+            items, rv, cont = upcoming.result() if upcoming is not None else page(cont)
+    finally:
+        # A caller that stops early waits for the page in flight (bounded by its timeout).
+        if ahead is not None:
+            ahead.shutdown()
 
 
 class StopWatching(Exception):
