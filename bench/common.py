@@ -405,10 +405,14 @@ def control_plane_cpu() -> float:
     return sum(cpu_seconds(pid) for pid in pids_named(CONTROL_PLANE_COMM))
 
 
+#: The parts control_plane_parts() tells apart.
+CONTROL_PLANE_PARTS = ("kube-apiserver", "kube-controller-manager", "etcd (supervisor)")
+
+
 def control_plane_parts() -> dict[str, list[int]]:
     """The local control plane's processes by part: kube-apiserver, kube-controller-manager, and the supervisor
     (etcd runs embedded in it), told apart by their command lines (one multi-call binary)."""
-    parts: dict[str, list[int]] = {"kube-apiserver": [], "kube-controller-manager": [], "etcd (supervisor)": []}
+    parts: dict[str, list[int]] = {part: [] for part in CONTROL_PLANE_PARTS}
     for pid in pids_named(CONTROL_PLANE_COMM):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -446,11 +450,13 @@ class CpuMeter:
     def start(self) -> None:
         self._start = self._read()
 
-    def stop(self) -> dict[str, float]:
-        """CPU seconds each group used since start()."""
+    def since_start(self) -> dict[str, float]:
+        """CPU seconds each group used since start() (read again at every call)."""
         now = self._read()
         return {name: sum(t - self._start.get(name, {}).get(pid, 0.0) for pid, t in pids.items())
                 for name, pids in now.items()}
+
+    stop = since_start
 
 
 # -- metrics ----------------------------------------------------------------------------------

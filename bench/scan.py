@@ -6,6 +6,12 @@ Pods stay Pending, which does not matter for scanning) with vpol installed
 and the operator running as in the e2e tests (`vpol run` as the
 vpol-system/vpol ServiceAccount):
 
+0. ("enforce", before any Pod exists) applies the policies of phase 2 to a
+   running operator and measures what enforcing them costs: the time until
+   every policy is Ready and the CPU each process used until then (the API
+   server writing and compiling the VAPs and bindings, the controller
+   manager type-checking them, the operator reconciling and proving them);
+   the policies are deleted afterwards, and their VAPs with them;
 1. creates --namespaces namespaces and --pods Pods spread over them (parallel
    requests), a share of them violating one Pod Security Standard check each;
 2. ("apply") applies --policies of the Pod Security Standard policies in
@@ -63,7 +69,7 @@ where a phase's time went. The operator's metrics are polled for the few samples
 polling twice a second costs neither process much.
 
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
-       [--phases apply,add,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
+       [--phases enforce,apply,add,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
        [--kubeconfig FILE --kubectl PATH]
 """
 
@@ -88,6 +94,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import yaml  # noqa: E402
 from common import (  # noqa: E402
     BenchRun,
+    CONTROL_PLANE_PARTS,
     REPO,
     MemoryPeaks,
     MemorySampler,
@@ -95,6 +102,7 @@ from common import (  # noqa: E402
     apiserver_requests,
     control_plane_cpu,
     control_plane_parts,
+    cpu_seconds,
     descendants,
     install_vpol,
     metric_sum,
@@ -252,6 +260,8 @@ class Progress:
     full_seconds: float
     #: Time the scanner spent waiting on its evaluation worker (vpol_evaluation_duration_seconds_sum).
     eval_seconds: float = 0.0
+    #: CPU seconds each process group has used since the phase began (CpuMeter), read with the metrics.
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 #: The samples progress() reads (the operator renders only these for it).
@@ -286,7 +296,7 @@ class ScanRun:
 
 
 def follow(op: Any, t0: float, expected: int, timeout: float, quiet: float, label: str,
-           settle_limit: float = 1e9) -> ScanRun:
+           settle_limit: float = 1e9, cpu: Any = None) -> ScanRun:
     """Polls the operator's metrics until all ``expected`` results are present, a full scan has finished
     and nothing changed for ``quiet`` s (or ``settle_limit`` s passed since both were true)."""
     done_at: float | None = None
@@ -296,6 +306,8 @@ def follow(op: Any, t0: float, expected: int, timeout: float, quiet: float, labe
     next_print = 0.0
     while True:
         p = progress(op, t0)
+        if cpu is not None:
+            p.cpu = cpu()
         if run.first is None:
             run.first = p
         run.timeline.append(p)
@@ -389,11 +401,21 @@ class Phase:
     @property
     def written(self) -> float | None:
         """When every result was present and the last report write of the phase was done (s from t0)."""
+        done = self._written_at()
+        return done.t if done is not None else None
+
+    @property
+    def cpu_until_written(self) -> dict[str, float]:
+        """CPU seconds by process group from t0 until ``written`` (empty when it was not reached or not read)."""
+        done = self._written_at()
+        return dict(done.cpu) if done is not None else {}
+
+    def _written_at(self) -> Progress | None:
         assert self.run.last is not None
         final = self.run.last.writes
         for p in self.run.timeline:
             if p.writes >= final and p.results_present >= self.expected:
-                return p.t
+                return p
         return None
 
 
@@ -411,7 +433,10 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
                         log_name=f"operator-{name}.log")
     assert op.proc is not None
     pid = op.proc.pid
-    parts = CpuMeter({**{part: (lambda part=part: control_plane_parts()[part]) for part in control_plane_parts()},
+    # The control plane's processes stay the same through a phase: found once (reading /proc for them twice a
+    # second would cost the cores the phase is measured on).
+    plane = control_plane_parts()
+    parts = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
                       "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
                       "bench (this process)": lambda: [os.getpid()]})
     parts.start()
@@ -437,7 +462,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             applied = time.monotonic() - t0
             print(f"  [{name}] {len(names)} policies applied in {applied:.2f}s (one request each, vpol's policy "
                   "validation webhook included)", flush=True)
-        run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit)
+        run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit, cpu=parts.since_start)
         # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
         cpu = control_plane_cpu() - cpu0
         cpu_parts = parts.stop()
@@ -533,10 +558,12 @@ def main() -> int:
     parser.add_argument("--rescan-interval", type=float, default=0,
                         help="--scan-interval of the restarted operator, to also time one periodic full rescan "
                              "(it starts once the restart's work is done; e.g. 60); default 0: not measured")
-    parser.add_argument("--phases", default="apply,add,cold,restart",
-                        help="comma-separated: apply (policies applied to a running operator), add (one more "
-                             "policy applied to a running operator whose reports exist; needs apply), cold "
-                             "(fresh operator, policies present, no reports), restart (nothing changed)")
+    parser.add_argument("--phases", default="enforce,apply,add,cold,restart",
+                        help="comma-separated: enforce (the policies applied to a running operator before any "
+                             "Pod exists: the CPU of enforcing them), apply (policies applied to a running "
+                             "operator), add (one more policy applied to a running operator whose reports exist; "
+                             "needs apply), cold (fresh operator, policies present, no reports), restart (nothing "
+                             "changed)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
                                                              "--apply-timeout 60")
     parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
@@ -558,9 +585,11 @@ def main() -> int:
             cleanup_workload(kube)
         files = policy_files(args.policies)
         print(f"policies: {', '.join(f.parent.name for f in files)}")
-        cpu0 = control_plane_cpu()
+        enforce = enforce_phase(kube, work, args, files) if "enforce" in phases else []
+        cpu0, bench0 = control_plane_cpu(), cpu_seconds(os.getpid())
         took = create_workload(kube, args.namespaces, args.pods, args.violating_share, args.threads)
         pod_cpu = control_plane_cpu() - cpu0
+        floor_cpu = Budget(took, pod_cpu, cpu_seconds(os.getpid()) - bench0)
         pods = count_pods(kube)
         print(f"created {pods} Pods in {args.namespaces} namespaces in {took:.1f}s ({pods / took:.0f}/s)")
         expected = pods * len(files)
@@ -571,8 +600,10 @@ def main() -> int:
             ["Pods / namespaces / policies", f"{pods} / {args.namespaces} / {len(files)}", ""],
             ["write floor: the API server accepting the bench's Pods", f"{took:.1f} s ({pods / took:.0f}/s, "
              f"{args.threads} parallel requests)", ""],
+            ["  CPU it took: the control plane's, the bench's client's", floor_cpu.floor_text(), ""],
             ["`vpol apply` of the same Pods and policies (offline engine)",
              f"{apply_seconds:.1f} s, {apply_results} results ({apply_results / apply_seconds:.0f}/s)", ""],
+            *enforce,
         ]
         results: dict[str, Phase] = {}
         floor: ReportFloor | None = None
@@ -597,6 +628,7 @@ def main() -> int:
             rows.append(["  apply: control-plane CPU per report write (the policies' enforcement included)",
                          f"{ph.control_plane_cpu / max(1, ph.writes) * 1000:.1f} ms (report floor's creates: "
                          f"{floor.cpu_per_report * 1000:.1f} ms)", ""])
+            rows += floor_cpu.phase_rows(ph)
             if "add" in phases:
                 rows += add_phase(kube, work, args, files, pods, floor)
             clear_reports(kube, args.namespaces)
@@ -615,6 +647,7 @@ def main() -> int:
                 rows.append(["  cold: control-plane CPU per report write (the operator's start-up included)",
                              f"{ph.control_plane_cpu / max(1, ph.writes) * 1000:.1f} ms (report floor's creates: "
                              f"{floor.cpu_per_report * 1000:.1f} ms)", ""])
+            rows += floor_cpu.phase_rows(ph)
             rows += report_rows(kube, len(files), pods)
 
         if "restart" in phases:
@@ -659,6 +692,50 @@ def main() -> int:
                 cleanup_workload(cluster.kube)
         finally:
             cluster.stop()
+
+
+def enforce_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[Path]) -> list[list[str]]:
+    """The policies applied to a running operator while no Pod exists: what enforcing them costs, apart from any
+    scan (the apply phase pays it too, on the same cores as its report writes)."""
+    print("phase enforce: the policies applied to a running operator, no Pods yet...")
+    op = start_operator(kube, work, ["--scan-interval", "3600", *args.operator_arg], log_name="operator-enforce.log")
+    assert op.proc is not None
+    pid = op.proc.pid
+    admission = client.AdmissionregistrationV1Api(kube.api_client)
+    names: list[str] = []
+    vaps: set[str] = set()
+    try:
+        wait_until(lambda: progress(op, time.monotonic()).full_scans >= 1, 120, 0.2)
+        vaps0 = _vap_names(admission)
+        meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in control_plane_parts().items()},
+                          "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
+                          "bench (this process)": lambda: [os.getpid()]})
+        meter.start()
+        t0 = time.monotonic()
+        names = apply_policies(kube, files)
+        ready = wait_until(lambda: all(_ready(kube, n) for n in names), 120, 0.5)
+        took = time.monotonic() - t0
+        used = meter.since_start()
+        time.sleep(5)  # what follows Ready (type-checking statuses, the scanner's worker) is counted here
+        settled = meter.since_start()
+        vaps = _vap_names(admission) - vaps0
+    finally:
+        op.stop()
+    custom: Any = client.CustomObjectsApi(kube.api_client)
+    for name in names:
+        custom.delete_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, name)
+    # The garbage collector removes their VAPs and bindings; the Pods' write floor is measured after that.
+    wait_until(lambda: not vaps & _vap_names(admission), 120, 0.5)
+
+    def text(cpu: dict[str, float]) -> str:
+        return f"{sum(cpu.values()):.1f} s: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
+
+    return [
+        [f"enforce: {len(names)} policies applied to a running operator, no Pods -> every policy Ready",
+         f"{took:.1f} s ({len(vaps)} ValidatingAdmissionPolicies generated)" if ready else "not reached", ""],
+        ["  CPU until then (s)", text(used), ""],
+        ["  CPU until 5 s later (s)", text(settled), ""],
+    ]
 
 
 def add_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[Path], pods: int,
@@ -787,6 +864,44 @@ def clear_reports(kube: Any, namespaces: int) -> None:
 
 
 @dataclass
+class Budget:
+    """What the cores allow. On a host whose cores are all busy (the bench's 2-core machine), a phase cannot take
+    less wall time than the CPU it used over the cores: its ratio to the write floor is bounded below by that, and
+    by the control plane's CPU alone (the ratio the phase would reach if vpol's processes cost nothing). The
+    control plane's share is the API server's work on the requests the phase made (the report writes; after
+    applying policies, their native enforcement: the VAPs and bindings written, compiled, and type-checked by the
+    controller manager) and is not vpol's CPU."""
+
+    floor_seconds: float
+    control_plane: float
+    client: float
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+
+    def floor_text(self) -> str:
+        if not self.control_plane:
+            return f"the bench's client {self.client:.1f} s (the control plane's is not measurable here)"
+        used = self.control_plane + self.client
+        return (f"{self.control_plane:.1f} s + {self.client:.1f} s = {used:.1f} s of CPU, "
+                f"{used / max(0.001, self.cores * self.floor_seconds):.0%} of {self.cores} cores over it")
+
+    def phase_rows(self, ph: "Phase") -> list[list[str]]:
+        """The phase's CPU from t0 until every result was written (the time the ratio is of), over the cores."""
+        used = ph.cpu_until_written
+        if not self.floor_seconds or not used:
+            return []
+        spread = self.cores * self.floor_seconds
+        plane = sum(seconds for name, seconds in used.items() if name in CONTROL_PLANE_PARTS)
+        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items())
+        rows = [[f"  {ph.name}: CPU of every process until every result was written, / ({self.cores} cores x write "
+                 "floor): the lowest ratio this CPU allows", f"{sum(used.values()) / spread:.2f} "
+                 f"({sum(used.values()):.1f} s: {parts})", ""]]
+        if plane:  # 0 with --kubeconfig: another cluster's control plane is not measurable from here
+            rows.append([f"  {ph.name}: the same of the control plane's CPU alone: the lowest ratio if vpol's "
+                         "processes cost nothing", f"{plane / spread:.2f}", ""])
+        return rows
+
+
+@dataclass
 class ReportFloor:
     """The API server's own speed at the scan's writes, measured in this run."""
     reports: int = 0
@@ -811,6 +926,10 @@ def report_floor(kube: Any, namespaces: int, threads: int = WRITERS) -> ReportFl
         list(pool.map(writer.create, reports))
     took = time.monotonic() - started
     return ReportFloor(len(reports), took, (control_plane_cpu() - cpu0) / max(1, len(reports)))
+
+
+def _vap_names(admission: Any) -> set[str]:
+    return {v.metadata.name for v in admission.list_validating_admission_policy().items if v.metadata}
 
 
 def _ready(kube: Any, name: str) -> bool:
