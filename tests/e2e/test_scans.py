@@ -254,6 +254,24 @@ def test_a_new_severity_or_category_reaches_reports_and_metrics(policies: Polici
     wait_for("only the new series", lambda: series() == {("high", "Security")}, 30)
 
 
+def test_metrics_carry_no_created_series(policies: Policies, cluster: Any, namespace: str,
+                                        operator: OperatorProcess) -> None:
+    """The operator's counters and histograms are served without prometheus_client's ``_created`` series (one more
+    series per labelled child, which nothing reads)."""
+    uid = make_cm(cluster, namespace, "counted", {"x": "1"})
+    name = policies.create("counted", owner_policy())
+    wait_for("a result", lambda: result_of(cluster, namespace, uid, name) is not None, 60)
+
+    def served() -> set[str]:
+        """The sample names served, once the counter and the histogram have children."""
+        names = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in operator.metrics().splitlines()
+                 if line and not line.startswith("#")}
+        return names if {"vpol_policy_results_total", "vpol_scan_duration_seconds_count"} <= names else set()
+
+    names = wait_for("the policy's evaluations counted", served, 30)
+    assert sorted(n for n in names if n.endswith("_created")) == []
+
+
 def kyverno_report(uid: str, namespace: str, name: str, managed_by: str, source: str) -> dict[str, Any]:
     """A report as Kyverno's reports controller writes it for a resource: named by its bare UID."""
     return {

@@ -15,6 +15,8 @@ The series the dashboard and alerts (manifests/monitoring/) are built on:
   ``vpol_report_writes_total{action}``;
 - ``vpol_events_total{outcome}``: PolicyViolation Events sent, deduplicated, dropped or failed;
 - ``vpol_background_mutations_total{policy, result}``: targets of mutateExisting (mutated, unchanged, skip, error).
+
+Counters and histograms are served without their ``_created`` series (see :func:`serve`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 POLICIES = Gauge("vpol_policies", "ValidatingPolicies known to the operator, by readiness", ["ready"])
 POLICY_INFO = Gauge("vpol_policy_info", "One series per ValidatingPolicy describing it (value 1)",
@@ -136,4 +138,8 @@ def set_enforcement(paths: Mapping[str, str]) -> None:
 
 
 def serve(port: int) -> None:
+    """Serve /metrics on ``port``, without the ``<counter>_created`` series: prometheus_client adds one per labelled
+    counter and histogram child (the creation time, which no query here uses), doubling what every scrape renders
+    and Prometheus stores for the per-policy, per-namespace counters."""
+    disable_created_metrics()
     start_http_server(port)

@@ -7,9 +7,10 @@ own parser (promtool) remains the authority on validity; this module only
 needs the syntax tree.
 
 The catalogue of series comes from the collectors in
-``vpol.controller.metrics`` and follows prometheus_client's exposition: a
-counter ``x_total`` exposes ``x_total`` and ``x_created``; a histogram ``x``
-exposes ``x_bucket`` (with ``le``), ``x_sum``, ``x_count`` and ``x_created``.
+``vpol.controller.metrics`` and follows prometheus_client's exposition as the
+operator serves it (without ``_created`` series): a counter ``x_total``
+exposes ``x_total``; a histogram ``x`` exposes ``x_bucket`` (with ``le``),
+``x_sum`` and ``x_count``.
 """
 
 from __future__ import annotations
@@ -41,17 +42,14 @@ def series_catalogue(module: types.ModuleType) -> dict[str, frozenset[str]]:
         kind = str(value._type)  # noqa: SLF001
         if kind == "counter":
             out[f"{name}_total"] = labels
-            out[f"{name}_created"] = labels
         elif kind == "histogram":
             out[f"{name}_bucket"] = labels | {"le"}
             out[f"{name}_sum"] = labels
             out[f"{name}_count"] = labels
-            out[f"{name}_created"] = labels
         elif kind == "summary":
             out[name] = labels | {"quantile"}
             out[f"{name}_sum"] = labels
             out[f"{name}_count"] = labels
-            out[f"{name}_created"] = labels
         elif kind == "info":
             out[f"{name}_info"] = labels
         else:  # gauge, enum
