@@ -240,7 +240,7 @@ def run_phase(cfg: client.Configuration, clients: int, requests: int, meter: Cpu
             meter.start()
             t = time.monotonic()
             latencies, errors = await c.run(requests)
-            return latencies, errors, time.monotonic() - t, meter.stop()
+            return latencies, errors, time.monotonic() - t, meter.since_start()
 
     return asyncio.run(measure())
 
@@ -325,7 +325,7 @@ def run_interleaved(kube: Any, custom: Any, op: Any, meter: CpuMeter, phases: li
                 meter.start()
                 t = time.monotonic()
                 latencies, errors = await c.run(count, PHASE_NAMESPACES[phase])
-                results[phase].add(latencies, errors, time.monotonic() - t, meter.stop())
+                results[phase].add(latencies, errors, time.monotonic() - t, meter.since_start())
                 if phase == "webhook":
                     _histogram_delta(before, scrape(op), histogram)
 
@@ -549,7 +549,7 @@ def interleave(cfg: client.Configuration, clients: int, phases: dict[str, str], 
                 meter.start()
                 t = time.monotonic()
                 latencies, errors = await c.run(count, phases[phase])
-                results[phase].add(latencies, errors, time.monotonic() - t, meter.stop())
+                results[phase].add(latencies, errors, time.monotonic() - t, meter.since_start())
 
     gc.disable()
     try:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -450,12 +450,10 @@ class CpuMeter:
         self._start = self._read()
 
     def since_start(self) -> dict[str, float]:
-        """CPU seconds each group used since start() (read again at every call)."""
+        """CPU seconds each group used since start() (read anew at every call)."""
         now = self._read()
         return {name: sum(t - self._start.get(name, {}).get(pid, 0.0) for pid, t in pids.items())
                 for name, pids in now.items()}
-
-    stop = since_start
 
 
 # -- metrics ----------------------------------------------------------------------------------

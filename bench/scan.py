@@ -84,6 +84,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,7 +297,7 @@ class ScanRun:
 
 
 def follow(op: Any, t0: float, expected: int, timeout: float, quiet: float, label: str,
-           settle_limit: float = 1e9, cpu: Any = None) -> ScanRun:
+           settle_limit: float = 1e9, cpu: Callable[[], dict[str, float]] | None = None) -> ScanRun:
     """Polls the operator's metrics until all ``expected`` results are present, a full scan has finished
     and nothing changed for ``quiet`` s (or ``settle_limit`` s passed since both were true)."""
     done_at: float | None = None
@@ -419,6 +420,26 @@ class Phase:
         return None
 
 
+def phase_meter(pid: int) -> CpuMeter:
+    """CPU by process over one operator's phase: the control plane's parts, the operator ``pid``, its evaluation
+    worker, this bench. The control plane's processes stay the same through a phase: found once (reading /proc
+    for them at every poll would cost the cores the phase is measured on)."""
+    plane = control_plane_parts()
+    return CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
+                     "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
+                     "bench (this process)": lambda: [os.getpid()]})
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    """CPU seconds by process group, with their total."""
+    return f"{sum(cpu.values()):.1f} s: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
+
+
+def wait_started(op: Any) -> None:
+    """Until the operator's start-up is over (its first, empty, full scan done)."""
+    wait_until(lambda: progress(op, time.monotonic()).full_scans >= 1, 120, 0.2)
+
+
 def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, expected: int, timeout: float,
                    *, scan_interval: float = 3600, apply: list[Path] | None = None, periodic: bool = False
                    ) -> tuple[Phase, list[str]]:
@@ -432,13 +453,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
     op = start_operator(kube, work, ["--scan-interval", str(scan_interval), *args.operator_arg],
                         log_name=f"operator-{name}.log")
     assert op.proc is not None
-    pid = op.proc.pid
-    # The control plane's processes stay the same through a phase: found once (reading /proc for them twice a
-    # second would cost the cores the phase is measured on).
-    plane = control_plane_parts()
-    parts = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
-                      "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
-                      "bench (this process)": lambda: [os.getpid()]})
+    parts = phase_meter(op.proc.pid)
     parts.start()
     sampler = MemorySampler(op.proc.pid)
     sampler.start()
@@ -452,7 +467,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             # A running operator: past its start-up (its first, empty, full scan done), as an operator that has
             # been up for a while is when policies are applied to it; otherwise its own start-up work (Kopf,
             # the scanner's activation) is timed as part of the policies' scan.
-            wait_until(lambda: progress(op, t_start).full_scans >= 1, 120, 0.2)
+            wait_started(op)
             requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
             t0 = time.monotonic()
             base = progress(op, t0)
@@ -465,7 +480,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         run = follow(op, t0, expected, timeout, args.quiet, name, args.settle_limit, cpu=parts.since_start)
         # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
         cpu = control_plane_cpu() - cpu0
-        cpu_parts = parts.stop()
+        cpu_parts = parts.since_start()
         requests = apiserver_requests(kube.api_client)  # after the CPU: rendering its metrics is not the phase's
         requests.subtract(requests0)
         full = [p for p in run.timeline if p.full_scans >= 1]
@@ -702,16 +717,13 @@ def enforce_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[P
     print("phase enforce: the policies applied to a running operator, no Pods yet...")
     op = start_operator(kube, work, ["--scan-interval", "3600", *args.operator_arg], log_name="operator-enforce.log")
     assert op.proc is not None
-    pid = op.proc.pid
     admission = client.AdmissionregistrationV1Api(kube.api_client)
     names: list[str] = []
     vaps: set[str] = set()
     try:
-        wait_until(lambda: progress(op, time.monotonic()).full_scans >= 1, 120, 0.2)
+        wait_started(op)
         vaps0 = _vap_names(admission)
-        meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in control_plane_parts().items()},
-                          "vpol operator": lambda: [pid], "vpol worker": lambda: descendants(pid),
-                          "bench (this process)": lambda: [os.getpid()]})
+        meter = phase_meter(op.proc.pid)
         meter.start()
         t0 = time.monotonic()
         names = apply_policies(kube, files)
@@ -731,14 +743,11 @@ def enforce_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[P
     wait_until(lambda: not vaps & _vap_names(admission), 120, 0.5)
     clear_reports(kube, args.namespaces)
 
-    def text(cpu: dict[str, float]) -> str:
-        return f"{sum(cpu.values()):.1f} s: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
-
     return [
         [f"enforce: {len(names)} policies applied to a running operator, no Pods -> every policy Ready",
          f"{took:.1f} s ({len(vaps)} ValidatingAdmissionPolicies generated)" if ready else "not reached", ""],
-        ["  CPU until then (s)", text(used), ""],
-        ["  CPU until 5 s later (s)", text(settled), ""],
+        ["  CPU until then (s)", cpu_text(used), ""],
+        ["  CPU until 5 s later (s)", cpu_text(settled), ""],
     ], sum(used.values()) if ready else 0.0
 
 
@@ -897,10 +906,9 @@ class Budget:
             return []
         spread = self.cores * self.floor_seconds
         plane = sum(seconds for name, seconds in used.items() if name in CONTROL_PLANE_PARTS)
-        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items())
         rows = [[f"  {ph.name}: CPU of every process until every result was written, / ({self.cores} cores x write "
-                 "floor): the lowest ratio this CPU allows", f"{sum(used.values()) / spread:.2f} "
-                 f"({sum(used.values()):.1f} s: {parts})", ""]]
+                 "floor): the lowest ratio this CPU allows", f"{sum(used.values()) / spread:.2f} ({cpu_text(used)})",
+                 ""]]
         if plane:  # 0 with --kubeconfig: another cluster's control plane is not measurable from here
             rows.append([f"  {ph.name}: the same of the control plane's CPU alone: the lowest ratio if vpol's "
                          "processes cost nothing", f"{plane / spread:.2f}", ""])
