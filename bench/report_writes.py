@@ -46,10 +46,10 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchRun, descendants, install_vpol, table  # noqa: E402
+from common import BenchRun, descendants, install_vpol, pooled_client, table  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for  # noqa: E402
+from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for, report_name  # noqa: E402
 from vpol.kube.dynamic import METADATA_ANSWER  # noqa: E402
 from vpol.kube.objects import FIELD_MANAGER  # noqa: E402
 
@@ -111,7 +111,7 @@ def timed(run: BenchRun, threads: int, items: list[Any], write: Callable[[Any], 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=500, help="reports written per round")
-    parser.add_argument("--threads", type=int, default=8, help="parallel clients (the scanner's writers: 8)")
+    parser.add_argument("--threads", type=int, default=8, help="parallel clients (the scanner has 16 writers)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way")
     parser.add_argument("--results", type=int, default=16, help="results per report")
     parser.add_argument("--ways", help="only these ways, semicolon-separated 'report/written by' "
@@ -125,7 +125,7 @@ def main() -> int:
     try:
         kube = run.cluster.kube
         install_vpol(kube)
-        api = kube.api_client
+        api = pooled_client(kube, args.threads)
         core: Any = client.CoreV1Api(api)
         custom: Any = client.CustomObjectsApi(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
@@ -153,12 +153,12 @@ def main() -> int:
                                                    field_manager=FIELD_MANAGER, **quiet, **metadata_only).read()
 
         def apply_new(ref: ResourceRef) -> None:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, new_report(ref, full),
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), new_report(ref, full),
                                                   field_manager=FIELD_MANAGER, force=True,
                                                   _content_type="application/apply-patch+yaml", **quiet).read()
 
         def apply_grown(ref: ResourceRef) -> None:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, new_report(ref, grown),
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), new_report(ref, grown),
                                                   field_manager=FIELD_MANAGER, force=True,
                                                   _content_type="application/apply-patch+yaml", **quiet).read()
 
@@ -166,7 +166,7 @@ def main() -> int:
             body = new_report(ref, grown)
             patch = {"metadata": {"annotations": body["metadata"]["annotations"]}, "summary": body["summary"],
                      "results": body["results"]}
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, patch,
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), patch,
                                                   field_manager=FIELD_MANAGER,
                                                   _content_type="application/merge-patch+json", **quiet).read()
 
@@ -176,7 +176,7 @@ def main() -> int:
                    {"op": "replace", "path": "/summary", "value": body["summary"]},
                    {"op": "replace", "path": "/metadata/annotations/vpol.kyverno.io~1scan-key",
                     "value": body["metadata"]["annotations"]["vpol.kyverno.io/scan-key"]}]
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, ops,
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), ops,
                                                   field_manager=FIELD_MANAGER,
                                                   _content_type="application/json-patch+json", **quiet).read()
 
@@ -185,7 +185,7 @@ def main() -> int:
         def put_grown(ref: ResourceRef) -> None:
             body = new_report(ref, grown)
             body["metadata"]["resourceVersion"] = versions[ref.uid]
-            custom.replace_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, ref.uid, body,
+            custom.replace_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), body,
                                                     field_manager=FIELD_MANAGER, **quiet).read()
 
         def create_remember(ref: ResourceRef) -> None:

@@ -81,7 +81,6 @@ Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [-
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import shutil
@@ -113,6 +112,7 @@ from common import (  # noqa: E402
     descendants,
     install_vpol,
     metric_sum,
+    pooled_client,
     scrape,
     start_operator,
     table,
@@ -229,15 +229,6 @@ def create_pods(kube: Any, names: list[str], pods: int, violating_share: float, 
         return time.monotonic() - started
     finally:
         api.close()
-
-
-def pooled_client(kube: Any, threads: int) -> Any:
-    """A client of the bench's cluster keeping as many connections as ``threads`` send at once (the generated
-    client's default pool is 5 per core, and a connection returned to a full pool is closed: the next request
-    pays a new TLS connection, on both sides)."""
-    configuration = copy.copy(kube.configuration)
-    configuration.connection_pool_maxsize = max(threads, configuration.connection_pool_maxsize or 0)
-    return client.ApiClient(configuration)
 
 
 def count_pods(kube: Any) -> int:
