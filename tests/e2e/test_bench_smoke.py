@@ -1,0 +1,71 @@
+"""The scan benchmarks still run, at a tiny scale, each on a control plane of its own.
+
+Benchmarks are run on demand and their figures are never asserted here (bench/README.md). What is checked is
+that they work and that what they count, not time, is right: ``bench/report_writes.py`` broke unseen when
+reports were renamed ``vpol-<uid>`` (its apply, patch and put ways were refused with 400). Each bench is
+started as a user starts it (``python3 bench/<name>.py``), on the control plane the e2e tests build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+#: Each bench starts a control plane and (the scan bench) four operators in turn.
+BENCH_TIMEOUT = 900
+
+
+def run_bench(script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True,
+                          timeout=BENCH_TIMEOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{proc.stdout[-4000:]}\n" \
+                                 f"{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def table_rows(output: str) -> list[tuple[str, list[str]]]:
+    """Every markdown table row of a bench's output: (first cell, the other cells); a first cell may repeat (one
+    row per phase)."""
+    rows = []
+    for line in output.splitlines():
+        if line.startswith("|") and not set(line) <= {"|", "-", " "}:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows.append((cells[0], cells[1:]))
+    return rows
+
+
+@pytest.mark.slow
+def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_binary: str) -> None:
+    pods = 24
+    out = run_bench("scan.py", "--pods", str(pods), "--namespaces", "2", "--policies", "4",
+                    "--phases", "enforce,apply,add,cold,restart", "--apply-timeout", "90", "--timeout", "90")
+    rows = table_rows(out)
+    first = dict(reversed(rows))  # the first row of each name
+    assert "not reached" not in next(v for k, v in rows if k.startswith("enforce:"))[0], out
+    assert "not reached" not in next(v for k, v in rows if k.startswith("add:"))[0], out
+    assert first["policies Ready"][0] == "4/4"
+    # One PolicyReport per Pod with every result, after the apply phase and after the cold one.
+    read_back = [v for k, v in rows if k == "reports read back: Pod reports / with every result"]
+    assert len(read_back) == 2 and all(v[0].startswith(f"{pods} / {pods} ") for v in read_back), read_back
+    for target in ("apply: report writes per Pod", "cold: report writes per Pod",
+                   "restart, nothing changed: report writes"):
+        assert first[target][-1] == "PASS", (target, first[target])
+    assert re.search(r"report floor: .*", out), "no report floor row"
+    assert re.search(r"^\d+ of \d+ targets met$", out, re.M)
+
+
+@pytest.mark.slow
+def test_report_writes_bench_measures_every_way(controlplane_binary: str) -> None:
+    out = run_bench("report_writes.py", "--writes", "10", "--rounds", "1", "--threads", "4")
+    ways = [(k, v) for k, v in table_rows(out) if k in ("new report", "one result added")]
+    assert {(k, v[0]) for k, v in ways} == {
+        ("new report", "create"), ("new report", "create, metadata answer"), ("new report", "apply"),
+        ("one result added", "apply"), ("one result added", "merge"), ("one result added", "json-patch"),
+        ("one result added", "put")}, ways
+    assert all(float(v[1]) > 0 for _k, v in ways), ways
