@@ -153,13 +153,13 @@ def main() -> int:
                                                    field_manager=FIELD_MANAGER, **quiet, **metadata_only).read()
 
         def apply_new(ref: ResourceRef) -> None:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), new_report(ref, full),
-                                                  field_manager=FIELD_MANAGER, force=True,
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid),
+                                                  new_report(ref, full), field_manager=FIELD_MANAGER, force=True,
                                                   _content_type="application/apply-patch+yaml", **quiet).read()
 
         def apply_grown(ref: ResourceRef) -> None:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid), new_report(ref, grown),
-                                                  field_manager=FIELD_MANAGER, force=True,
+            custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, report_name(ref.uid),
+                                                  new_report(ref, grown), field_manager=FIELD_MANAGER, force=True,
                                                   _content_type="application/apply-patch+yaml", **quiet).read()
 
         def merge_grown(ref: ResourceRef) -> None:
