@@ -85,6 +85,9 @@ def main() -> int:
                 NAMESPACE, {"metadata": {"name": f"cm-{i}"}, "data": {"k": "v"}}), range(args.configmaps)))
         floor = time.monotonic() - t
         print(f"created {args.configmaps} ConfigMaps in {floor:.1f}s (the API server's write floor)")
+        # The policy matches every ConfigMap of the namespace: the bench's and the one Kubernetes puts in every
+        # namespace (kube-root-ca.crt).
+        targets = len(labelled(kube.api_client)[1])
         op = start_operator(kube, run.work, args.operator_arg)
         assert op.proc is not None
         sampler = MemorySampler(op.proc.pid)
@@ -94,10 +97,10 @@ def main() -> int:
         custom.create_cluster_custom_object("policies.kyverno.io", "v1", "mutatingpolicies", policy())
         while True:
             count, _versions = labelled(kube.api_client)
-            if count >= args.configmaps:
+            if count >= targets:
                 break
             if time.monotonic() - t > 3600:
-                raise SystemExit(f"not converged after an hour: {count}/{args.configmaps}")
+                raise SystemExit(f"not converged after an hour: {count}/{targets}")
             time.sleep(1)
         converge = time.monotonic() - t
         time.sleep(3)
@@ -109,7 +112,7 @@ def main() -> int:
         t = time.monotonic()
         core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": "trigger"}, "data": {"k": "v"}})
         while metric_sum(scrape(op), "vpol_background_mutations_total", policy=POLICY, result="unchanged") < \
-                unchanged0 + args.configmaps:
+                unchanged0 + targets:
             if time.monotonic() - t > 1800:
                 raise SystemExit("the rescan did not finish within 30 minutes")
             time.sleep(0.5)
@@ -122,11 +125,11 @@ def main() -> int:
         sampler = None
         print()
         print(table([
-            ["ConfigMaps", str(args.configmaps)],
+            ["ConfigMaps", f"{args.configmaps} (and kube-root-ca.crt: {targets} matched)"],
             ["API server's write floor (creating them)", f"{floor:.1f} s"],
             ["converge: policy created -> every ConfigMap mutated", f"{converge:.1f} s "
              f"({converge / floor:.2f}x the write floor)"],
-            ["writes to converge (mutated)", f"{writes:.0f} ({writes / args.configmaps:.2f} per ConfigMap)"],
+            ["writes to converge (mutated)", f"{writes:.0f} ({writes / max(1, targets):.2f} per ConfigMap matched)"],
             ["rescan: a trigger -> every target evaluated again", f"{rescan:.1f} s"],
             ["writes of the rescan (target 0)", f"{rewrites:.0f}"],
             ["ConfigMaps whose resourceVersion changed in the rescan", str(changed)],

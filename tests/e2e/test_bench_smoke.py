@@ -1,4 +1,4 @@
-"""The scan benchmarks still run, at a tiny scale, each on a control plane of its own.
+"""The benchmarks still run, at a tiny scale, each on a control plane of its own.
 
 Benchmarks are run on demand and their figures are never asserted here (bench/README.md). What is checked is
 that they work and that what they count, not time, is right: ``bench/report_writes.py`` broke unseen when
@@ -69,3 +69,24 @@ def test_report_writes_bench_measures_every_way(controlplane_binary: str) -> Non
         ("one result added", "apply"), ("one result added", "merge"), ("one result added", "json-patch"),
         ("one result added", "put")}, ways
     assert all(float(v[1]) > 0 for _k, v in ways), ways
+
+
+#: The other benches, each at its smallest: (script, arguments, a line its output must have: what it measured).
+OTHER_BENCHES = [
+    ("mutate_existing.py", ("--configmaps", "20"), r"writes to converge \(mutated\)\s*\|\s*\d+ \(1\.00 per ConfigMap"),
+    ("ready_enforced.py", ("--policies", "3"), r"requests admitted unenforced after Ready: \d+"),
+    ("operator_ready.py", ("--policies", "3", "--scale", "6", "--settle", "5"),
+     r"reconciles \(vpol_reconciles_total\)"),
+    ("admission.py", ("--requests", "50"), r"the webhook's own answer time .*: \d+ requests"),
+    ("global_context.py", ("--objects", "20", "--rounds", "1"), r"new worker \(first request\)\s+[\d.]+ ms"),
+    ("apply_bulk.py", ("--pods", "100"), r"vpol apply -o json: [\d.]+ s wall, \d+ results"),
+    ("cel_core.py", ("--quick",), r"ratio: vpol is [\d.]+x faster"),
+    ("controlplane_start.py", ("--runs", "1"), r"run 1: start->ready [\d.]+s"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script,args,measured", OTHER_BENCHES, ids=[b[0] for b in OTHER_BENCHES])
+def test_other_benches_run(controlplane_binary: str, script: str, args: tuple[str, ...], measured: str) -> None:
+    out = run_bench(script, *args)
+    assert re.search(measured, out), out[-4000:]
