@@ -2,8 +2,9 @@
 
 Benchmarks are run on demand and their figures are never asserted here (bench/README.md). What is checked is
 that they work and that what they count, not time, is right: ``bench/report_writes.py`` broke unseen when
-reports were renamed ``vpol-<uid>`` (its apply, patch and put ways were refused with 400). Each bench is
-started as a user starts it (``python3 bench/<name>.py``), on the control plane the e2e tests build.
+reports were renamed ``vpol-<uid>`` (the first of its ways that address a report by name was refused with 400,
+ending the bench), and two benches counted writes per object wrongly at a small scale. Each bench is started
+as a user starts it (``python3 bench/<name>.py``), on the control plane the e2e tests build.
 """
 
 from __future__ import annotations
