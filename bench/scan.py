@@ -36,7 +36,17 @@ vpol-system/vpol ServiceAccount):
    and measures the same figures from the operator's start;
 5. ("restart") restarts the operator with nothing changed and measures the
    time to its first full scan and its report writes (targets: zero writes,
-   <= 10 s); with --rescan-interval S also one periodic full rescan.
+   <= 10 s); with --rescan-interval S also one periodic full rescan;
+6. ("kyverno", only when asked for) the peer: Kyverno's reports controller
+   (bench/kyverno/peer.py, built from Kyverno's module) started with the
+   policies and Pods in place and no report of its own, no vpol operator
+   running, followed through a watch of its PolicyReports until every Pod has
+   one with every result and they stop changing: its time, its writes of
+   reports and ephemeral reports (from the API server's request counts), the
+   CPU of each process, its peak RSS, and vpol's cold phase over its time.
+   Kyverno 1.19 does not scan a ValidatingPolicy whose status says its VAP
+   was generated (kyverno/kyverno#16153), so the phase first sets the
+   policies' status.generated to false.
 
 Also, in the same run, `vpol apply` of the same Pods (listed back from the
 cluster) and policies: the offline engine's evaluations per second are the
@@ -74,7 +84,7 @@ where a phase's time went. The operator's metrics are polled for the few samples
 polling twice a second costs neither process much.
 
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
-       [--phases enforce,apply,add,cold,restart] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
+       [--phases enforce,apply,add,cold,restart[,kyverno]] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
        [--kubeconfig FILE --kubectl PATH]
 """
 
@@ -87,6 +97,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -600,6 +611,9 @@ def main() -> int:
                         help="phase 1 (policies applied to a running operator) is cut off after this (s); the "
                              "rest is extrapolated from its rate")
     parser.add_argument("--timeout", type=float, default=300, help="limit of the other phases (s)")
+    parser.add_argument("--peer-timeout", type=float, default=3600,
+                        help="limit of the kyverno phase (s): Kyverno's reports controller took 84 s for 200 Pods "
+                             "with 16 policies on 2 cores")
     parser.add_argument("--quiet", type=float, default=5, help="no change for this long means a scan is over (s)")
     parser.add_argument("--settle-limit", type=float, default=30,
                         help="after every result is in and a full scan finished, wait at most this long for the "
@@ -612,7 +626,8 @@ def main() -> int:
                              "Pod exists: the CPU of enforcing them), apply (policies applied to a running "
                              "operator), add (one more policy applied to a running operator whose reports exist; "
                              "needs apply), cold (fresh operator, policies present, no reports), restart (nothing "
-                             "changed)")
+                             "changed), kyverno (Kyverno's reports controller started with the policies present: "
+                             "the same scan by Kyverno, on the same API server; not in the default)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
                                                              "--apply-timeout 60")
     parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
@@ -725,6 +740,10 @@ def main() -> int:
             rows.append(["  operator / worker peak RSS", f"{ph.peaks.operator_hwm_kib / 1024:.0f} MiB / "
                          f"{ph.peaks.worker_peak_kib / 1024:.0f} MiB", "<= 150 MiB"])
 
+        if "kyverno" in phases:
+            print("phase kyverno: Kyverno's reports controller started with the policies present...")
+            rows += kyverno_rows(kyverno_phase(kube, work, args, pods, len(files)), pods, results.get("cold"))
+
         print()
         print(table(rows, ["measure", "value", "target"]))
         checks = target_rows(results, pods, took, apply_results / apply_seconds)
@@ -742,6 +761,155 @@ def main() -> int:
                 cleanup_workload(cluster.kube)
         finally:
             cluster.stop()
+
+
+@dataclass
+class PeerScan:
+    """Kyverno's reports controller scanning the same Pods with the same policies (the ``kyverno`` phase)."""
+
+    #: Seconds from its start until every bench Pod had a report with every result (None: not reached).
+    complete: float | None
+    #: Seconds from its start until its last report change (the watch's last event).
+    quiet: float
+    #: Bench Pods with a report of Kyverno's, and the results per report (count -> reports).
+    reports: int
+    results: Counter[int]
+    #: The API server's writes of Kyverno's reports and ephemeral reports, by (verb, resource).
+    writes: Counter[tuple[str, str]]
+    cpu: dict[str, float]
+    control_plane_cpu: float
+    peak_rss_kib: int
+
+
+#: What Kyverno's reports controller writes: its PolicyReports and the EphemeralReports it aggregates them from.
+PEER_REPORT_RESOURCES = ("policyreports", "ephemeralreports", "clusterpolicyreports", "clusterephemeralreports")
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
+
+
+def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, policies: int) -> PeerScan:
+    """Kyverno's reports controller (bench/kyverno/peer.py) started with the policies and Pods in place and no
+    report of its own, as the cold phase starts vpol's operator; no vpol operator runs meanwhile. Followed
+    through a watch of its PolicyReports until every bench Pod has one with ``policies`` results and nothing
+    changed for --quiet seconds."""
+    sys.path.insert(0, str(REPO))
+    from bench.kyverno.peer import KyvernoReportsPeer, build
+
+    from vpol.kube.dynamic import Watcher
+
+    binary = build("reports-controller")
+    peer = KyvernoReportsPeer(kube, work, binary=binary)
+    peer.install()
+    # Kyverno 1.19's background scan skips a ValidatingPolicy whose status says its VAP was generated, and reports
+    # the generated VAP only when it is labelled for reporting, which Kyverno's own generated VAPs are not
+    # (kyverno/kyverno#16153): it would report nothing about these policies. For this phase (no vpol operator
+    # runs) their status says not generated, so that Kyverno scans them with its ValidatingPolicy engine.
+    custom: Any = client.CustomObjectsApi(kube.api_client)
+    for item in custom.list_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL)["items"]:
+        if (item.get("status") or {}).get("generated"):
+            custom.patch_cluster_custom_object_status(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL,
+                                                      item["metadata"]["name"], {"status": {"generated": False}})
+    counts: dict[str, int] = {}
+    last_event = [time.monotonic()]
+    #: When the event that gave the last bench Pod every result arrived.
+    completed: list[float] = []
+    lock = threading.Lock()
+
+    def on_event(kind: str, obj: dict[str, Any]) -> None:
+        md = obj.get("metadata") or {}
+        if (not str(md.get("namespace", "")).startswith(NS_PREFIX)
+                or (md.get("labels") or {}).get("app.kubernetes.io/managed-by") != "kyverno"):
+            return
+        with lock:
+            if kind == "DELETED":
+                counts.pop(str(md.get("name")), None)
+            elif kind in ("ADDED", "MODIFIED"):
+                counts[str(md.get("name"))] = len(obj.get("results") or [])
+            last_event[0] = time.monotonic()
+            if not completed and sum(1 for n in counts.values() if n >= policies) >= pods:
+                completed.append(last_event[0])
+
+    # vpol's reports come once, in the watch's first list (no vpol operator runs in this phase).
+    watcher = Watcher(kube.api_client, *REPORTS, on_event, kind="PolicyReport")
+    watcher.start()
+    watcher.synced.wait(60)
+    requests0 = apiserver_requests(kube.api_client)
+    started: list[int] = []
+    plane = control_plane_parts()
+    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
+                      "Kyverno's reports controller": lambda: started,
+                      "bench (this process)": lambda: [os.getpid()]})
+    meter.start()
+    cpu0 = control_plane_cpu()
+    t0 = time.monotonic()
+    peer.start()
+    started.append(peer.pid)
+    sampler = MemorySampler(peer.pid)
+    sampler.start()
+    next_print = 0.0
+    try:
+        while True:
+            now = time.monotonic() - t0
+            with lock:
+                done = sum(1 for n in counts.values() if n >= policies)
+                quiet_for = time.monotonic() - last_event[0]
+                complete = completed[0] - t0 if completed else None
+            if now >= next_print:
+                print(f"  [kyverno] t={now:6.1f}s Pods with every result in Kyverno's reports {done}/{pods}",
+                      flush=True)
+                next_print = now + 15
+            if complete is not None and quiet_for >= args.quiet:
+                break
+            if not peer.running():
+                raise RuntimeError(f"Kyverno's reports controller exited:\n{peer.log()}")
+            if now > args.peer_timeout:
+                print(f"  [kyverno] timed out after {args.peer_timeout:.0f}s", flush=True)
+                break
+            time.sleep(0.5)
+        cpu = meter.since_start()
+        plane_cpu = control_plane_cpu() - cpu0
+        requests = apiserver_requests(kube.api_client)
+        requests.subtract(requests0)
+        peaks = sampler.stop()
+    finally:
+        sampler.stop()
+        watcher.stop()
+        peer.stop()
+    with lock:
+        quiet_at = last_event[0] - t0
+        results = Counter(counts.values())
+        reports = len(counts)
+    writes: Counter[tuple[str, str]] = Counter()
+    for (verb, resource, sub), n in requests.items():
+        if resource in PEER_REPORT_RESOURCES and verb in WRITE_VERBS and not sub and n > 0:
+            writes[(verb, resource)] += n
+    (work / "requests-kyverno.txt").write_text(
+        f"phase kyverno: control-plane CPU {plane_cpu:.1f} s; CPU by process: {cpu_text(cpu)}\n" +
+        "\n".join(f"{n:9d} {verb:8s} {res}{'/' + sub if sub else ''}"
+                   for (verb, res, sub), n in (+requests).most_common(40)) + "\n")
+    return PeerScan(complete, quiet_at, reports, results, writes, cpu, plane_cpu, peaks.operator_hwm_kib)
+
+
+def kyverno_rows(peer: PeerScan, pods: int, cold: "Phase | None") -> list[list[str]]:
+    """The kyverno phase's rows, with vpol's cold phase (the same start: policies and Pods present, no report)
+    beside it."""
+    writes = sum(peer.writes.values())
+    rows = [
+        ["Kyverno's reports controller (v1.19.1; the Helm chart's scan settings), started with the policies "
+         "present and no report of its own -> every Pod's results in its reports",
+         f"{peer.complete:.1f} s" if peer.complete is not None else "not reached", ""],
+        ["  ... -> its reports stop changing", f"{peer.quiet:.1f} s", ""],
+        ["  its reports about the bench's Pods, by results in each",
+         f"{peer.reports}: " + ", ".join(f"{n} results: {c}" for n, c in sorted(peer.results.items())), ""],
+        ["  writes of reports and ephemeral reports (API server requests)",
+         f"{writes} ({writes / max(1, pods):.2f} per Pod): " +
+         ", ".join(f"{n} {verb} {res}" for (verb, res), n in peer.writes.most_common()), ""],
+        ["  CPU by process until it went quiet", cpu_text(peer.cpu), ""],
+        ["  its peak RSS (VmHWM)", f"{peer.peak_rss_kib / 1024:.0f} MiB", ""],
+    ]
+    if cold is not None and cold.written is not None and peer.complete:
+        rows.append(["  vpol's cold phase (operator start -> every result written) / Kyverno's",
+                     f"{cold.written / peer.complete:.2f} ({cold.written:.1f} s / {peer.complete:.1f} s)", ""])
+    return rows
 
 
 def enforce_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[Path]

@@ -22,6 +22,11 @@ Not part of vpol: a benchmark fixture. What it does, in order (bench/README.md s
    (``https://127.0.0.1:PORT/...``) and serves them on loopback. Only the admission controller runs: the
    background, reports and cleanup controllers are other binaries, not started; generating
    ValidatingAdmissionPolicies from policies is off (vpol generates the native ones in this benchmark).
+
+:class:`KyvernoReportsPeer` is Kyverno's reports controller (``cmd/reports-controller``, built the same way), which
+runs Kyverno's background scans and writes its PolicyReports: the peer of vpol's scanner (bench/scan.py's
+``kyverno`` phase). Installed the same way under its own ServiceAccount, with the Helm chart's settings for its
+scans (2 background scan workers, a scan an hour, PolicyApplied and PolicySkipped events omitted).
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ POLICY_GROUP = "policies.kyverno.io"
 CRD_FOLDERS = ("kyverno", "policies.kyverno.io", "policyreport", "reports")
 
 
-def build() -> Path:
-    """The cached binary (built now if needed: minutes on a cold Go cache)."""
-    proc = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=3600)
+def build(command: str = "kyverno") -> Path:
+    """The cached binary of ``command`` (kyverno: the admission controller; reports-controller), built now if
+    needed: minutes on a cold Go cache."""
+    proc = subprocess.run([str(BUILD_SCRIPT), command], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"{BUILD_SCRIPT} failed:\n{proc.stderr[-3000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
@@ -83,6 +89,11 @@ def only_namespaces(names: Sequence[str]) -> dict[str, Any]:
 
 class KyvernoPeer:
     """Kyverno's admission controller for one cluster (``kube``: tests.e2e.conftest.KubeCluster)."""
+
+    #: The ServiceAccount it runs as (the Helm chart's name), and its Deployment's name.
+    service_account = SERVICE_ACCOUNT
+    #: Its command in Kyverno's module (``cmd/<name>``), as bench/kyverno/build takes it.
+    command_name = "kyverno"
 
     def __init__(self, kube: Any, workdir: Path, *, binary: Path | None = None,
                  webhook_namespace_selector: Mapping[str, Any] | None = None, log_name: str = "kyverno.log"):
@@ -145,26 +156,27 @@ class KyvernoPeer:
         rules = [{"apiGroups": sorted(groups - {POLICY_GROUP}), "resources": ["*"], "verbs": ["*"]},
                  {"apiGroups": [POLICY_GROUP], "resources": sorted(policies), "verbs": ["*"]},
                  {"nonResourceURLs": ["*"], "verbs": ["*"]}]
-        name = "vpol-bench-kyverno-admission-controller"
+        name = f"vpol-bench-kyverno-{self.service_account}"
         return [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": self.service_account, "namespace": NAMESPACE}},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
              "rules": rules},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]},
+             "subjects": [{"kind": "ServiceAccount", "name": self.service_account, "namespace": NAMESPACE}]},
         ]
 
     def _sa_kubeconfig(self) -> Path:
         """A kubeconfig for its ServiceAccount (a token minted by the API server, the admin's CA)."""
-        token = self.kube.sa_token(NAMESPACE, SERVICE_ACCOUNT, duration="4h")
+        token = self.kube.sa_token(NAMESPACE, self.service_account, duration="4h")
         cfg = self.kube.configuration
         cluster: dict[str, Any] = {"server": cfg.host}
         if cfg.ssl_ca_cert:
             cluster["certificate-authority-data"] = base64.b64encode(Path(cfg.ssl_ca_cert).read_bytes()).decode()
         else:
             cluster["insecure-skip-tls-verify"] = True
-        path = self.workdir / "kyverno-kubeconfig"
+        path = self.workdir / f"{self.service_account}-kubeconfig"
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "kyverno",
             "clusters": [{"name": "c", "cluster": cluster}],
@@ -203,23 +215,28 @@ class KyvernoPeer:
         env.pop("KUBECONFIG", None)
         env.update({
             "KYVERNO_NAMESPACE": NAMESPACE,
-            "KYVERNO_SERVICEACCOUNT_NAME": "kyverno-admission-controller",
-            "KYVERNO_DEPLOYMENT": "kyverno-admission-controller",
-            "KYVERNO_POD_NAME": "kyverno-admission-controller-bench",
+            "KYVERNO_SERVICEACCOUNT_NAME": self.service_account,
+            "KYVERNO_DEPLOYMENT": self.service_account,
+            "KYVERNO_POD_NAME": f"{self.service_account}-bench",
             "KYVERNO_SVC": "kyverno-svc",
             "INIT_CONFIG": "kyverno",
             "METRICS_CONFIG": "kyverno-metrics",
         })
         return env
 
-    def start(self, timeout: float = 300) -> "KyvernoPeer":
-        """Start it and wait until it has registered its resource webhook configuration with a CA bundle and
-        completes TLS handshakes on its port."""
+    def launch(self) -> None:
+        """Start the process (not waiting for anything)."""
         if self.binary is None:
-            self.binary = build()
+            self.binary = build(self.command_name)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                      env=self.environment(), cwd=self.workdir, start_new_session=True)
+
+    def start(self, timeout: float = 300) -> "KyvernoPeer":
+        """Start it and wait until it has registered its resource webhook configuration with a CA bundle and
+        completes TLS handshakes on its port."""
+        self.launch()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -278,3 +295,38 @@ class KyvernoPeer:
             names = [n for n in proc.stdout.split() if n.split("/", 1)[-1].startswith("kyverno-")]
             if names:
                 self.kube.kubectl("delete", "--ignore-not-found", "--wait=false", *names, check=False)
+
+
+class KyvernoReportsPeer(KyvernoPeer):
+    """Kyverno's reports controller for one cluster: its background scans and PolicyReports."""
+
+    service_account = "kyverno-reports-controller"
+    command_name = "reports-controller"
+
+    def __init__(self, kube: Any, workdir: Path, *, binary: Path | None = None,
+                 log_name: str = "kyverno-reports.log"):
+        super().__init__(kube, workdir, binary=binary, log_name=log_name)
+
+    def command(self) -> list[str]:
+        assert self.binary is not None and self.kubeconfig is not None, "install() first"
+        return [
+            str(self.binary),
+            f"--kubeconfig={self.kubeconfig}",
+            # The Helm chart's values for the reports controller (features.backgroundScan, features.omitEvents).
+            "--backgroundScan=true",
+            "--backgroundScanWorkers=2",
+            "--backgroundScanInterval=1h",
+            "--skipResourceFilters=true",
+            "--omitEvents=PolicyApplied,PolicySkipped",
+            "--metricsHost=127.0.0.1",
+            f"--metricsPort={self.metrics_port}",
+            "--disableLogColor",
+        ]
+
+    def start(self, timeout: float = 300) -> "KyvernoReportsPeer":
+        """Start it; it serves nothing, so there is nothing to wait for (a benchmark times it from here)."""
+        self.launch()
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import pytest
 
@@ -89,14 +89,15 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(f"no Kubernetes cluster for e2e tests: {reason}")
 
 
-def go_built(script: Path, what: str, timeout: float = 3600) -> str:
-    """The path a build script prints (a binary it builds with Go once and caches outside the repository).
-    Without Go a local run skips; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure."""
+def go_built(script: Path, what: str, timeout: float = 3600, args: Sequence[str] = ()) -> str:
+    """The path a build script prints (a binary it builds with Go once and caches outside the repository),
+    ``args`` its arguments. Without Go a local run skips; under CI=true (or VPOL_REQUIRE_E2E=1) that is a
+    failure."""
     if not shutil.which("go"):
         if e2e_required():
             pytest.fail(f"Go is needed to build {what} ({script.relative_to(REPO)})")
         pytest.skip(f"Go is not installed: {what} cannot be built ({script.relative_to(REPO)})")
-    proc = subprocess.run([str(script)], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{script.relative_to(REPO)} failed:\n{proc.stderr[-3000:]}"
     return proc.stdout.strip().splitlines()[-1]
 
