@@ -46,7 +46,11 @@ vpol-system/vpol ServiceAccount):
    CPU of each process, its peak RSS, and vpol's cold phase over its time.
    Kyverno 1.19 does not scan a ValidatingPolicy whose status says its VAP
    was generated (kyverno/kyverno#16153), so the phase first sets the
-   policies' status.generated to false.
+   policies' status.generated to false;
+7. ("kyverno-restart", after kyverno) Kyverno's reports controller started
+   again with nothing changed, followed through watches of its reports and
+   ephemeral reports until they stop changing (its writes counted from the
+   API server's requests), beside vpol's restart phase.
 
 Also, in the same run, `vpol apply` of the same Pods (listed back from the
 cluster) and policies: the offline engine's evaluations per second are the
@@ -84,7 +88,8 @@ where a phase's time went. The operator's metrics are polled for the few samples
 polling twice a second costs neither process much.
 
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
-       [--phases enforce,apply,add,cold,restart[,kyverno]] [--apply-timeout 90] [--rescan-interval 60] [--profile DIR]
+       [--phases enforce,apply,add,cold,restart[,kyverno[,kyverno-restart]]] [--apply-timeout 90]
+       [--rescan-interval 60] [--profile DIR]
        [--kubeconfig FILE --kubectl PATH]
 """
 
@@ -627,7 +632,9 @@ def main() -> int:
                              "operator), add (one more policy applied to a running operator whose reports exist; "
                              "needs apply), cold (fresh operator, policies present, no reports), restart (nothing "
                              "changed), kyverno (Kyverno's reports controller started with the policies present: "
-                             "the same scan by Kyverno, on the same API server; not in the default)")
+                             "the same scan by Kyverno, on the same API server; not in the default), "
+                             "kyverno-restart (after kyverno: Kyverno's reports controller started again, nothing "
+                             "changed)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
                                                              "--apply-timeout 60")
     parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
@@ -743,6 +750,9 @@ def main() -> int:
         if "kyverno" in phases:
             print("phase kyverno: Kyverno's reports controller started with the policies present...")
             rows += kyverno_rows(kyverno_phase(kube, work, args, pods, len(files)), pods, results.get("cold"))
+            if "kyverno-restart" in phases:
+                print("phase kyverno-restart: Kyverno's reports controller started again, nothing changed...")
+                rows += kyverno_restart_rows(kyverno_restart_phase(kube, work, args), pods, results.get("restart"))
 
         print()
         print(table(rows, ["measure", "value", "target"]))
@@ -887,6 +897,123 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         "\n".join(f"{n:9d} {verb:8s} {res}{'/' + sub if sub else ''}"
                    for (verb, res, sub), n in (+requests).most_common(40)) + "\n")
     return PeerScan(complete, quiet_at, reports, results, writes, cpu, plane_cpu, peaks.operator_hwm_kib)
+
+
+@dataclass
+class PeerRestart:
+    """Kyverno's reports controller started again with its reports in place and nothing changed."""
+
+    #: Seconds from its start to its last change of a report or ephemeral report (None: it changed none).
+    last_write: float | None
+    #: Seconds it was followed.
+    followed: float
+    writes: Counter[tuple[str, str]]
+    cpu: dict[str, float]
+
+
+#: The kyverno-restart phase ends this long after the controller's last change to a report (its scan's writes come
+#: in bursts a few seconds apart), or after PEER_IDLE_LIMIT seconds without any.
+PEER_QUIET = 20.0
+PEER_IDLE_LIMIT = 180.0
+
+
+def report_writes_now(kube: Any, since: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str]]:
+    """The API server's writes of reports and ephemeral reports since the request counts ``since``."""
+    now = apiserver_requests(kube.api_client)
+    now.subtract(since)
+    out: Counter[tuple[str, str]] = Counter()
+    for (verb, resource, sub), n in now.items():
+        if resource in PEER_REPORT_RESOURCES and verb in WRITE_VERBS and not sub and n > 0:
+            out[(verb, resource)] += n
+    return out
+
+
+def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> PeerRestart:
+    """Kyverno's reports controller started again after the kyverno phase, nothing changed: followed through
+    watches of its EphemeralReports and PolicyReports (changes only) until neither changed for PEER_QUIET s; its
+    writes counted from the API server's requests over the phase."""
+    sys.path.insert(0, str(REPO))
+    from bench.kyverno.peer import KyvernoReportsPeer, build
+
+    from vpol.kube.dynamic import Watcher
+
+    peer = KyvernoReportsPeer(kube, work, binary=build("reports-controller"), log_name="kyverno-reports-restart.log")
+    peer.install()
+    last_change: list[float] = []
+
+    def on_report(kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED", "DELETED") and \
+                ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "kyverno":
+            last_change.append(time.monotonic())
+
+    def on_ephemeral(kind: str, _obj: dict[str, Any]) -> None:  # only Kyverno writes them
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            last_change.append(time.monotonic())
+
+    # Reading the API server's request counts while it runs cost this process ~0.35 s of CPU a read (its
+    # /metrics is large): read once before and once after; the watches follow it at the cost of its changes.
+    watchers = [Watcher(kube.api_client, *REPORTS, on_report, kind="PolicyReport", emit_initial=False),
+                Watcher(kube.api_client, "reports.kyverno.io", "v1", "ephemeralreports", on_ephemeral,
+                        kind="EphemeralReport", emit_initial=False)]
+    for w in watchers:
+        w.start()
+    for w in watchers:
+        w.synced.wait(60)
+    requests0 = apiserver_requests(kube.api_client)
+    started: list[int] = []
+    plane = control_plane_parts()
+    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
+                      "Kyverno's reports controller": lambda: started,
+                      "bench (this process)": lambda: [os.getpid()]})
+    meter.start()
+    t0 = time.monotonic()
+    peer.start()
+    started.append(peer.pid)
+    next_print = 0.0
+    try:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic() - t0
+            changes = len(last_change)
+            last = last_change[-1] - t0 if last_change else None
+            if now >= next_print:
+                print(f"  [kyverno-restart] t={now:6.1f}s changes to its reports and ephemeral reports {changes}",
+                      flush=True)
+                next_print = now + 15
+            if last is not None and now - last >= PEER_QUIET:
+                break
+            if last is None and now >= PEER_IDLE_LIMIT:
+                break
+            if not peer.running():
+                raise RuntimeError(f"Kyverno's reports controller exited:\n{peer.log()}")
+            if now > args.peer_timeout:
+                print(f"  [kyverno-restart] timed out after {args.peer_timeout:.0f}s", flush=True)
+                break
+        followed = time.monotonic() - t0
+        cpu = meter.since_start()
+    finally:
+        peer.stop()
+        for w in watchers:
+            w.stop()
+    return PeerRestart(last_change[-1] - t0 if last_change else None, followed,
+                       report_writes_now(kube, requests0), cpu)
+
+
+def kyverno_restart_rows(peer: PeerRestart, pods: int, restart: "Phase | None") -> list[list[str]]:
+    writes = sum(peer.writes.values())
+    rows = [
+        ["Kyverno's reports controller started again, nothing changed -> its last report write",
+         f"{peer.last_write:.1f} s" if peer.last_write is not None else f"no write in {peer.followed:.0f} s", ""],
+        ["  its writes of reports and ephemeral reports",
+         f"{writes} ({writes / max(1, pods):.2f} per Pod)" +
+         (": " + ", ".join(f"{n} {verb} {res}" for (verb, res), n in peer.writes.most_common()) if writes else ""),
+         ""],
+        ["  CPU by process over it", cpu_text(peer.cpu), ""],
+    ]
+    if restart is not None and restart.first_full is not None:
+        rows.append(["  vpol's restart, nothing changed: first full scan, report writes",
+                     f"{restart.first_full:.1f} s, {restart.writes:.0f}", ""])
+    return rows
 
 
 def kyverno_rows(peer: PeerScan, pods: int, cold: "Phase | None") -> list[list[str]]:

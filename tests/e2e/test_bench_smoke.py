@@ -63,17 +63,18 @@ def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_
 
 @pytest.mark.slow
 def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(controlplane_binary: str) -> None:
-    """The kyverno phase: Kyverno's reports controller, built from its module, scans the bench's Pods with the same
-    policies after vpol's cold phase, and writes a report with every result for each Pod."""
+    """The kyverno phases: Kyverno's reports controller, built from its module, scans the bench's Pods with the
+    same policies after vpol's cold and restart phases and writes a report with every result for each Pod; then it
+    is started again with nothing changed and followed until its writes stop."""
     from bench.kyverno.peer import BUILD_SCRIPT
     from tests.e2e.conftest import go_built
 
     go_built(BUILD_SCRIPT, "Kyverno's reports controller (the scan bench's peer)", args=["reports-controller"])
     pods, policies = 12, 3
     out = run_bench("scan.py", "--pods", str(pods), "--namespaces", "2", "--policies", str(policies),
-                    "--phases", "cold,kyverno", "--timeout", "90", "--peer-timeout", "300")
+                    "--phases", "cold,restart,kyverno,kyverno-restart", "--timeout", "90", "--peer-timeout", "300")
     rows = dict(table_rows(out))
-    peer = next(v for k, v in rows.items() if k.startswith("Kyverno's reports controller"))
+    peer = next(v for k, v in rows.items() if k.startswith("Kyverno's reports controller (v1.19.1"))
     assert peer[0].endswith(" s") and "not reached" not in peer[0], out
     # Every Pod has one report of Kyverno's, with a result for each policy.
     assert rows["its reports about the bench's Pods, by results in each"][0] == \
@@ -82,6 +83,11 @@ def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(contro
     writes = rows["writes of reports and ephemeral reports (API server requests)"][0]
     assert int(writes.split()[0]) >= pods and "POST policyreports" in writes, writes
     assert re.match(r"\d+\.\d\d \(", rows["vpol's cold phase (operator start -> every result written) / Kyverno's"][0])
+    # Started again with nothing changed, it is followed until its writes stop, beside vpol's restart (no write).
+    again = rows["Kyverno's reports controller started again, nothing changed -> its last report write"][0]
+    assert re.match(r"(\d+\.\d s$|no write in \d+ s$)", again), again
+    assert re.match(r"\d+ \(\d+\.\d\d per Pod\)", rows["its writes of reports and ephemeral reports"][0])
+    assert rows["vpol's restart, nothing changed: first full scan, report writes"][0].endswith(", 0")
 
 
 @pytest.mark.slow
