@@ -796,6 +796,36 @@ PEER_REPORT_RESOURCES = ("policyreports", "ephemeralreports", "clusterpolicyrepo
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION")
 
 
+def report_writes(requests: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str]]:
+    """The writes of reports and ephemeral reports among API server request counts, by (verb, resource)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for (verb, resource, sub), n in requests.items():
+        if resource in PEER_REPORT_RESOURCES and verb in WRITE_VERBS and not sub and n > 0:
+            out[(verb, resource)] += n
+    return out
+
+
+def peer_timed_out(peer: Any, now: float, limit: float, label: str) -> bool:
+    """Whether a Kyverno phase is over its time ``limit`` (said so); an exited process is an error."""
+    if not peer.running():
+        raise RuntimeError(f"Kyverno's reports controller exited:\n{peer.log()}")
+    if now > limit:
+        print(f"  [{label}] timed out after {limit:.0f}s", flush=True)
+        return True
+    return False
+
+
+def peer_meter(started: list[int]) -> CpuMeter:
+    """CPU by process over a Kyverno phase: the control plane's parts, Kyverno's process (``started``: its pid
+    once started), this bench; started now."""
+    plane = control_plane_parts()
+    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
+                      "Kyverno's reports controller": lambda: started,
+                      "bench (this process)": lambda: [os.getpid()]})
+    meter.start()
+    return meter
+
+
 def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, policies: int) -> PeerScan:
     """Kyverno's reports controller (bench/kyverno/peer.py) started with the policies and Pods in place and no
     report of its own, as the cold phase starts vpol's operator; no vpol operator runs meanwhile. Followed
@@ -844,11 +874,7 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
     watcher.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
     started: list[int] = []
-    plane = control_plane_parts()
-    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
-                      "Kyverno's reports controller": lambda: started,
-                      "bench (this process)": lambda: [os.getpid()]})
-    meter.start()
+    meter = peer_meter(started)
     cpu0 = control_plane_cpu()
     t0 = time.monotonic()
     peer.start()
@@ -869,10 +895,7 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
                 next_print = now + 15
             if complete is not None and quiet_for >= args.quiet:
                 break
-            if not peer.running():
-                raise RuntimeError(f"Kyverno's reports controller exited:\n{peer.log()}")
-            if now > args.peer_timeout:
-                print(f"  [kyverno] timed out after {args.peer_timeout:.0f}s", flush=True)
+            if peer_timed_out(peer, now, args.peer_timeout, "kyverno"):
                 break
             time.sleep(0.5)
         cpu = meter.since_start()
@@ -888,10 +911,7 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         quiet_at = last_event[0] - t0
         results = Counter(counts.values())
         reports = len(counts)
-    writes: Counter[tuple[str, str]] = Counter()
-    for (verb, resource, sub), n in requests.items():
-        if resource in PEER_REPORT_RESOURCES and verb in WRITE_VERBS and not sub and n > 0:
-            writes[(verb, resource)] += n
+    writes = report_writes(requests)
     (work / "requests-kyverno.txt").write_text(
         f"phase kyverno: control-plane CPU {plane_cpu:.1f} s; CPU by process: {cpu_text(cpu)}\n" +
         "\n".join(f"{n:9d} {verb:8s} {res}{'/' + sub if sub else ''}"
@@ -915,17 +935,6 @@ class PeerRestart:
 #: in bursts a few seconds apart), or after PEER_IDLE_LIMIT seconds without any.
 PEER_QUIET = 20.0
 PEER_IDLE_LIMIT = 180.0
-
-
-def report_writes_now(kube: Any, since: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str]]:
-    """The API server's writes of reports and ephemeral reports since the request counts ``since``."""
-    now = apiserver_requests(kube.api_client)
-    now.subtract(since)
-    out: Counter[tuple[str, str]] = Counter()
-    for (verb, resource, sub), n in now.items():
-        if resource in PEER_REPORT_RESOURCES and verb in WRITE_VERBS and not sub and n > 0:
-            out[(verb, resource)] += n
-    return out
 
 
 def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> PeerRestart:
@@ -961,11 +970,7 @@ def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> Pe
         w.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
     started: list[int] = []
-    plane = control_plane_parts()
-    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
-                      "Kyverno's reports controller": lambda: started,
-                      "bench (this process)": lambda: [os.getpid()]})
-    meter.start()
+    meter = peer_meter(started)
     t0 = time.monotonic()
     peer.start()
     started.append(peer.pid)
@@ -984,10 +989,7 @@ def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> Pe
                 break
             if last is None and now >= PEER_IDLE_LIMIT:
                 break
-            if not peer.running():
-                raise RuntimeError(f"Kyverno's reports controller exited:\n{peer.log()}")
-            if now > args.peer_timeout:
-                print(f"  [kyverno-restart] timed out after {args.peer_timeout:.0f}s", flush=True)
+            if peer_timed_out(peer, now, args.peer_timeout, "kyverno-restart"):
                 break
         followed = time.monotonic() - t0
         cpu = meter.since_start()
@@ -995,8 +997,9 @@ def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> Pe
         peer.stop()
         for w in watchers:
             w.stop()
-    return PeerRestart(last_change[-1] - t0 if last_change else None, followed,
-                       report_writes_now(kube, requests0), cpu)
+    requests = apiserver_requests(kube.api_client)
+    requests.subtract(requests0)
+    return PeerRestart(last_change[-1] - t0 if last_change else None, followed, report_writes(requests), cpu)
 
 
 def kyverno_restart_rows(peer: PeerRestart, pods: int, restart: "Phase | None") -> list[list[str]]:
