@@ -464,16 +464,21 @@ class Phase:
         return None
 
 
-def phase_meter(operator: Callable[[], list[int]]) -> CpuMeter:
-    """CPU by process over one operator's phase: the control plane's parts, the operator (``operator()``: its
-    pid, none before it is started: a process the meter did not see at its start counts from zero), its
-    evaluation worker, this bench. The control plane's processes stay the same through a phase: found once
-    (reading /proc for them at every poll would cost the cores the phase is measured on)."""
+def process_meter(groups: dict[str, Callable[[], list[int]]]) -> CpuMeter:
+    """CPU by process over one phase: the control plane's parts, ``groups`` (each a callable giving its pids, none
+    before it is started: a process the meter did not see at its start counts from zero), this bench. The control
+    plane's processes stay the same through a phase: found once (reading /proc for them at every poll would cost
+    the cores the phase is measured on)."""
     plane = control_plane_parts()
-    return CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
-                     "vpol operator": operator,
-                     "vpol worker": lambda: [child for pid in operator() for child in descendants(pid)],
+    return CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()}, **groups,
                      "bench (this process)": lambda: [os.getpid()]})
+
+
+def phase_meter(operator: Callable[[], list[int]]) -> CpuMeter:
+    """CPU by process over one operator's phase (process_meter): the operator (``operator()``: its pid) and its
+    evaluation worker."""
+    return process_meter({"vpol operator": operator,
+                          "vpol worker": lambda: [child for pid in operator() for child in descendants(pid)]})
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
@@ -539,7 +544,8 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
                       first_full_seconds=full[0].full_seconds if full else 0.0, expected=expected,
                       control_plane_cpu=cpu, cpu_by_process=cpu_parts,
                       requests=+requests)
-        (work / f"requests-{name}.txt").write_text(requests_text(phase))
+        (work / f"requests-{name}.txt").write_text(
+            requests_text(name, phase.control_plane_cpu, phase.cpu_by_process, phase.requests))
         if periodic and full:
             ok = wait_until(lambda: progress(op, t0).full_scans >= 2, scan_interval + timeout, 0.5)
             p2 = progress(op, t0)
@@ -555,13 +561,14 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         op.stop()
 
 
-def requests_text(phase: Phase, top: int = 40) -> str:
+def requests_text(name: str, control_plane_cpu: float, cpu_by_process: dict[str, float],
+                  requests: Counter[tuple[str, str, str]], top: int = 40) -> str:
     """Where the control plane's work went in a phase: CPU per part, and the API server's requests by verb and
     resource (most first)."""
-    lines = [f"phase {phase.name}: control-plane CPU {phase.control_plane_cpu:.1f} s; CPU by process: "
-             + ", ".join(f"{k} {v:.1f} s" for k, v in phase.cpu_by_process.items()),
-             f"API server requests: {sum(phase.requests.values())}"]
-    for (verb, resource, sub), n in phase.requests.most_common(top):
+    lines = [f"phase {name}: control-plane CPU {control_plane_cpu:.1f} s; CPU by process: "
+             + ", ".join(f"{k} {v:.1f} s" for k, v in cpu_by_process.items()),
+             f"API server requests: {sum(requests.values())}"]
+    for (verb, resource, sub), n in requests.most_common(top):
         lines.append(f"  {n:7d} {verb:8s} {resource}{'/' + sub if sub else ''}")
     return "\n".join(lines) + "\n"
 
@@ -749,10 +756,12 @@ def main() -> int:
 
         if "kyverno" in phases:
             print("phase kyverno: Kyverno's reports controller started with the policies present...")
-            rows += kyverno_rows(kyverno_phase(kube, work, args, pods, len(files)), pods, results.get("cold"))
+            peer = kyverno_peer(kube, work)
+            rows += kyverno_rows(kyverno_phase(kube, peer, work, args, pods, len(files)), pods, results.get("cold"))
             if "kyverno-restart" in phases:
                 print("phase kyverno-restart: Kyverno's reports controller started again, nothing changed...")
-                rows += kyverno_restart_rows(kyverno_restart_phase(kube, work, args), pods, results.get("restart"))
+                rows += kyverno_restart_rows(kyverno_restart_phase(kube, peer, work, args), pods,
+                                             results.get("restart"))
 
         print()
         print(table(rows, ["measure", "value", "target"]))
@@ -815,29 +824,13 @@ def peer_timed_out(peer: Any, now: float, limit: float, label: str) -> bool:
     return False
 
 
-def peer_meter(started: list[int]) -> CpuMeter:
-    """CPU by process over a Kyverno phase: the control plane's parts, Kyverno's process (``started``: its pid
-    once started), this bench; started now."""
-    plane = control_plane_parts()
-    meter = CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()},
-                      "Kyverno's reports controller": lambda: started,
-                      "bench (this process)": lambda: [os.getpid()]})
-    meter.start()
-    return meter
-
-
-def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, policies: int) -> PeerScan:
-    """Kyverno's reports controller (bench/kyverno/peer.py) started with the policies and Pods in place and no
-    report of its own, as the cold phase starts vpol's operator; no vpol operator runs meanwhile. Followed
-    through a watch of its PolicyReports until every bench Pod has one with ``policies`` results and nothing
-    changed for --quiet seconds."""
+def kyverno_peer(kube: Any, work: Path) -> Any:
+    """Kyverno's reports controller (bench/kyverno/peer.py), built and installed, not started; the policies made
+    scannable by it."""
     sys.path.insert(0, str(REPO))
     from bench.kyverno.peer import KyvernoReportsPeer, build
 
-    from vpol.kube.dynamic import Watcher
-
-    binary = build("reports-controller")
-    peer = KyvernoReportsPeer(kube, work, binary=binary)
+    peer = KyvernoReportsPeer(kube, work, binary=build("reports-controller"))
     peer.install()
     # Kyverno 1.19's background scan skips a ValidatingPolicy whose status says its VAP was generated, and reports
     # the generated VAP only when it is labelled for reporting, which Kyverno's own generated VAPs are not
@@ -848,7 +841,19 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         if (item.get("status") or {}).get("generated"):
             custom.patch_cluster_custom_object_status(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL,
                                                       item["metadata"]["name"], {"status": {"generated": False}})
+    return peer
+
+
+def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, pods: int, policies: int) -> PeerScan:
+    """Kyverno's reports controller (``peer``: kyverno_peer) started with the policies and Pods in place and no
+    report of its own, as the cold phase starts vpol's operator; no vpol operator runs meanwhile. Followed
+    through a watch of its PolicyReports until every bench Pod has one with ``policies`` results and nothing
+    changed for --quiet seconds."""
+    from vpol.kube.dynamic import Watcher
+
     counts: dict[str, int] = {}
+    #: Reports with every result (names).
+    full: set[str] = set()
     last_event = [time.monotonic()]
     #: When the event that gave the last bench Pod every result arrived.
     completed: list[float] = []
@@ -859,13 +864,18 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         if (not str(md.get("namespace", "")).startswith(NS_PREFIX)
                 or (md.get("labels") or {}).get("app.kubernetes.io/managed-by") != "kyverno"):
             return
+        name = str(md.get("name"))
         with lock:
             if kind == "DELETED":
-                counts.pop(str(md.get("name")), None)
+                counts.pop(name, None)
             elif kind in ("ADDED", "MODIFIED"):
-                counts[str(md.get("name"))] = len(obj.get("results") or [])
+                counts[name] = len(obj.get("results") or [])
+            if counts.get(name, 0) >= policies:
+                full.add(name)
+            else:
+                full.discard(name)
             last_event[0] = time.monotonic()
-            if not completed and sum(1 for n in counts.values() if n >= policies) >= pods:
+            if not completed and len(full) >= pods:
                 completed.append(last_event[0])
 
     # vpol's reports come once, in the watch's first list (no vpol operator runs in this phase).
@@ -874,7 +884,8 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
     watcher.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
     started: list[int] = []
-    meter = peer_meter(started)
+    meter = process_meter({"Kyverno's reports controller": lambda: started})
+    meter.start()
     cpu0 = control_plane_cpu()
     t0 = time.monotonic()
     peer.start()
@@ -886,7 +897,7 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         while True:
             now = time.monotonic() - t0
             with lock:
-                done = sum(1 for n in counts.values() if n >= policies)
+                done = len(full)
                 quiet_for = time.monotonic() - last_event[0]
                 complete = completed[0] - t0 if completed else None
             if now >= next_print:
@@ -912,10 +923,7 @@ def kyverno_phase(kube: Any, work: Path, args: argparse.Namespace, pods: int, po
         results = Counter(counts.values())
         reports = len(counts)
     writes = report_writes(requests)
-    (work / "requests-kyverno.txt").write_text(
-        f"phase kyverno: control-plane CPU {plane_cpu:.1f} s; CPU by process: {cpu_text(cpu)}\n" +
-        "\n".join(f"{n:9d} {verb:8s} {res}{'/' + sub if sub else ''}"
-                   for (verb, res, sub), n in (+requests).most_common(40)) + "\n")
+    (work / "requests-kyverno.txt").write_text(requests_text("kyverno", plane_cpu, cpu, +requests))
     return PeerScan(complete, quiet_at, reports, results, writes, cpu, plane_cpu, peaks.operator_hwm_kib)
 
 
@@ -937,17 +945,13 @@ PEER_QUIET = 20.0
 PEER_IDLE_LIMIT = 180.0
 
 
-def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> PeerRestart:
-    """Kyverno's reports controller started again after the kyverno phase, nothing changed: followed through
-    watches of its EphemeralReports and PolicyReports (changes only) until neither changed for PEER_QUIET s; its
-    writes counted from the API server's requests over the phase."""
-    sys.path.insert(0, str(REPO))
-    from bench.kyverno.peer import KyvernoReportsPeer, build
-
+def kyverno_restart_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace) -> PeerRestart:
+    """Kyverno's reports controller (``peer``, stopped after the kyverno phase) started again, nothing changed:
+    followed through watches of its EphemeralReports and PolicyReports (changes only) until neither changed for
+    PEER_QUIET s; its writes counted from the API server's requests over the phase."""
     from vpol.kube.dynamic import Watcher
 
-    peer = KyvernoReportsPeer(kube, work, binary=build("reports-controller"), log_name="kyverno-reports-restart.log")
-    peer.install()
+    peer.log_path = work / "kyverno-reports-restart.log"
     last_change: list[float] = []
 
     def on_report(kind: str, obj: dict[str, Any]) -> None:
@@ -970,7 +974,8 @@ def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> Pe
         w.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
     started: list[int] = []
-    meter = peer_meter(started)
+    meter = process_meter({"Kyverno's reports controller": lambda: started})
+    meter.start()
     t0 = time.monotonic()
     peer.start()
     started.append(peer.pid)
@@ -1002,15 +1007,18 @@ def kyverno_restart_phase(kube: Any, work: Path, args: argparse.Namespace) -> Pe
     return PeerRestart(last_change[-1] - t0 if last_change else None, followed, report_writes(requests), cpu)
 
 
+def writes_text(writes: Counter[tuple[str, str]], pods: int) -> str:
+    """Writes by (verb, resource): their total, per Pod, and each (most first)."""
+    total = sum(writes.values())
+    each = ", ".join(f"{n} {verb} {res}" for (verb, res), n in writes.most_common())
+    return f"{total} ({total / max(1, pods):.2f} per Pod)" + (f": {each}" if each else "")
+
+
 def kyverno_restart_rows(peer: PeerRestart, pods: int, restart: "Phase | None") -> list[list[str]]:
-    writes = sum(peer.writes.values())
     rows = [
         ["Kyverno's reports controller started again, nothing changed -> its last report write",
          f"{peer.last_write:.1f} s" if peer.last_write is not None else f"no write in {peer.followed:.0f} s", ""],
-        ["  its writes of reports and ephemeral reports",
-         f"{writes} ({writes / max(1, pods):.2f} per Pod)" +
-         (": " + ", ".join(f"{n} {verb} {res}" for (verb, res), n in peer.writes.most_common()) if writes else ""),
-         ""],
+        ["  its writes of reports and ephemeral reports", writes_text(peer.writes, pods), ""],
         ["  CPU by process over it", cpu_text(peer.cpu), ""],
     ]
     if restart is not None and restart.first_full is not None:
@@ -1022,7 +1030,6 @@ def kyverno_restart_rows(peer: PeerRestart, pods: int, restart: "Phase | None") 
 def kyverno_rows(peer: PeerScan, pods: int, cold: "Phase | None") -> list[list[str]]:
     """The kyverno phase's rows, with vpol's cold phase (the same start: policies and Pods present, no report)
     beside it."""
-    writes = sum(peer.writes.values())
     rows = [
         ["Kyverno's reports controller (v1.19.1; the Helm chart's scan settings), started with the policies "
          "present and no report of its own -> every Pod's results in its reports",
@@ -1030,9 +1037,7 @@ def kyverno_rows(peer: PeerScan, pods: int, cold: "Phase | None") -> list[list[s
         ["  ... -> its reports stop changing", f"{peer.quiet:.1f} s", ""],
         ["  its reports about the bench's Pods, by results in each",
          f"{peer.reports}: " + ", ".join(f"{n} results: {c}" for n, c in sorted(peer.results.items())), ""],
-        ["  writes of reports and ephemeral reports (API server requests)",
-         f"{writes} ({writes / max(1, pods):.2f} per Pod): " +
-         ", ".join(f"{n} {verb} {res}" for (verb, res), n in peer.writes.most_common()), ""],
+        ["  writes of reports and ephemeral reports (API server requests)", writes_text(peer.writes, pods), ""],
         ["  CPU by process until it went quiet", cpu_text(peer.cpu), ""],
         ["  its peak RSS (VmHWM)", f"{peer.peak_rss_kib / 1024:.0f} MiB", ""],
     ]

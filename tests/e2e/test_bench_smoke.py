@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.kyverno.peer import BUILD_SCRIPT
+from tests.e2e.conftest import go_built
+
 REPO = Path(__file__).resolve().parents[2]
 #: Each bench starts a control plane and (the scan bench) four operators in turn.
 BENCH_TIMEOUT = 900
@@ -66,9 +69,6 @@ def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(contro
     """The kyverno phases: Kyverno's reports controller, built from its module, scans the bench's Pods with the
     same policies after vpol's cold and restart phases and writes a report with every result for each Pod; then it
     is started again with nothing changed and followed until its writes stop."""
-    from bench.kyverno.peer import BUILD_SCRIPT
-    from tests.e2e.conftest import go_built
-
     go_built(BUILD_SCRIPT, "Kyverno's reports controller (the scan bench's peer)", args=["reports-controller"])
     pods, policies = 12, 3
     out = run_bench("scan.py", "--pods", str(pods), "--namespaces", "2", "--policies", str(policies),
