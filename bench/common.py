@@ -179,7 +179,8 @@ class BenchRun:
     started: float
 
     @classmethod
-    def begin(cls, workdir: str | None, prefix: str, kubeconfig: str | None, kubectl: str | None) -> "BenchRun":
+    def begin(cls, workdir: str | None, prefix: str, kubeconfig: str | None, kubectl: str | None,
+              apiserver_args: Sequence[str] = ()) -> "BenchRun":
         print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in machine().items()))
         print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
         work = Path(workdir or tempfile.mkdtemp(prefix=prefix))
@@ -187,7 +188,8 @@ class BenchRun:
         load = LoadSampler()
         load.start()
         started = time.monotonic()
-        cluster = Cluster.existing(kubeconfig, kubectl) if kubeconfig else Cluster.start(work / "cluster")
+        cluster = Cluster.existing(kubeconfig, kubectl) if kubeconfig else Cluster.start(work / "cluster",
+                                                                                           apiserver_args)
         return cls(work, cluster, load, started)
 
     def end(self) -> str:
@@ -466,6 +468,119 @@ class CpuMeter:
         now = self._read()
         return {name: sum(t - self._start.get(name, {}).get(pid, 0.0) for pid, t in pids.items())
                 for name, pids in now.items()}
+
+
+class ApiServerProfile(threading.Thread):
+    """A Go CPU profile of the API server over a phase (with ``--profile`` in bench/scan.py).
+
+    The API server profiles only for a duration fixed by the request (``/debug/pprof/profile?seconds=N``,
+    served when it runs with ``--profiling=true``, which bench/scan.py asks of the control plane it starts),
+    so this records consecutive ``piece``-second profiles until stopped and merges them with ``go tool pprof``
+    into ``<out>.pprof``, with the functions by cumulative CPU in ``<out>.top.txt``. A refused request (a
+    cluster given by kubeconfig without profiling) is reported once and ends the recording.
+    """
+
+    def __init__(self, kube: KubeCluster, out: Path, piece: int = 5):
+        super().__init__(daemon=True)
+        self.kube, self.out, self.piece = kube, out, piece
+        self.pieces: list[Path] = []
+        self.error = ""
+        #: The merged profile, once stop() made it.
+        self.merged: Path | None = None
+        self._done = threading.Event()  # not _stop: Thread has a method of that name
+
+    def run(self) -> None:
+        from vpol.kube.dynamic import send_encoded
+
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        while not self._done.is_set():
+            try:
+                data = send_encoded(self.kube.api_client, "GET", "/debug/pprof/profile", None,
+                                    query=[("seconds", self.piece)], timeout=(10.0, self.piece + 30.0), accept="*/*")
+            except Exception as exc:  # noqa: BLE001 - a bench reports what it could not record and goes on
+                self.error = f"the API server's profile was not recorded: {exc}"
+                return
+            piece = self.out.with_name(f"{self.out.name}.{len(self.pieces)}.pprof")
+            piece.write_bytes(data)
+            self.pieces.append(piece)
+
+    def stop(self) -> str:
+        """Ends the recording (the piece under way is finished first) and merges it; a line saying where it is."""
+        self._done.set()
+        self.join(self.piece + 60)
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        if self.error or not self.pieces:
+            return self.error or "no API server profile recorded"
+        merged, top_file = (self.out.with_name(f"{self.out.name}{ext}") for ext in (".pprof", ".top.txt"))
+        try:
+            proto = subprocess.run([go, "tool", "pprof", "-proto", *map(str, self.pieces)], capture_output=True,
+                                   check=True, timeout=120).stdout
+            merged.write_bytes(proto)
+            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", str(merged)], capture_output=True, text=True,
+                                 check=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"API server profile in {len(self.pieces)} pieces beside {merged} (not merged: {exc})"
+        top_file.write_text(top)
+        for piece in self.pieces:
+            piece.unlink()
+        self.merged = merged
+        return f"API server profile: {merged} (top functions in {top_file})"
+
+
+#: What the API server spends CPU on, as regular expressions over the functions of a Go CPU profile, in the
+#: order they are counted: each sample goes to the first activity any frame of its stack matches, so the
+#: activities do not overlap (e.g. decoding inside schema coercion counts as coercion; admission comes before
+#: managed fields, whose admission wrapper holds the admission chain).
+API_SERVER_ACTIVITIES: tuple[tuple[str, str], ...] = (
+    ("Go garbage collection", r"runtime\.gcBgMarkWorker|runtime\.gcAssist|runtime\.bgsweep|runtime\.bgscavenge"),
+    ("admission plugins and webhooks", r"k8s\.io/apiserver/pkg/admission\."),
+    ("CRD schema coercion and pruning", r"unstructuredSchemaCoercer"),
+    ("OpenAPI schema validation (CRDs)", r"validation\.ValidateCustomResource|RatchetingSchemaValidator"),
+    ("other validation, defaulting", r"rest\.BeforeCreate|rest\.BeforeUpdate|rest\.ValidateCreate|"
+     r"rest\.ValidateUpdate|defaulting\.|SetDefaults"),
+    ("managed fields", r"fieldmanager"),
+    ("decoding (JSON, protobuf)", r"\.Decode$|Unmarshal"),
+    ("encoding (JSON, protobuf)", r"\.Encode$|Marshal"),
+    ("authentication, authorization", r"AuthenticateRequest|AuthenticateToken|\.Authorize$"),
+    ("etcd client", r"apiserver/pkg/storage/etcd3\.|go\.etcd\.io|google\.golang\.org/grpc"),
+    ("network, TLS", r"crypto/tls|internal/poll|syscall\."),
+)
+
+
+def api_server_activities(profile: Path) -> dict[str, float]:
+    """CPU seconds of a Go CPU profile by :data:`API_SERVER_ACTIVITIES` (``go tool pprof`` focused on each,
+    ignoring the ones before), the rest as "other", the total as "total"; empty when go cannot read it."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+
+    def seconds(*flags: str) -> tuple[float, float]:
+        """(total samples, the first node's cumulative seconds) of ``pprof -top -cum`` with ``flags``."""
+        out = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=1", *flags, str(profile)],
+                             capture_output=True, text=True, timeout=120).stdout
+        total = re.search(r"Total samples = ([0-9.]+)(m?s)", out)
+        if total is None:
+            return 0.0, 0.0
+        node = 0.0
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 6 and f[1].endswith("%") and f[4].endswith("%"):
+                node = float(f[3].rstrip("ms")) / (1000 if f[3].endswith("ms") else 1)
+                break
+        return float(total.group(1)) / (1000 if total.group(2) == "ms" else 1), node
+
+    try:
+        total, _ = seconds()
+        if not total:
+            return {}
+        out: dict[str, float] = {}
+        before: list[str] = []
+        for name, pattern in API_SERVER_ACTIVITIES:
+            _, out[name] = seconds("-focus", pattern, *(["-ignore", "|".join(before)] if before else []))
+            before.append(pattern)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out["other"] = max(0.0, total - sum(out.values()))
+    out["total"] = total
+    return out
 
 
 # -- metrics ----------------------------------------------------------------------------------

@@ -87,9 +87,16 @@ server's requests by verb and resource (apiserver_request_total, read outside th
 where a phase's time went. The operator's metrics are polled for the few samples read (``name[]``), so
 polling twice a second costs neither process much.
 
+With ``--profile DIR`` each operator phase is recorded with py-spy (when it is installed), and the API server
+with its own CPU profiler (the control plane is started with ``--profiling=true``) over the write floor's Pod
+creates, the report floor's creates, each operator phase and Kyverno's scan: ``DIR/<phase>.apiserver.pprof``
+for ``go tool pprof``, its top functions beside it, and a last table of the API server's CPU by activity
+(garbage collection, admission, CRD schema coercion, validation, managed fields, decoding, ...) per write:
+what a Pod and a report cost it, side by side.
+
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
        [--phases enforce,apply,add,cold,restart[,kyverno[,kyverno-restart]]] [--apply-timeout 90]
-       [--rescan-interval 60] [--profile DIR]
+       [--rescan-interval 60] [--profile DIR (py-spy of vpol, pprof of the API server)]
        [--kubeconfig FILE --kubectl PATH]
 """
 
@@ -105,7 +112,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,12 +123,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml  # noqa: E402
 from common import (  # noqa: E402
+    API_SERVER_ACTIVITIES,
+    ApiServerProfile,
     BenchRun,
     CONTROL_PLANE_PARTS,
     REPO,
     MemoryPeaks,
     MemorySampler,
     CpuMeter,
+    api_server_activities,
     apiserver_requests,
     control_plane_cpu,
     control_plane_parts,
@@ -384,7 +395,8 @@ class Profiler:
         self.proc = None
         if out is not None and shutil.which("py-spy"):
             out.mkdir(parents=True, exist_ok=True)
-            self.proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "50", *(["--gil"] if os.environ.get("VPOL_BENCH_PROFILE_GIL") else []),
+            gil = ["--gil"] if os.environ.get("VPOL_BENCH_PROFILE_GIL") else []
+            self.proc = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "50", *gil,
                                           "--format", "speedscope", "-o", str(out / f"{name}.speedscope.json")],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -515,6 +527,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
     profiler = Profiler(Path(args.profile) if args.profile else None, op.proc.pid, name)
     live = time.monotonic() - t_start
     names: list[str] = []
+    api_profile = None
     try:
         base = progress(op, t_start)
         t0 = t_start
@@ -523,6 +536,8 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             # been up for a while is when policies are applied to it; otherwise its own start-up work (Kopf,
             # the scanner's activation) is timed as part of the policies' scan.
             wait_started(op)
+        api_profile = apiserver_profile(kube, args, name)
+        if apply:
             requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
             t0 = time.monotonic()
             base = progress(op, t0)
@@ -557,8 +572,52 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         return phase, names
     finally:
         profiler.stop()
+        if api_profile is not None:
+            print(f"  [{name}] {api_profile.stop()}", flush=True)
         sampler.stop()
         op.stop()
+
+
+def apiserver_profile(kube: Any, args: argparse.Namespace, name: str) -> ApiServerProfile | None:
+    """With --profile DIR: the API server's CPU profile of a phase, recorded into DIR/<name>.apiserver.pprof
+    until stopped (see ApiServerProfile)."""
+    if not args.profile:
+        return None
+    recording = ApiServerProfile(kube, Path(args.profile) / f"{name}.apiserver")
+    recording.start()
+    API_PROFILES[name] = recording
+    return recording
+
+
+#: The API server's profiles of this run, by phase (with --profile).
+API_PROFILES: dict[str, ApiServerProfile] = {}
+
+
+def activity_table(writes: dict[str, float]) -> str:
+    """The API server's CPU by activity in each profiled phase, per write where the phase wrote (``writes``:
+    phase -> its writes of Pods or reports), else in seconds: what a Pod and a report cost it, side by side."""
+    columns = {name: api_server_activities(rec.merged) for name, rec in API_PROFILES.items() if rec.merged}
+    columns = {name: cpu for name, cpu in columns.items() if cpu}
+    if not columns:
+        return ""
+    header = ["API server CPU (Go profile), by activity"] + [
+        f"{name}: ms per write" if writes.get(name) else f"{name}: s" for name in columns]
+    rows = [[activity] + [f"{cpu[activity] / writes[name] * 1000:.2f}" if writes.get(name) else f"{cpu[activity]:.2f}"
+                          for name, cpu in columns.items()]
+            for activity in [a for a, _ in API_SERVER_ACTIVITIES] + ["other", "total"]]
+    rows.append(["writes (Pods, or vpol's and Kyverno's reports)"] + [f"{writes.get(name, 0):.0f}" for name in columns])
+    return table(rows, header)
+
+
+@contextmanager
+def apiserver_profiled(kube: Any, args: argparse.Namespace, name: str) -> Iterator[None]:
+    """The API server's profile of what runs inside (--profile), for the phases that run no vpol operator."""
+    recording = apiserver_profile(kube, args, name)
+    try:
+        yield
+    finally:
+        if recording is not None:
+            print(f"  [{name}] {recording.stop()}", flush=True)
 
 
 def requests_text(name: str, control_plane_cpu: float, cpu_by_process: dict[str, float],
@@ -644,7 +703,9 @@ def main() -> int:
                              "changed)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
                                                              "--apply-timeout 60")
-    parser.add_argument("--profile", metavar="DIR", help="record each phase with py-spy (speedscope files) in DIR")
+    parser.add_argument("--profile", metavar="DIR", help="record each phase in DIR: vpol's processes with py-spy "
+                        "(speedscope files), the API server with its own profiler (Go pprof, with the top functions "
+                        "as text), also while the write floor, the report floor and Kyverno's scan run")
     parser.add_argument("--kubeconfig", help="use this cluster instead of starting a local control plane")
     parser.add_argument("--kubectl", help="kubectl for --kubeconfig (default: PATH)")
     parser.add_argument("--workdir", help="state and logs (default: a temporary directory)")
@@ -654,7 +715,9 @@ def main() -> int:
         args.pods, args.namespaces, args.rescan_interval, args.apply_timeout = 1000, 10, 20.0, 60.0
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
 
-    run = BenchRun.begin(args.workdir, "vpol-bench-scan-", args.kubeconfig, args.kubectl)
+    # The API server answers profile requests only with --profiling=true (tests/controlplane turns it off).
+    run = BenchRun.begin(args.workdir, "vpol-bench-scan-", args.kubeconfig, args.kubectl,
+                         apiserver_args=["--profiling=true"] if args.profile else ())
     work, cluster = run.work, run.cluster
     try:
         kube = cluster.kube
@@ -666,7 +729,8 @@ def main() -> int:
         enforce, enforce_cpu = enforce_phase(kube, work, args, files) if "enforce" in phases else ([], 0.0)
         names = create_namespaces(kube, args.namespaces)
         cpu0, bench0 = control_plane_cpu(), cpu_seconds(os.getpid())
-        took = create_pods(kube, names, args.pods, args.violating_share, args.threads)
+        with apiserver_profiled(kube, args, "write-floor"):
+            took = create_pods(kube, names, args.pods, args.violating_share, args.threads)
         pod_cpu = control_plane_cpu() - cpu0
         floor_cpu = Budget(took, pod_cpu, cpu_seconds(os.getpid()) - bench0, enforce=enforce_cpu)
         pods = count_pods(kube)
@@ -686,6 +750,7 @@ def main() -> int:
         ]
         results: dict[str, Phase] = {}
         floor: ReportFloor | None = None
+        peer_scan: PeerScan | None = None
 
         if "apply" in phases:
             print(f"phase apply: policies applied to a running operator; waiting for {expected} results...")
@@ -696,7 +761,7 @@ def main() -> int:
             rows.append(["  policies Ready", f"{ready}/{len(names)}", ""])
             if ph.run.wall_complete is not None:
                 rows += report_rows(kube, len(files), pods)
-            floor = report_floor(kube, args.namespaces)
+            floor = report_floor(kube, args)
             rows.append(["report floor: the API server accepting the reports the scan wrote, created again as "
                          f"the scanner creates them ({WRITERS} parallel, vpol's write path)",
                          f"{floor.seconds:.1f} s ({floor.reports / max(0.001, floor.seconds):.0f}/s); control-plane "
@@ -757,7 +822,9 @@ def main() -> int:
         if "kyverno" in phases:
             print("phase kyverno: Kyverno's reports controller started with the policies present...")
             peer = kyverno_peer(kube, work)
-            rows += kyverno_rows(kyverno_phase(kube, peer, work, args, pods, len(files)), pods, results.get("cold"))
+            with apiserver_profiled(kube, args, "kyverno"):
+                peer_scan = kyverno_phase(kube, peer, work, args, pods, len(files))
+            rows += kyverno_rows(peer_scan, pods, results.get("cold"))
             if "kyverno-restart" in phases:
                 print("phase kyverno-restart: Kyverno's reports controller started again, nothing changed...")
                 rows += kyverno_restart_rows(kyverno_restart_phase(kube, peer, work, args), pods,
@@ -769,6 +836,10 @@ def main() -> int:
         print()
         print(table(checks, ["target (ratios within this run)", "measured", "limit", ""]))
         print(f"\n{sum(r[3] == 'PASS' for r in checks)} of {len(checks)} targets met")
+        if API_PROFILES:
+            print("\n" + activity_table({"write-floor": pods, **({"report-floor": floor.reports} if floor else {}),
+                                         **{name: ph.writes for name, ph in results.items()},
+                                         **({"kyverno": sum(peer_scan.writes.values())} if peer_scan else {})}))
         print(run.end())
         (work / "timeline.json").write_text(json.dumps(
             {name: {"timeline": [p.__dict__ for p in ph.run.timeline], "rss": ph.peaks.samples}
@@ -1272,7 +1343,7 @@ class ReportFloor:
     cpu_per_report: float = 0.0  # control-plane CPU seconds per report
 
 
-def report_floor(kube: Any, namespaces: int, threads: int = WRITERS) -> ReportFloor:
+def report_floor(kube: Any, args: argparse.Namespace, threads: int = WRITERS) -> ReportFloor:
     """The reports the apply phase wrote, read back, deleted and created again the way the scanner creates them
     (vpol's write path, ``threads`` parallel creates): how fast this API server accepts exactly this work."""
     reports = []
@@ -1282,15 +1353,17 @@ def report_floor(kube: Any, namespaces: int, threads: int = WRITERS) -> ReportFl
             r["metadata"] = {k: md[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
                              if k in md}
             reports.append(r)
-    clear_reports(kube, namespaces)
+    clear_reports(kube, args.namespaces)
     api = pooled_client(kube, threads)
     writer = Reports(api)
-    cpu0, started = control_plane_cpu(), time.monotonic()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(writer.create, reports))
-    took = time.monotonic() - started
+    with apiserver_profiled(kube, args, "report-floor"):
+        cpu0, started = control_plane_cpu(), time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(writer.create, reports))
+        took = time.monotonic() - started
+        cpu = control_plane_cpu() - cpu0
     api.close()
-    return ReportFloor(len(reports), took, (control_plane_cpu() - cpu0) / max(1, len(reports)))
+    return ReportFloor(len(reports), took, cpu / max(1, len(reports)))
 
 
 def _vap_names(admission: Any) -> set[str]:

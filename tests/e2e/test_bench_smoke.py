@@ -45,10 +45,12 @@ def table_rows(output: str) -> list[tuple[str, list[str]]]:
 
 
 @pytest.mark.slow
-def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_binary: str) -> None:
+def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_binary: str,
+                                                                   tmp_path: Path) -> None:
     pods = 24
     out = run_bench("scan.py", "--pods", str(pods), "--namespaces", "2", "--policies", "4",
-                    "--phases", "enforce,apply,add,cold,restart", "--apply-timeout", "90", "--timeout", "90")
+                    "--phases", "enforce,apply,add,cold,restart", "--apply-timeout", "90", "--timeout", "90",
+                    "--profile", str(tmp_path))
     rows = table_rows(out)
     first = dict(reversed(rows))  # the first row of each name
     assert "not reached" not in next(v for k, v in rows if k.startswith("enforce:"))[0], out
@@ -62,6 +64,14 @@ def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_
         assert first[target][-1] == "PASS", (target, first[target])
     assert re.search(r"report floor: .*", out), "no report floor row"
     assert re.search(r"^\d+ of \d+ targets met$", out, re.M)
+    # --profile: the API server profiled (Go pprof, merged) over the floors and every operator phase, and its CPU
+    # by activity printed per write.
+    for name in ("write-floor", "apply", "report-floor", "add", "cold", "restart"):
+        assert (tmp_path / f"{name}.apiserver.pprof").stat().st_size > 0, name
+        assert "flat%" in (tmp_path / f"{name}.apiserver.top.txt").read_text(), name
+    columns = dict(rows)["API server CPU (Go profile), by activity"]
+    totals = dict(zip(columns, first["total"]))
+    assert float(totals["apply: ms per write"]) > 0 and "cold: ms per write" in totals, (columns, totals)
 
 
 @pytest.mark.slow
