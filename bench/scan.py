@@ -511,6 +511,8 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
     t0 is the operator's start, or the first policy apply when ``apply`` is given.
     """
     requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
+    # A fresh operator's phase is profiled from before its start; the apply phase from the policies' apply.
+    api_profile = None if apply else apiserver_profile(kube, args, name)
     # Started before the operator, so that its start-up (interpreter, imports, Kopf) is in a fresh operator's
     # CPU: start_operator returns once the operator answers its liveness probe.
     started: list[int] = []
@@ -527,7 +529,6 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
     profiler = Profiler(Path(args.profile) if args.profile else None, op.proc.pid, name)
     live = time.monotonic() - t_start
     names: list[str] = []
-    api_profile = None
     try:
         base = progress(op, t_start)
         t0 = t_start
@@ -536,9 +537,8 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
             # been up for a while is when policies are applied to it; otherwise its own start-up work (Kopf,
             # the scanner's activation) is timed as part of the policies' scan.
             wait_started(op)
-        api_profile = apiserver_profile(kube, args, name)
-        if apply:
             requests0 = apiserver_requests(kube.api_client)  # not timed: the API server renders a lot
+            api_profile = apiserver_profile(kube, args, name)
             t0 = time.monotonic()
             base = progress(op, t0)
             cpu0 = control_plane_cpu()
@@ -551,6 +551,9 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
         cpu = control_plane_cpu() - cpu0
         cpu_parts = parts.since_start()
+        if api_profile is not None:  # before the metrics below, which are not the phase's
+            print(f"  [{name}] {api_profile.stop()}", flush=True)
+            api_profile = None
         requests = apiserver_requests(kube.api_client)  # after the CPU: rendering its metrics is not the phase's
         requests.subtract(requests0)
         full = [p for p in run.timeline if p.full_scans >= 1]
@@ -611,7 +614,7 @@ def activity_table(writes: dict[str, float]) -> str:
 
 @contextmanager
 def apiserver_profiled(kube: Any, args: argparse.Namespace, name: str) -> Iterator[None]:
-    """The API server's profile of what runs inside (--profile), for the phases that run no vpol operator."""
+    """The API server's profile of what runs inside (--profile): the write floor's and the report floor's creates."""
     recording = apiserver_profile(kube, args, name)
     try:
         yield
@@ -822,8 +825,7 @@ def main() -> int:
         if "kyverno" in phases:
             print("phase kyverno: Kyverno's reports controller started with the policies present...")
             peer = kyverno_peer(kube, work)
-            with apiserver_profiled(kube, args, "kyverno"):
-                peer_scan = kyverno_phase(kube, peer, work, args, pods, len(files))
+            peer_scan = kyverno_phase(kube, peer, work, args, pods, len(files))
             rows += kyverno_rows(peer_scan, pods, results.get("cold"))
             if "kyverno-restart" in phases:
                 print("phase kyverno-restart: Kyverno's reports controller started again, nothing changed...")
@@ -954,6 +956,7 @@ def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, po
     watcher.start()
     watcher.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
+    api_profile = apiserver_profile(kube, args, "kyverno")
     started: list[int] = []
     meter = process_meter({"Kyverno's reports controller": lambda: started})
     meter.start()
@@ -982,6 +985,8 @@ def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, po
             time.sleep(0.5)
         cpu = meter.since_start()
         plane_cpu = control_plane_cpu() - cpu0
+        if api_profile is not None:  # before the metrics below, which are not the phase's
+            print(f"  [kyverno] {api_profile.stop()}", flush=True)
         requests = apiserver_requests(kube.api_client)
         requests.subtract(requests0)
         peaks = sampler.stop()
@@ -1044,6 +1049,7 @@ def kyverno_restart_phase(kube: Any, peer: Any, work: Path, args: argparse.Names
     for w in watchers:
         w.synced.wait(60)
     requests0 = apiserver_requests(kube.api_client)
+    api_profile = apiserver_profile(kube, args, "kyverno")
     started: list[int] = []
     meter = process_meter({"Kyverno's reports controller": lambda: started})
     meter.start()
