@@ -89,7 +89,7 @@ polling twice a second costs neither process much.
 
 With ``--profile DIR`` each operator phase is recorded with py-spy (when it is installed), and the API server
 with its own CPU profiler (the control plane is started with ``--profiling=true``) over the write floor's Pod
-creates, the report floor's creates, each operator phase and Kyverno's scan: ``DIR/<phase>.apiserver.pprof``
+creates, the report floor's creates, each operator phase and Kyverno's two: ``DIR/<phase>.apiserver.pprof``
 for ``go tool pprof``, its top functions beside it, and a last table of the API server's CPU by activity
 (garbage collection, admission, CRD schema coercion, validation, managed fields, decoding, ...) per write:
 what a Pod and a report cost it, side by side.
@@ -708,7 +708,7 @@ def main() -> int:
                                                              "--apply-timeout 60")
     parser.add_argument("--profile", metavar="DIR", help="record each phase in DIR: vpol's processes with py-spy "
                         "(speedscope files), the API server with its own profiler (Go pprof, with the top functions "
-                        "as text), also while the write floor, the report floor and Kyverno's scan run")
+                        "as text), also while the write floor, the report floor and Kyverno's phases run")
     parser.add_argument("--kubeconfig", help="use this cluster instead of starting a local control plane")
     parser.add_argument("--kubectl", help="kubectl for --kubeconfig (default: PATH)")
     parser.add_argument("--workdir", help="state and logs (default: a temporary directory)")
@@ -754,6 +754,7 @@ def main() -> int:
         results: dict[str, Phase] = {}
         floor: ReportFloor | None = None
         peer_scan: PeerScan | None = None
+        peer_restart: PeerRestart | None = None
 
         if "apply" in phases:
             print(f"phase apply: policies applied to a running operator; waiting for {expected} results...")
@@ -829,8 +830,8 @@ def main() -> int:
             rows += kyverno_rows(peer_scan, pods, results.get("cold"))
             if "kyverno-restart" in phases:
                 print("phase kyverno-restart: Kyverno's reports controller started again, nothing changed...")
-                rows += kyverno_restart_rows(kyverno_restart_phase(kube, peer, work, args), pods,
-                                             results.get("restart"))
+                peer_restart = kyverno_restart_phase(kube, peer, work, args)
+                rows += kyverno_restart_rows(peer_restart, pods, results.get("restart"))
 
         print()
         print(table(rows, ["measure", "value", "target"]))
@@ -841,7 +842,9 @@ def main() -> int:
         if API_PROFILES:
             print("\n" + activity_table({"write-floor": pods, **({"report-floor": floor.reports} if floor else {}),
                                          **{name: ph.writes for name, ph in results.items()},
-                                         **({"kyverno": sum(peer_scan.writes.values())} if peer_scan else {})}))
+                                         **({"kyverno": sum(peer_scan.writes.values())} if peer_scan else {}),
+                                         **({"kyverno-restart": sum(peer_restart.writes.values())}
+                                            if peer_restart else {})}))
         print(run.end())
         (work / "timeline.json").write_text(json.dumps(
             {name: {"timeline": [p.__dict__ for p in ph.run.timeline], "rss": ph.peaks.samples}
@@ -917,6 +920,46 @@ def kyverno_peer(kube: Any, work: Path) -> Any:
     return peer
 
 
+@dataclass
+class PeerWindow:
+    """What the kyverno phases measure from the peer's start: the API server's requests (read before the start and
+    at the end), its profile (--profile), the peer's CPU and the control plane's."""
+
+    kube: Any
+    label: str
+    requests0: Counter[tuple[str, str, str]]
+    profile: ApiServerProfile | None
+    meter: CpuMeter
+    control_plane_cpu0: float
+    t0: float
+
+    @classmethod
+    def start(cls, kube: Any, args: argparse.Namespace, peer: Any, label: str) -> "PeerWindow":
+        """Reads the request counts, starts the profile and the meters, then the peer."""
+        requests0 = apiserver_requests(kube.api_client)
+        profile = apiserver_profile(kube, args, label)
+        started: list[int] = []
+        meter = process_meter({"Kyverno's reports controller": lambda: started})
+        meter.start()
+        window = cls(kube, label, requests0, profile, meter, control_plane_cpu(), time.monotonic())
+        peer.start()
+        started.append(peer.pid)
+        return window
+
+    def stop_profile(self) -> None:
+        if self.profile is not None:
+            print(f"  [{self.label}] {self.profile.stop()}", flush=True)
+            self.profile = None
+
+    def requests(self) -> Counter[tuple[str, str, str]]:
+        """The API server's requests since the start; the profile ends first (rendering the metrics is not the
+        phase's work)."""
+        self.stop_profile()
+        requests = apiserver_requests(self.kube.api_client)
+        requests.subtract(self.requests0)
+        return requests
+
+
 def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, pods: int, policies: int) -> PeerScan:
     """Kyverno's reports controller (``peer``: kyverno_peer) started with the policies and Pods in place and no
     report of its own, as the cold phase starts vpol's operator; no vpol operator runs meanwhile. Followed
@@ -955,15 +998,8 @@ def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, po
     watcher = Watcher(kube.api_client, *REPORTS, on_event, kind="PolicyReport")
     watcher.start()
     watcher.synced.wait(60)
-    requests0 = apiserver_requests(kube.api_client)
-    api_profile = apiserver_profile(kube, args, "kyverno")
-    started: list[int] = []
-    meter = process_meter({"Kyverno's reports controller": lambda: started})
-    meter.start()
-    cpu0 = control_plane_cpu()
-    t0 = time.monotonic()
-    peer.start()
-    started.append(peer.pid)
+    window = PeerWindow.start(kube, args, peer, "kyverno")
+    t0 = window.t0
     sampler = MemorySampler(peer.pid)
     sampler.start()
     next_print = 0.0
@@ -983,14 +1019,12 @@ def kyverno_phase(kube: Any, peer: Any, work: Path, args: argparse.Namespace, po
             if peer_timed_out(peer, now, args.peer_timeout, "kyverno"):
                 break
             time.sleep(0.5)
-        cpu = meter.since_start()
-        plane_cpu = control_plane_cpu() - cpu0
-        if api_profile is not None:  # before the metrics below, which are not the phase's
-            print(f"  [kyverno] {api_profile.stop()}", flush=True)
-        requests = apiserver_requests(kube.api_client)
-        requests.subtract(requests0)
+        cpu = window.meter.since_start()
+        plane_cpu = control_plane_cpu() - window.control_plane_cpu0
+        requests = window.requests()
         peaks = sampler.stop()
     finally:
+        window.stop_profile()
         sampler.stop()
         watcher.stop()
         peer.stop()
@@ -1048,14 +1082,8 @@ def kyverno_restart_phase(kube: Any, peer: Any, work: Path, args: argparse.Names
         w.start()
     for w in watchers:
         w.synced.wait(60)
-    requests0 = apiserver_requests(kube.api_client)
-    api_profile = apiserver_profile(kube, args, "kyverno")
-    started: list[int] = []
-    meter = process_meter({"Kyverno's reports controller": lambda: started})
-    meter.start()
-    t0 = time.monotonic()
-    peer.start()
-    started.append(peer.pid)
+    window = PeerWindow.start(kube, args, peer, "kyverno-restart")
+    t0 = window.t0
     next_print = 0.0
     try:
         while True:
@@ -1074,13 +1102,14 @@ def kyverno_restart_phase(kube: Any, peer: Any, work: Path, args: argparse.Names
             if peer_timed_out(peer, now, args.peer_timeout, "kyverno-restart"):
                 break
         followed = time.monotonic() - t0
-        cpu = meter.since_start()
+        cpu = window.meter.since_start()
+        window.stop_profile()
     finally:
+        window.stop_profile()
         peer.stop()
         for w in watchers:
             w.stop()
-    requests = apiserver_requests(kube.api_client)
-    requests.subtract(requests0)
+    requests = window.requests()
     return PeerRestart(last_change[-1] - t0 if last_change else None, followed, report_writes(requests), cpu)
 
 

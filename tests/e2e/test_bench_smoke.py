@@ -75,14 +75,16 @@ def test_scan_bench_runs_every_phase_and_writes_one_report_per_pod(controlplane_
 
 
 @pytest.mark.slow
-def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(controlplane_binary: str) -> None:
+def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(controlplane_binary: str,
+                                                                          tmp_path: Path) -> None:
     """The kyverno phases: Kyverno's reports controller, built from its module, scans the bench's Pods with the
     same policies after vpol's cold and restart phases and writes a report with every result for each Pod; then it
     is started again with nothing changed and followed until its writes stop."""
     go_built(BUILD_SCRIPT, "Kyverno's reports controller (the scan bench's peer)", args=["reports-controller"])
     pods, policies = 12, 3
     out = run_bench("scan.py", "--pods", str(pods), "--namespaces", "2", "--policies", str(policies),
-                    "--phases", "cold,restart,kyverno,kyverno-restart", "--timeout", "90", "--peer-timeout", "300")
+                    "--phases", "cold,restart,kyverno,kyverno-restart", "--timeout", "90", "--peer-timeout", "300",
+                    "--profile", str(tmp_path))
     rows = dict(table_rows(out))
     peer = next(v for k, v in rows.items() if k.startswith("Kyverno's reports controller (v1.19.1"))
     assert peer[0].endswith(" s") and "not reached" not in peer[0], out
@@ -98,6 +100,11 @@ def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(contro
     assert re.match(r"(\d+\.\d s$|no write in \d+ s$)", again), again
     assert re.match(r"\d+ \(\d+\.\d\d per Pod\)", rows["its writes of reports and ephemeral reports"][0])
     assert rows["vpol's restart, nothing changed: first full scan, report writes"][0].endswith(", 0")
+    # --profile: the API server profiled over each of Kyverno's phases too, each profile ended and merged, and
+    # Kyverno's first scan a column of the activity table, per write.
+    for name in ("kyverno", "kyverno-restart"):
+        assert (tmp_path / f"{name}.apiserver.pprof").stat().st_size > 0, name
+    assert "kyverno: ms per write" in rows["API server CPU (Go profile), by activity"], out[-3000:]
 
 
 @pytest.mark.slow
