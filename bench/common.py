@@ -470,6 +470,11 @@ class CpuMeter:
                 for name, pids in now.items()}
 
 
+def go_binary() -> str:
+    """The go command that reads the API server's profiles (PATH's, else the usual install)."""
+    return shutil.which("go") or "/usr/local/go/bin/go"
+
+
 class ApiServerProfile(threading.Thread):
     """A Go CPU profile of the API server over a phase (with ``--profile`` in bench/scan.py).
 
@@ -508,7 +513,7 @@ class ApiServerProfile(threading.Thread):
         """Ends the recording (the piece under way is finished first) and merges it; a line saying where it is."""
         self._done.set()
         self.join(self.piece + 60)
-        go = shutil.which("go") or "/usr/local/go/bin/go"
+        go = go_binary()
         if self.error or not self.pieces:
             return self.error or "no API server profile recorded"
         merged, top_file = (self.out.with_name(f"{self.out.name}{ext}") for ext in (".pprof", ".top.txt"))
@@ -550,7 +555,7 @@ API_SERVER_ACTIVITIES: tuple[tuple[str, str], ...] = (
 def api_server_activities(profile: Path) -> dict[str, float]:
     """CPU seconds of a Go CPU profile by :data:`API_SERVER_ACTIVITIES` (``go tool pprof`` focused on each,
     ignoring the ones before), the rest as "other", the total as "total"; empty when go cannot read it."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
+    go = go_binary()
 
     def seconds(*flags: str) -> tuple[float, float]:
         """(total samples, the first node's cumulative seconds) of ``pprof -top -cum`` with ``flags``."""
