@@ -46,6 +46,7 @@ from vpol.cel.cost import plan as plan_work
 from vpol.cel.compiler import CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression, compile_policy
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.fused import fused_program
+from vpol.cel.go_error_text import as_cel_go
 from vpol.cel.values import to_activation
 from vpol.engine.autogen import autogen_configs
 from vpol.engine.match import names_resources, rules_match, selectors_match
@@ -141,7 +142,7 @@ def _value(v: cel.Value) -> Any:
     # Optional values cannot leave cel-expr-python (0.1.3 even types them ERROR, and their value() raises).
     try:
         if v.type() == cel.Type.ERROR:
-            raise EvaluationError(str(v.value()))
+            raise EvaluationError(as_cel_go(str(v.value())))
         return v.plain_value()
     except TypeError:
         raise EvaluationError(_OPTIONAL_VALUE) from None
@@ -345,9 +346,10 @@ class _PolicyRun:
             except EvaluationError as exc:
                 # A variable that failed is an error only where it is read (variables are lazy in cel-go):
                 # when this one failed with such a variable left out, that variable's error is the cause.
-                self.errors[name] = self.errors[failed[0]] if failed else f"variable {name}: {exc}"
+                # Worded as Kyverno's lazy variables are: the error itself, the variable unnamed.
+                self.errors[name] = self.errors[failed[0]] if failed else str(exc)
             except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
-                self.errors[name] = self.errors[failed[0]] if failed else f"variable {name}: {_describe(exc)}"
+                self.errors[name] = self.errors[failed[0]] if failed else _describe(exc)
 
     def eval(self, prog: Program) -> Any:
         failed: list[str] = []
@@ -389,15 +391,19 @@ def _first_false(conditions: Iterable[tuple[str, Program]], evaluate: Callable[[
 
 
 def conditions_outcome(run: _PolicyRun, conditions: Sequence[tuple[str, Program]],
-                       failure_policy: str) -> tuple[str, str] | None:
+                       failure_policy: str, error_prefix: str = "") -> tuple[str, str] | None:
     """matchConditions as the API server evaluates them: None when all hold, else (result, message). A false
-    condition is ``skip`` (it wins over errors); errors are ``error``, or ``skip`` under failurePolicy Ignore."""
+    condition is ``skip`` (it wins over errors); errors are ``error``, or ``skip`` under failurePolicy Ignore.
+    An error is worded as Kyverno's engines word it: ``error_prefix`` (the ValidatingPolicy engine's
+    :data:`LOAD_FAILED` by default) and every condition's error, joined as Go's multierr joins them; a skip
+    names the condition that was false or failed."""
     false, errors = _first_false(conditions, run.eval)
     if false is not None:
         return SKIP, f"matchCondition {false} is false"
     if errors:
-        return (SKIP if failure_policy == "Ignore" else ERROR), "; ".join(
-            f"matchCondition {name}: {reason}" for name, reason in errors)
+        if failure_policy == "Ignore":
+            return SKIP, "; ".join(f"matchCondition {name}: {reason}" for name, reason in errors)
+        return ERROR, (error_prefix or LOAD_FAILED) + "; ".join(reason for _name, reason in errors)
     return None
 
 
@@ -407,7 +413,7 @@ def _describe(exc: BaseException) -> str:
         return "evaluation ran out of memory (the expression builds too large a value)"
     if "Iteration budget exceeded" in text:
         return "evaluation exceeded the comprehension iteration limit"
-    return text
+    return as_cel_go(text)
 
 
 class ExceptionMatch(NamedTuple):
@@ -455,7 +461,8 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
         if errors:
             if failure_policy == "Ignore":
                 continue
-            return ExceptionMatch(error=f"PolicyException {e.key}: {'; '.join(reason for _n, reason in errors)}")
+            # The conditions' errors, as Kyverno's engines give them (the caller words the result).
+            return ExceptionMatch(error="; ".join(reason for _n, reason in errors))
         if e.allowed_images or e.allowed_values:
             partial_images.extend(e.allowed_images)
             partial_values.extend(e.allowed_values)
@@ -472,6 +479,26 @@ def exempted(exempt: CompiledException) -> tuple[str, str, str]:
     outcome = PASS if e.report_result == "pass" else SKIP
     how = "passed" if outcome == PASS else "skipped"
     return outcome, f"rule is {how} due to policy exception: {e.key}", e.name
+
+
+#: How Kyverno's engine begins the message of a validation that could not be evaluated (engineapi.RuleError).
+EVALUATION_FAILED = "error: "
+#: ... and of a policy whose matchConditions, or audit annotations after every validation held, could not be.
+LOAD_FAILED = "failed to load context: "
+
+
+def audit_annotations(compiled: CompiledPolicy, run: _PolicyRun) -> tuple[dict[str, str], str]:
+    """(the audit annotations that evaluate to a non-empty string, by key; the error of the first that could not
+    be evaluated, worded as Kyverno's engine words it, or "")."""
+    properties: dict[str, str] = {}
+    for key, prog in compiled.audit_annotations:
+        try:
+            value = run.eval(prog)
+        except EvaluationError as exc:
+            return {}, f"failed to evaluate auditAnnotation '{key}': {exc}"
+        if isinstance(value, str) and value:
+            properties[key] = value
+    return properties, ""
 
 
 def failure_message(validation: Validation, index: int, run: _PolicyRun, message_program: Program | None) -> str:
@@ -617,7 +644,7 @@ class PolicyEngine:
                                 "; ".join(p.short() for p in compiled.errors()))
         exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
         if exceptions.error:
-            return self._result(data, ERROR, exceptions.error)
+            return self._result(data, ERROR, LOAD_FAILED + exceptions.error)
         if exceptions.exempt is not None:
             outcome, message, name = exempted(exceptions.exempt)
             return self._result(data, outcome, message, exception=name)
@@ -630,28 +657,27 @@ class PolicyEngine:
         if stop is not None:
             return self._result(data, *stop)
 
-        properties: dict[str, str] = {}
-        for key, prog in compiled.audit_annotations:
-            try:
-                value = run.eval(prog)
-            except EvaluationError:
-                continue
-            if isinstance(value, str) and value:
-                properties[key] = value
-
+        # Worded as Kyverno's engine words each outcome (its pkg/cel/policies/vpol: an evaluation error is
+        # "error: ...", with the validation's index; audit annotations are evaluated once the outcome is known,
+        # and one that fails turns it into an error).
         for index, prog, msg_prog in compiled.validations:
             try:
                 value = run.eval(prog)
             except EvaluationError as exc:
-                return self._result(data, ERROR, f"{prog.path}: {exc}", validation=index,
-                                    properties=properties)
+                return self._result(data, ERROR, f"{EVALUATION_FAILED}{exc}", validation=index)
             if value is True:
                 continue
             if value is not False:
-                return self._result(data, ERROR, f"{prog.path}: expected a bool, got {type(value).__name__}",
-                                    validation=index, properties=properties)
+                return self._result(data, ERROR, f"{EVALUATION_FAILED}expected a bool, got {type(value).__name__}",
+                                    validation=index)
             message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
+            properties, error = audit_annotations(compiled, run)
+            if error:
+                return self._result(data, ERROR, EVALUATION_FAILED + error, validation=index)
             return self._result(data, FAIL, message, validation=index, properties=properties)
+        properties, error = audit_annotations(compiled, run)
+        if error:
+            return self._result(data, ERROR, LOAD_FAILED + error)
         return self._result(data, PASS, "success", properties=properties)
 
     def _fused(self, compiled: CompiledPolicy, data: SubjectData) -> Result | None:

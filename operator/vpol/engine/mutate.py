@@ -51,6 +51,9 @@ from vpol.model.discovery import builtin
 from vpol.model.mutating import PATCH_APPLY_CONFIGURATION, MutatingPolicy
 
 SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]
+#: How Kyverno's MutatingPolicy engine begins the message of a policy it could not evaluate (its matchConditions'
+#: errors included).
+MUTATION_FAILED = "failed to evaluate policy: "
 
 
 @dataclass
@@ -168,14 +171,14 @@ class MutatingPolicyEngine:
         data = SubjectData(subject)
         exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
         if exceptions.error:
-            return self._result(subject, original, ERROR, exceptions.error)
+            return self._result(subject, original, ERROR, MUTATION_FAILED + exceptions.error)
         if exceptions.exempt is not None:
             outcome, message, _name = exempted(exceptions.exempt)
             return self._result(subject, original, outcome, message)
         # Partial exceptions (images, values) feed the `exceptions` variable, as for validations.
         run = _PolicyRun(compiled, data, exceptions.partial)
         stop = conditions_outcome(run, compiled.match_conditions if conditions is None else conditions,
-                                  compiled.policy.spec.failure_policy)
+                                  compiled.policy.spec.failure_policy, error_prefix=MUTATION_FAILED)
         if stop is not None:
             return self._result(subject, original, *stop)
         replace_atomic = compiled.policy.spec.evaluation.use_server_side_apply

