@@ -1,0 +1,246 @@
+"""vpol's PolicyReports side by side with Kyverno's: the same policies and resources scanned on one control plane by
+vpol's operator and by Kyverno's own reports controller (bench/kyverno/peer.py: ``cmd/reports-controller`` of
+Kyverno's module, built with Go and run out of cluster), and every report compared, resource by resource.
+
+The reports must be the same except where vpol differs on purpose, as README.md's "Differences from Kyverno"
+says: the name (``vpol-<uid>``, Kyverno's is the bare UID), the managed-by label, vpol's scan-key annotation, the
+``source`` of each result (``vpol``, Kyverno's ``KyvernoValidatingPolicy``), the ``autogen`` property of a result
+about a pod controller, and the timestamps (each tool's own scan time). Everything else (which resources are
+reported, the report kind, scope, owner, summary, and each result's policy, outcome, message, scored, severity,
+category and properties) is compared as Kyverno wrote it, not with expected values written here.
+
+The policies cover what a report result carries: messages and message expressions, the index of the failing
+validation, audit annotations, variables, match conditions that leave a resource unreported, evaluation errors,
+severity, category and scored from annotations, cluster-scoped resources (ClusterPolicyReports), a
+NamespacedValidatingPolicy, and pod controllers reported through autogen. Every policy opts out of VAP generation:
+Kyverno 1.19 does not scan a policy whose status says its VAP was generated (kyverno/kyverno#16153).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from bench.kyverno.peer import BUILD_SCRIPT, KyvernoReportsPeer
+from tests.e2e.conftest import KubeCluster, go_built, load_crds
+from tests.e2e.operator_process import REPO, OperatorProcess, sa_kubeconfig
+from tests.e2e.vpol_fixtures import wait_for
+
+A, B = "diff-a", "diff-b"
+LABEL = {"reports-diff": "yes"}
+SELECTED = {"matchLabels": LABEL}
+PODS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+CONFIGMAPS = {**PODS, "resources": ["configmaps"]}
+NAMESPACES = {**PODS, "resources": ["namespaces"]}
+#: What vpol writes differently on purpose (README.md, "Differences from Kyverno").
+OWN_PROPERTIES = ("autogen",)
+
+
+def policy(name: str, rules: dict[str, Any], validations: list[dict[str, Any]], *, annotations: dict[str, str] | None
+           = None, kind: str = "ValidatingPolicy", namespace: str = "", **spec: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "annotations": annotations or {}}
+    if namespace:
+        metadata["namespace"] = namespace
+    constraints = {"resourceRules": [rules]}
+    if rules is not NAMESPACES:
+        constraints["namespaceSelector"] = SELECTED
+    else:
+        constraints["objectSelector"] = SELECTED
+    return {"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": metadata,
+            "spec": {"validationActions": ["Audit"], "matchConstraints": constraints, "validations": validations,
+                     "autogen": {"validatingAdmissionPolicy": {"enabled": False}}, **spec}}
+
+
+POLICIES = [
+    policy("diff-privileged", PODS, [{"expression": "object.spec.containers.all(c, "
+                                                    "!c.?securityContext.?privileged.orValue(false))",
+                                      "message": "privileged containers are not allowed"}],
+           annotations={"policies.kyverno.io/severity": "high", "policies.kyverno.io/category": "Pod Security"}),
+    policy("diff-pinned", PODS, [{"expression": "object.spec.containers.all(c, c.image.contains('@'))",
+                                  "messageExpression": "'image ' + object.spec.containers[0].image + "
+                                                       "' is not pinned by digest'"}],
+           annotations={"policies.kyverno.io/severity": "medium"}),
+    policy("diff-two-checks", PODS, [
+        {"expression": "has(object.metadata.labels)", "message": "labels are required"},
+        {"expression": "object.metadata.?labels.?team.orValue('') != ''", "message": "a team label is required"}]),
+    policy("diff-audit-annotations", PODS, [{"expression": "!object.spec.containers[0].image.endsWith(':latest')",
+                                             "message": "the latest tag is not allowed"}],
+           # Typed string for cel-go: Kyverno refuses an audit annotation whose value is dyn, as
+           # object.spec.containers[0].image alone is (README.md, "Differences from Kyverno").
+           auditAnnotations=[{"key": "image", "valueExpression": "'image ' + object.spec.containers[0].image"}]),
+    policy("diff-match-conditions", PODS, [{"expression": "object.metadata.labels.app.size() <= 8",
+                                            "message": "the app label is too long"}],
+           matchConditions=[{"name": "has-app", "expression": "has(object.metadata.labels) && "
+                                                              "'app' in object.metadata.labels"}]),
+    policy("diff-variables", PODS, [{"expression": "variables.names.all(n, n.size() <= 8)",
+                                     "message": "container names are at most 8 characters"}],
+           variables=[{"name": "names", "expression": "object.spec.containers.map(c, c.name)"}],
+           annotations={"policies.kyverno.io/category": "Naming"}),
+    policy("diff-number", CONFIGMAPS, [{"expression": "int(object.data.n) > 0", "message": "n must be positive"}],
+           annotations={"policies.kyverno.io/severity": "low", "policies.kyverno.io/category": "Validation"}),
+    policy("diff-unscored", CONFIGMAPS, [{"expression": "has(object.data) && 'owner' in object.data",
+                                          "message": "an owner is required"}],
+           annotations={"policies.kyverno.io/scored": "false", "policies.kyverno.io/severity": "info"}),
+    policy("diff-namespace-team", NAMESPACES, [{"expression": "'team' in object.metadata.labels",
+                                                "message": "namespaces need a team label"}],
+           annotations={"policies.kyverno.io/severity": "critical",
+                        "policies.kyverno.io/category": "Multi-Tenancy"}),
+    policy("diff-local", CONFIGMAPS, [{"expression": "object.metadata.name.startsWith('app-')",
+                                       "message": "names start with app-"}],
+           kind="NamespacedValidatingPolicy", namespace=B),
+]
+
+
+def pod(name: str, namespace: str, *, image: str = "registry.local/app:1.0", labels: dict[str, str] | None = None,
+        container: str = "app", privileged: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": container, "image": image}
+    if privileged:
+        c["securityContext"] = {"privileged": True}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace,
+                                                             **({"labels": labels} if labels else {})},
+            "spec": {"containers": [c]}}
+
+
+def template(labels: dict[str, str], restart: str) -> dict[str, Any]:
+    return {"metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "app", "image": "registry.local/app:latest"}], "restartPolicy": restart}}
+
+
+RESOURCES = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": A, "labels": {**LABEL, "team": "a"}}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": B, "labels": LABEL}},
+    pod("privileged", A, privileged=True, labels={"app": "web"}),
+    pod("pinned", A, image="registry.local/app@sha256:" + "a" * 64, labels={"app": "web", "team": "a"}),
+    pod("unlabelled", A, image="registry.local/app:latest"),
+    pod("long-names", B, container="a-very-long-container-name", labels={"app": "a-long-app-name", "team": ""}),
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": A},
+     "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": template({"app": "web"}, "Always")}},
+    {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": B},
+     "spec": {"schedule": "0 3 * * *", "suspend": True,
+              "jobTemplate": {"spec": {"template": template({"team": "b"}, "OnFailure")}}}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-positive", "namespace": A},
+     "data": {"n": "3", "owner": "me"}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-a-number", "namespace": A},
+     "data": {"n": "many"}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-negative", "namespace": B},
+     "data": {"n": "-1", "owner": "you"}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "no-data", "namespace": B}},
+]
+
+
+def apply(cluster: KubeCluster, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-f", "-", input=json.dumps(obj))
+
+
+@pytest.fixture(scope="module")
+def scanned(own_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """vpol's operator and Kyverno's reports controller both running, on the policies and resources above."""
+    cluster = own_cluster
+    binary = Path(go_built(BUILD_SCRIPT, "Kyverno's reports controller", args=("reports-controller",)))
+    for crd in load_crds():
+        apply(cluster, crd)
+    cluster.kubectl("create", "-f", str(REPO / "crds" / "reports"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/policyreports.wgpolicyk8s.io",
+                    "crd/clusterpolicyreports.wgpolicyk8s.io", *(f"crd/{c['metadata']['name']}" for c in load_crds()))
+    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
+    for obj in RESOURCES[:2]:
+        apply(cluster, obj)
+    for ns in (A, B):
+        wait_for(f"the default ServiceAccount of {ns}", lambda ns=ns: cluster.kubectl(
+            "get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60, 0.5)
+    for obj in RESOURCES[2:] + POLICIES:
+        apply(cluster, obj)
+    tmp = tmp_path_factory.mktemp("reports-differential")
+    operator = OperatorProcess(sa_kubeconfig(cluster, tmp / "kubeconfig"), tmp / "operator.log").start()
+    for pol in POLICIES:
+        md = pol["metadata"]
+        where = ["-n", md["namespace"]] if md.get("namespace") else []
+        cluster.kubectl("wait", "--for=condition=Ready", f"{pol['kind'].lower()}.policies.kyverno.io/{md['name']}",
+                        "--timeout=120s", *where, timeout=150)
+    peer = KyvernoReportsPeer(cluster, tmp, binary=binary)
+    peer.install()
+    peer.start()
+    try:
+        yield cluster
+    finally:
+        peer.stop()
+        operator.stop()
+
+
+def reports(cluster: KubeCluster) -> list[dict[str, Any]]:
+    custom: Any = client.CustomObjectsApi(cluster.api_client)
+    items = custom.list_cluster_custom_object("wgpolicyk8s.io", "v1alpha2", "policyreports")["items"]
+    items += custom.list_cluster_custom_object("wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports")["items"]
+    return list(items)
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """What both tools must write alike about one resource."""
+    results = []
+    for r in report.get("results") or []:
+        item = {k: v for k, v in r.items() if k not in ("source", "timestamp")}
+        props = {k: v for k, v in (r.get("properties") or {}).items() if k not in OWN_PROPERTIES}
+        if props:
+            item["properties"] = props
+        else:
+            item.pop("properties", None)
+        results.append(item)
+    owners = [{k: o.get(k) for k in ("apiVersion", "kind", "name", "uid")}
+              for o in report["metadata"].get("ownerReferences") or []]
+    return {"kind": report["kind"], "namespace": report["metadata"].get("namespace", ""),
+            "scope": report.get("scope"), "owners": owners, "summary": report.get("summary"),
+            "results": sorted(results, key=lambda r: str(r.get("policy")))}
+
+
+def by_tool(cluster: KubeCluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Kyverno's, vpol's) reports about the test's resources, comparable, by the resource's kind/namespace/name."""
+    kyverno: dict[str, Any] = {}
+    vpol: dict[str, Any] = {}
+    for report in reports(cluster):
+        scope = report.get("scope") or {}
+        if scope.get("namespace", "") not in ("", A, B) or (not scope.get("namespace") and scope.get("name")
+                                                               not in (A, B)):
+            continue
+        key = f"{scope.get('kind')}/{scope.get('namespace', '')}/{scope.get('name')}"
+        manager = (report["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+        if manager == "kyverno":
+            assert report["metadata"]["name"] == scope.get("uid")
+            assert all(r.get("source") == "KyvernoValidatingPolicy" for r in report.get("results") or [])
+            kyverno[key] = comparable(report)
+        elif manager == "vpol":
+            assert report["metadata"]["name"] == f"vpol-{scope.get('uid')}"
+            assert all(r.get("source") == "vpol" for r in report.get("results") or [])
+            vpol[key] = comparable(report)
+    return kyverno, vpol
+
+
+def test_vpols_reports_are_kyvernos(scanned: KubeCluster) -> None:
+    # Both scan at start; each write is eventually complete, so they are compared once equal or after a while.
+    def same() -> bool:
+        kyverno, vpol = by_tool(scanned)
+        return bool(kyverno) and kyverno == vpol
+    try:
+        wait_for("vpol's and Kyverno's reports to agree", same, 180, 3)
+    except AssertionError:
+        kyverno, vpol = by_tool(scanned)
+        assert set(vpol) == set(kyverno), "resources reported by one tool only"
+        for key in sorted(kyverno):
+            assert vpol[key] == kyverno[key], key
+        raise
+    kyverno, _ = by_tool(scanned)
+    # The scenario reaches what it is meant to: every kind of report, outcome and property.
+    outcomes = {r["result"] for rep in kyverno.values() for r in rep["results"]}
+    assert outcomes >= {"pass", "fail", "error"}, outcomes
+    kinds = {key.split("/")[0] for key in kyverno}
+    assert kinds >= {"Pod", "Deployment", "CronJob", "ConfigMap", "Namespace"}, kinds
+    assert {rep["kind"] for rep in kyverno.values()} == {"PolicyReport", "ClusterPolicyReport"}
+    properties = {k for rep in kyverno.values() for r in rep["results"] for k in r.get("properties", {})}
+    assert {"process", "cel.validationIndex", "image"} <= properties, properties
+    policies = {r["policy"] for rep in kyverno.values() for r in rep["results"]}
+    assert policies == {p["metadata"]["name"] if not p["metadata"].get("namespace")
+                        else f"{B}/{p['metadata']['name']}" for p in POLICIES}, policies
