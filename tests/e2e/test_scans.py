@@ -121,6 +121,33 @@ def test_existing_resources_get_reports_and_follow_changes(policies: Policies, c
     wait_for("the gauge to drop", lambda: gauge(operator, name, "pass") == 0, 30)
 
 
+def test_a_policy_labelled_reports_disabled_is_left_out_of_reports(policies: Policies, cluster: Any,
+                                                                  namespace: str) -> None:
+    """Kyverno's reports controller scans no policy labelled reports.kyverno.io/disabled (any value); vpol's
+    scanner neither: its results go when the label comes and come back when it goes."""
+    bad = make_cm(cluster, namespace, "bad", {"x": "1"})
+    name = policies.create("unreported", owner_policy())
+    policies.wait_condition(name, "Ready", "True")
+    wait_for("a fail result", lambda: (result_of(cluster, namespace, bad, name) or {}).get("result") == "fail", 60)
+
+    def label(value: str | None) -> None:
+        policies.api.patch_cluster_custom_object(GROUP, VERSION, PLURAL, name, {
+            "metadata": {"labels": {"reports.kyverno.io/disabled": value}}})
+
+    label("")
+    wait_for("the labelled policy's results to go", lambda: result_of(cluster, namespace, bad, name) is None, 60)
+    # The generated ValidatingAdmissionPolicy carries the label too (not its binding), as Kyverno's builder does.
+    admission = client.AdmissionregistrationV1Api(cluster.api_client)
+    vap = wait_for("the label on the VAP", lambda: next(
+        (v for v in admission.list_validating_admission_policy(label_selector=f"vpol.kyverno.io/policy={name}").items
+         if (v.metadata.labels or {}).get("reports.kyverno.io/disabled") == "true"), None), 60)
+    binding = admission.read_validating_admission_policy_binding(f"{vap.metadata.name}-binding")
+    assert "reports.kyverno.io/disabled" not in (binding.metadata.labels or {})
+    label(None)
+    wait_for("its results to come back", lambda: (result_of(cluster, namespace, bad, name) or {}).get("result")
+             == "fail", 60)
+
+
 def test_false_match_conditions_leave_no_result(policies: Policies, cluster: Any, namespace: str) -> None:
     skipped = make_cm(cluster, namespace, "skipped", {"x": "1"})
     checked = make_cm(cluster, namespace, "checked", {"x": "1"})

@@ -311,6 +311,11 @@ class BackgroundMutation:
             return
         outcome = "error" if result.result == ERROR else ("mutated" if mutated else "unchanged")
         metrics.BACKGROUND_MUTATIONS.labels(policy.key, outcome).inc()
+        if policy.reports_disabled:
+            # Mutated, not reported: Kyverno writes no report result for a policy labelled
+            # reports.kyverno.io/disabled (pkg/utils/report IsPolicyReportable); one written before the label goes.
+            self.store(ref, policy.key, None)
+            return
         process = "background scan" if policy.spec.evaluation.background_enabled else "admission review"
         entry = ReportEntry(policy.key, result.result, result.message if result.result == ERROR else "success",
                             (("process", process),), now_seconds())

@@ -150,12 +150,18 @@ class _State:
     version: str = ""
 
 
+def background_scanned(policy: ValidatingPolicy | None) -> bool:
+    """Whether background scans evaluate ``policy`` and report its results: background evaluation enabled and no
+    ``reports.kyverno.io/disabled`` label (Kyverno's reports controller leaves such a policy out)."""
+    return policy is not None and policy.spec.evaluation.background_enabled and not policy.reports_disabled
+
+
 def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
     """What background scans evaluate of a policy object: None when it is invalid, does not
-    compile or has background evaluation disabled (the reconciler's decision, made from the
+    compile or is not background-scanned (:func:`background_scanned`; the reconciler's decision, made from the
     object itself, so a watch event can tell the scanner before the reconcile runs)."""
     policy, _problems = parse_policy(dict(body))
-    if policy is None or not policy.spec.evaluation.background_enabled:
+    if policy is None or not background_scanned(policy):
         return None
     return policy if compile_verdict(policy).ok else None
 
@@ -224,13 +230,13 @@ class Scanner(threading.Thread):
     # -- inputs (thread-safe) ---------------------------------------------------------------
 
     def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
-        """A policy to scan with (None or background disabled: stop scanning with it).
+        """A policy to scan with (None, or one not background-scanned: stop scanning with it).
 
         Called from the scanner's watch of the policies (scanned_policy) and again by its reconcile,
         which may have read an older version of it: a generation of the same object older
         than the one held is ignored.
         """
-        if policy is not None and not policy.spec.evaluation.background_enabled:
+        if not background_scanned(policy):
             policy = None
         with self._lock:
             self._seen_policies.add(name)

@@ -97,7 +97,7 @@ def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: S
     map_spec["mutations"] = spec["mutations"]
     map_spec["failurePolicy"] = policy.spec.failure_policy
     map_spec["reinvocationPolicy"] = policy.spec.reinvocation_policy
-    metadata = generated_metadata(name, policy)
+    metadata = generated_metadata(name, policy, admission_policy=True)
     return [
         {"apiVersion": api_version, "kind": "MutatingAdmissionPolicy", "metadata": metadata, "spec": map_spec},
         {"apiVersion": api_version, "kind": "MutatingAdmissionPolicyBinding",

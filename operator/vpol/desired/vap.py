@@ -36,7 +36,7 @@ from vpol.cel.compiler import compile_verdict
 from vpol.cel.optional_selection import or_value_compat
 from vpol.engine.autogen import autogen_configs
 from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import LABEL_REPORTS_DISABLED, PolicyException, ValidatingPolicy
 from vpol.model.problems import Problem
 
 VAP_API_VERSION = "admissionregistration.k8s.io/v1"
@@ -188,8 +188,13 @@ def _owner(policy: AnyPolicy) -> dict[str, Any]:
     }
 
 
-def generated_metadata(name: str, policy: AnyPolicy) -> dict[str, Any]:
+def generated_metadata(name: str, policy: AnyPolicy, *, admission_policy: bool = False) -> dict[str, Any]:
+    """The metadata of an object generated from ``policy``; ``admission_policy``: a ValidatingAdmissionPolicy or
+    MutatingAdmissionPolicy (not a binding), which carries the policy's ``reports.kyverno.io/disabled`` label as
+    ``"true"``, as Kyverno's builder (pkg/admissionpolicy) labels it."""
     md: dict[str, Any] = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_LABEL: policy.name}}
+    if admission_policy and policy.reports_disabled:
+        md["labels"][LABEL_REPORTS_DISABLED] = "true"
     if policy.namespace:
         # No ownerReference: a cluster-scoped object cannot be owned by a namespaced one (the reconciler deletes).
         md["labels"][POLICY_NAMESPACE_LABEL] = policy.namespace
@@ -275,7 +280,7 @@ def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
     vap = {
         "apiVersion": VAP_API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": generated_metadata(name, policy),
+        "metadata": generated_metadata(name, policy, admission_policy=True),
         "spec": vap_spec,
     }
     binding = {

@@ -33,6 +33,10 @@ DEFAULT_POD_CONTROLLERS = ("daemonsets", "deployments", "replicasets", "stateful
 ANNOTATION_SEVERITY = "policies.kyverno.io/severity"
 ANNOTATION_CATEGORY = "policies.kyverno.io/category"
 ANNOTATION_SCORED = "policies.kyverno.io/scored"
+#: A policy carrying this label (any value) is left out of Kyverno's background scans and reports
+#: (pkg/controllers/report/utils: every policy lister selects "reports.kyverno.io/disabled" DoesNotExist), and
+#: the ValidatingAdmissionPolicy or MutatingAdmissionPolicy generated from it is labelled so too.
+LABEL_REPORTS_DISABLED = "reports.kyverno.io/disabled"
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class PolicyIdentity:
     source: str
     positions: Mapping[str, Position]
     annotations: dict[str, str]
+    labels: dict[str, str]
 
     def locate(self, problem: Problem) -> Problem:
         """The problem with this policy's file, reference and the field's position filled in."""
@@ -171,6 +176,11 @@ class PolicyIdentity:
     @property
     def scored(self) -> bool:
         return self.annotations.get(ANNOTATION_SCORED, "true") != "false"
+
+    @property
+    def reports_disabled(self) -> bool:
+        """Labelled out of background scans and reports (:data:`LABEL_REPORTS_DISABLED`)."""
+        return LABEL_REPORTS_DISABLED in self.labels
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,22 @@ def test_or_value_read_as_kyverno_reads_it_keeps_the_policy_off_the_api_server()
     # An optional with a literal default decides alike in both.
     assert ineligibility(make_policy(validations=[{"expression": "object.metadata.?labels.orValue({}).size() > 0"}
                                                   ])) == ""
+
+
+def test_a_policy_labelled_reports_disabled_labels_its_vaps_not_their_bindings():
+    from dataclasses import replace
+
+    from vpol.controller.scanner import background_scanned
+
+    policy = make_policy(name="quiet", validations=[{"expression": "true"}])
+    assert background_scanned(policy) and not policy.reports_disabled
+    for value in ("", "true", "anything"):
+        labelled = replace(policy, labels={"reports.kyverno.io/disabled": value})
+        assert labelled.reports_disabled and not background_scanned(labelled)
+        objects = desired_objects(labelled, force=True).objects
+        vaps = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+        bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+        assert vaps and all(v["metadata"]["labels"]["reports.kyverno.io/disabled"] == "true" for v in vaps)
+        assert bindings and not any("reports.kyverno.io/disabled" in b["metadata"]["labels"] for b in bindings)
+    assert not any("reports.kyverno.io/disabled" in o["metadata"]["labels"]
+                   for o in desired_objects(policy, force=True).objects)

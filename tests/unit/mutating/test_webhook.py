@@ -109,3 +109,19 @@ def test_condition_names_kyverno_accepts_are_qualified_in_generated_policies() -
     names = [c["name"] for c in generated["spec"]["matchConditions"]]
     assert names == ["check-the-job-spec", "check-the-job-spec-2"]
     assert all(re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", n) for n in names)
+
+
+def test_a_mutating_policy_labelled_reports_disabled_labels_its_map_not_its_binding() -> None:
+    from vpol.desired.map import desired_map_objects
+
+    doc = {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
+           "metadata": {"name": "p", "labels": {"reports.kyverno.io/disabled": ""}},
+           "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                                                            "operations": ["CREATE"], "resources": ["jobs"]}]},
+                    "mutations": [{"patchType": "ApplyConfiguration",
+                                   "applyConfiguration": {"expression": "Object{}"}}]}}
+    policy, _problems = parse_mutating_policy(doc)
+    assert policy is not None and policy.reports_disabled
+    (generated, binding) = desired_map_objects(policy, force=True).objects
+    assert generated["metadata"]["labels"]["reports.kyverno.io/disabled"] == "true"
+    assert "reports.kyverno.io/disabled" not in binding["metadata"]["labels"]
