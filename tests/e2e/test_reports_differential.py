@@ -12,8 +12,8 @@ category and properties) is compared as Kyverno wrote it, not with expected valu
 The policies cover what a report result carries: messages and message expressions, the index of the failing
 validation, audit annotations, variables, match conditions that leave a resource unreported, evaluation errors,
 severity, category and scored from annotations, cluster-scoped resources (ClusterPolicyReports), a
-NamespacedValidatingPolicy, pod controllers reported through autogen, and a policy labelled
-``reports.kyverno.io/disabled``, which neither reports. Every policy opts out of VAP generation:
+NamespacedValidatingPolicy, pod controllers reported through autogen, PolicyExceptions (a skipped result and
+one reported as passed), and a policy labelled ``reports.kyverno.io/disabled``, which neither reports. Every policy opts out of VAP generation:
 Kyverno 1.19 does not scan a policy whose status says its VAP was generated (kyverno/kyverno#16153).
 """
 
@@ -74,7 +74,10 @@ POLICIES = [
                                              "message": "the latest tag is not allowed"}],
            # Typed string for cel-go: Kyverno refuses an audit annotation whose value is dyn, as
            # object.spec.containers[0].image alone is (README.md, "Differences from Kyverno").
-           auditAnnotations=[{"key": "image", "valueExpression": "'image ' + object.spec.containers[0].image"}]),
+           # failMessage replaces the message of a failing result in Kyverno's reports.
+           auditAnnotations=[{"key": "image", "valueExpression": "'image ' + object.spec.containers[0].image"},
+                             {"key": "failMessage", "valueExpression": "'pin a tag other than latest, not ' + "
+                                                                       "object.spec.containers[0].image"}]),
     policy("diff-match-conditions", PODS, [{"expression": "object.metadata.labels.app.size() <= 8",
                                             "message": "the app label is too long"}],
            matchConditions=[{"name": "has-app", "expression": "has(object.metadata.labels) && "
@@ -100,6 +103,18 @@ POLICIES = [
            labels={"reports.kyverno.io/disabled": "yes"}),
 ]
 UNREPORTED = {"diff-unreported"}
+#: PolicyExceptions: one result skipped, one passed (reportResult), by Kyverno's CEL exceptions.
+EXCEPTIONS = [
+    {"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+     "metadata": {"name": "privileged-allowed", "namespace": A},
+     "spec": {"policyRefs": [{"name": "diff-privileged", "kind": "ValidatingPolicy"}],
+              "matchConditions": [{"name": "the-privileged-pod",
+                                   "expression": "object.metadata.name == 'privileged'"}]}},
+    {"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+     "metadata": {"name": "tags-accepted", "namespace": A},
+     "spec": {"policyRefs": [{"name": "diff-pinned", "kind": "ValidatingPolicy"}], "reportResult": "pass",
+              "matchConditions": [{"name": "unlabelled", "expression": "!has(object.metadata.labels)"}]}},
+]
 
 
 def pod(name: str, namespace: str, *, image: str = "registry.local/app:1.0", labels: dict[str, str] | None = None,
@@ -159,7 +174,7 @@ def scanned(own_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) 
     for ns in (A, B):
         wait_for(f"the default ServiceAccount of {ns}", lambda ns=ns: cluster.kubectl(
             "get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60, 0.5)
-    for obj in RESOURCES[2:] + POLICIES:
+    for obj in RESOURCES[2:] + EXCEPTIONS + POLICIES:
         apply(cluster, obj)
     tmp = tmp_path_factory.mktemp("reports-differential")
     operator = OperatorProcess(sa_kubeconfig(cluster, tmp / "kubeconfig"), tmp / "operator.log").start()
@@ -225,6 +240,17 @@ def by_tool(cluster: KubeCluster) -> tuple[dict[str, Any], dict[str, Any]]:
     return kyverno, vpol
 
 
+def difference(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
+    """What differs between two comparable reports, field by field and result by result."""
+    lines = [f"  {k}: vpol {ours.get(k)!r}, kyverno {theirs.get(k)!r}" for k in sorted(set(ours) | set(theirs))
+             if k != "results" and ours.get(k) != theirs.get(k)]
+    mine = {r.get("policy"): r for r in ours.get("results") or []}
+    other = {r.get("policy"): r for r in theirs.get("results") or []}
+    lines += [f"  result {p}: vpol {mine.get(p)!r}, kyverno {other.get(p)!r}" for p in sorted(set(mine) | set(other))
+              if mine.get(p) != other.get(p)]
+    return "\n".join(lines)
+
+
 def test_vpols_reports_are_kyvernos(scanned: KubeCluster) -> None:
     # Both scan at start; each write is eventually complete, so they are compared once equal or after a while.
     def same() -> bool:
@@ -236,17 +262,20 @@ def test_vpols_reports_are_kyvernos(scanned: KubeCluster) -> None:
         kyverno, vpol = by_tool(scanned)
         assert set(vpol) == set(kyverno), "resources reported by one tool only"
         for key in sorted(kyverno):
-            assert vpol[key] == kyverno[key], key
+            assert vpol[key] == kyverno[key], f"{key}:\n" + difference(vpol[key], kyverno[key])
         raise
     kyverno, _ = by_tool(scanned)
     # The scenario reaches what it is meant to: every kind of report, outcome and property.
     outcomes = {r["result"] for rep in kyverno.values() for r in rep["results"]}
-    assert outcomes >= {"pass", "fail", "error"}, outcomes
+    assert outcomes >= {"pass", "fail", "error", "skip"}, outcomes
+    exempted = {r["message"] for rep in kyverno.values() for r in rep["results"] if "exception" in r["message"]}
+    assert len(exempted) == 2, exempted
     kinds = {key.split("/")[0] for key in kyverno}
     assert kinds >= {"Pod", "Deployment", "CronJob", "ConfigMap", "Namespace"}, kinds
     assert {rep["kind"] for rep in kyverno.values()} == {"PolicyReport", "ClusterPolicyReport"}
     properties = {k for rep in kyverno.values() for r in rep["results"] for k in r.get("properties", {})}
-    assert {"process", "cel.validationIndex", "image"} <= properties, properties
+    assert {"process", "cel.validationIndex", "image", "failMessage", "exceptions"} <= properties, properties
+    assert any(r["message"].startswith("pin a tag") for rep in kyverno.values() for r in rep["results"])
     policies = {r["policy"] for rep in kyverno.values() for r in rep["results"]}
     assert policies == {p["metadata"]["name"] if not p["metadata"].get("namespace")
                         else f"{B}/{p['metadata']['name']}" for p in POLICIES} - UNREPORTED, policies

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.engine.evaluate import Result
+from vpol.engine.evaluate import ERROR, LOAD_FAILED, Result
 
 REPORT_API_VERSION = "wgpolicyk8s.io/v1alpha2"
 SOURCE = "vpol"
@@ -43,6 +43,17 @@ VALIDATION_INDEX = "cel.validationIndex"
 #: Property Kyverno gives every result of a background-enabled policy: how it was produced.
 PROCESS = "process"
 BACKGROUND_SCAN = "background scan"
+#: Property naming the PolicyExceptions that exempted the resource (Kyverno: their names, joined by ",").
+EXCEPTIONS = "exceptions"
+#: Properties that replace a result's message in Kyverno's reports (pkg/utils/report ToPolicyReportResult): the
+#: one for the result's outcome (a fail turned warn by scored: false still reads failMessage), then ``message``
+#: over any outcome. An audit annotation with such a key is one.
+MESSAGE_PROPERTIES = {"pass": "passMessage", "fail": "failMessage", "warn": "failMessage", "error": "errorMessage",
+                      "skip": "skipMessage"}
+GENERIC_MESSAGE_PROPERTY = "message"
+#: Kyverno's rule names for the results of a ValidatingPolicy that are not a validation's: an exemption, and a
+#: policy that could not be evaluated before any validation (engineapi.RuleError("evaluation", ...)).
+RULE_EXCEPTION, RULE_EVALUATION = "exception", "evaluation"
 #: Report names: this prefix and the resource's UID.
 NAME_PREFIX = "vpol-"
 
@@ -109,20 +120,33 @@ class ReportEntry:
     message: str
     properties: tuple[tuple[str, str], ...] = ()
     timestamp: int = 0
+    #: Kyverno's rule name, for results that are not a validation's (RULE_EXCEPTION, RULE_EVALUATION); "" else.
+    rule: str = ""
 
     @classmethod
     def of(cls, res: Result, now: int) -> "ReportEntry":
+        """The report result of ``res`` as Kyverno's reports controller writes it: the validation's index, the
+        exceptions and the autogen variant in its properties, and its message replaced by a property that says
+        so (:data:`MESSAGE_PROPERTIES`)."""
         props = dict(res.properties)
         if res.validation is not None:
             props.setdefault(VALIDATION_INDEX, str(res.validation))
         if res.autogen:
             props.setdefault("autogen", res.autogen)
-        return cls(sys.intern(res.policy), sys.intern(res.result), sys.intern(res.message),
-                   tuple(sorted((sys.intern(k), v) for k, v in props.items())), now)
+        if res.exception:
+            props[EXCEPTIONS] = res.exception
+        message = res.message
+        if props:
+            message = props.get(MESSAGE_PROPERTIES.get(res.result, "")) or message
+            message = props.get(GENERIC_MESSAGE_PROPERTY) or message
+        rule = RULE_EXCEPTION if res.exception else (
+            RULE_EVALUATION if res.result == ERROR and res.message.startswith(LOAD_FAILED) else "")
+        return cls(sys.intern(res.policy), sys.intern(res.result), sys.intern(message),
+                   tuple(sorted((sys.intern(k), v) for k, v in props.items())), now, rule)
 
     def same_outcome(self, other: "ReportEntry") -> bool:
-        return (self.policy, self.result, self.message, self.properties) == \
-            (other.policy, other.result, other.message, other.properties)
+        return (self.policy, self.result, self.message, self.properties, self.rule) == \
+            (other.policy, other.result, other.message, other.properties, other.rule)
 
 
 @dataclass
@@ -219,6 +243,8 @@ def report_for(ref: ResourceRef, entries: Mapping[str, ReportEntry],
         }
         if entry.message:
             item["message"] = entry.message
+        if entry.rule:
+            item["rule"] = entry.rule
         if meta.scored:
             item["scored"] = True
         if severity_of(meta.severity):
@@ -262,7 +288,8 @@ def entries_from_report(report: Mapping[str, Any]) -> dict[str, ReportEntry]:
         policy = sys.intern(str(item.get("policy", "")))
         out[policy] = ReportEntry(
             policy, sys.intern(str(item.get("result", ""))), sys.intern(str(item.get("message", ""))),
-            tuple(sorted((sys.intern(str(k)), str(v)) for k, v in props.items())), int(ts or 0))
+            tuple(sorted((sys.intern(str(k)), str(v)) for k, v in props.items())), int(ts or 0),
+            sys.intern(str(item.get("rule") or "")))
     return dict(sorted(out.items()))
 
 

@@ -57,6 +57,34 @@ def test_result_properties_carry_validation_index_and_audit_annotations():
     assert dict(e.properties) == {"team": "a", "cel.validationIndex": "2"}
 
 
+def test_properties_replace_the_message_as_in_kyvernos_reports():
+    # The outcome's own property first (a fail that scored: false turned into warn still reads failMessage), then
+    # `message` over any outcome (Kyverno's pkg/utils/report ToPolicyReportResult).
+    fail = Result(policy="p", result="fail", message="x", validation=0,
+                  properties={"failMessage": "ask the platform team", "passMessage": "fine"})
+    assert ReportEntry.of(fail, 5).message == "ask the platform team"
+    warn = Result(policy="p", result="warn", message="x", validation=0, properties={"failMessage": "f"})
+    assert ReportEntry.of(warn, 5).message == "f"
+    passed = Result(policy="p", result="pass", message="success", properties={"failMessage": "f", "passMessage": ""})
+    assert ReportEntry.of(passed, 5).message == "success"  # an empty override is none
+    generic = Result(policy="p", result="pass", message="success", properties={"passMessage": "p", "message": "m"})
+    assert ReportEntry.of(generic, 5).message == "m"
+    assert dict(ReportEntry.of(generic, 5).properties) == {"passMessage": "p", "message": "m"}  # still reported
+
+
+def test_exemptions_and_evaluation_failures_carry_kyvernos_rule_names():
+    exempt = ReportEntry.of(Result(policy="p", result="skip", message="rule is skipped due to policy exception: "
+                                   "ns/e", exception="e"), 5)
+    assert exempt.rule == "exception" and dict(exempt.properties) == {"exceptions": "e"}
+    failed = ReportEntry.of(Result(policy="p", result="error", message="failed to load context: no such key: x"), 5)
+    assert failed.rule == "evaluation"
+    plain = ReportEntry.of(Result(policy="p", result="error", message="error: no such key: x", validation=0), 5)
+    assert plain.rule == ""
+    report = report_for(POD, {"p": exempt}, {})
+    assert report["results"][0]["rule"] == "exception" and "rule" not in report_for(POD, {"p": plain}, {})["results"][0]
+    assert entries_from_report(report) == {"p": exempt}  # read back alike
+
+
 def test_merge_keeps_timestamps_of_unchanged_outcomes_and_other_policies():
     old = {"a": entry("a", "pass", ts=1), "b": entry("b", "fail", ts=1)}
     fresh = [entry("a", "pass", ts=9)]
