@@ -25,6 +25,7 @@ from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.format_calls import go_format
 from vpol.cel.format_check import FormatProblem, format_problems
+from vpol.cel.literal_check import LiteralProblem, literal_problems
 from vpol.cel.memo import BoundedMemo
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
@@ -229,6 +230,10 @@ def excerpt_at(src: str, position: Position) -> str:
     return f" | {text}\n | {'.' * max(0, position.column - 1)}^"
 
 
+#: Calls whose string literal argument cel-go's environment parses at compile time (vpol.cel.literal_check).
+_PARSED_LITERAL_CALLS = ("matches", "duration", "timestamp", "find")
+
+
 def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
                        evaluated: bool = True) -> tuple[Program | None, list[Problem]]:
     """Compile one expression in the environment ``spec``; check its result type.
@@ -274,16 +279,20 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
         # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
         # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
-        mixed: list[Mismatch | FormatProblem] = []
+        # And literal arguments that do not parse (matches, duration, timestamp, find: vpol.cel.literal_check).
+        mixed: list[Mismatch | FormatProblem | LiteralProblem] = []
         # Reading the checked tree costs more than compiling; an expression without a list or map literal
-        # (no `[` or `{`) and without a `format` call has nothing either check could find.
+        # (no `[` or `{`), without a `format` call and without a call whose literal argument must parse has
+        # nothing these checks could find.
         literals = "[" in written or "{" in written
         formats = not unchecked and "format" in written
+        parsed = not unchecked and any(name in written for name in _PARSED_LITERAL_CALLS)
         try:
-            if literals or formats:
+            if literals or formats or parsed:
                 tree = checked_tree(expr)
                 mixed += mismatches(tree) if literals else []
                 mixed += format_problems(tree) if formats else []
+                mixed += literal_problems(tree) if parsed else []
         except Exception:  # noqa: BLE001 - an unreadable checked expression: nothing known, nothing refused
             pass
         if mixed:
