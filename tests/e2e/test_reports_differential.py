@@ -98,6 +98,12 @@ POLICIES = [
     policy("diff-local", CONFIGMAPS, [{"expression": "object.metadata.name.startsWith('app-')",
                                        "message": "names start with app-"}],
            kind="NamespacedValidatingPolicy", namespace=B),
+    # What a background scan's request says, and the namespace object it sees.
+    policy("diff-request", CONFIGMAPS, [{
+        "expression": "request.operation == 'CREATE' && oldObject == null && "
+                      "namespaceObject.metadata.?labels.?team.orValue('') != ''",
+        "messageExpression": "'operation ' + string(request.operation) + ', user \\'' + "
+                             "string(request.userInfo.username) + '\\', namespace ' + namespaceObject.metadata.name"}]),
     # Left out of reports by its label (Kyverno's reports controller does not scan it).
     policy("diff-unreported", CONFIGMAPS, [{"expression": "false", "message": "never reported"}],
            labels={"reports.kyverno.io/disabled": "yes"}),

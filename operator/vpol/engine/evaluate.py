@@ -157,7 +157,9 @@ def _library_values() -> dict[str, Any]:
 class SubjectData:
     """The CEL inputs of one subject, converted once and shared by all policies."""
 
-    def __init__(self, subject: Subject, mode: str = "Kubernetes"):
+    def __init__(self, subject: Subject, mode: str = "Kubernetes", *, absent_as_empty: bool = True):
+        """``absent_as_empty``: an object the request does not carry is {} (Kyverno's engine, below), not null
+        (a mutateExisting target's oldObject, as Kyverno's background controller gives it)."""
         self.subject = subject
         self.mode = mode
         lib_vars = _library_values()
@@ -165,9 +167,13 @@ class SubjectData:
             self.data: dict[str, Any] = {"object": subject.object, "variables": {}}
         else:
             ns = subject.namespace_object if subject.type.namespaced else None
+            # Kyverno's engine hands a policy the request's objects as unstructured objects, and one the request
+            # does not carry (oldObject on CREATE, object on DELETE) as an empty one: {} where the API server
+            # (a generated VAP) says null; request.object and request.oldObject stay null.
+            absent = {} if absent_as_empty else None
             self.data = {
-                "object": subject.object,
-                "oldObject": subject.old_object,
+                "object": absent if subject.object is None else subject.object,
+                "oldObject": absent if subject.old_object is None else subject.old_object,
                 "request": subject.admission_request(),
                 "namespaceObject": ns,
                 "variables": {},

@@ -160,15 +160,15 @@ class MutatingPolicyEngine:
         subject's ``request``); no matching and no matchConditions, only targetMatchConditions (false: ``skip``);
         exceptions; the mutations."""
         subject = dataclasses.replace(target, old_object=None, namespace_object=None)
-        return self._mutate(self.compiled, subject, self.compiled.target_match_conditions)
+        return self._mutate(self.compiled, subject, self.compiled.target_match_conditions, target=True)
 
     def _mutate(self, compiled: CompiledMutatingPolicy, subject: Subject,
-                conditions: Sequence[tuple[str, Any]] | None = None) -> Mutated:
+                conditions: Sequence[tuple[str, Any]] | None = None, *, target: bool = False) -> Mutated:
         original: dict[str, Any] = subject.object or {}
         if not compiled.ok:
             return self._result(subject, original, ERROR, "policy does not compile: " +
                                 "; ".join(p.short() for p in compiled.errors()))
-        data = SubjectData(subject)
+        data = SubjectData(subject, absent_as_empty=not target)
         exceptions = match_exceptions(self.exceptions, data, compiled.policy.spec.failure_policy)
         if exceptions.error:
             return self._result(subject, original, ERROR, MUTATION_FAILED + exceptions.error)
@@ -200,7 +200,7 @@ class MutatingPolicyEngine:
             except (EvaluationError, MergeError, PatchError) as exc:
                 return self._result(subject, original, ERROR, f"{prog.path}: {exc}")
             # Later expressions see the mutated object (variables already read keep their values).
-            run.rebase(SubjectData(dataclasses.replace(subject, object=current)))
+            run.rebase(SubjectData(dataclasses.replace(subject, object=current), absent_as_empty=not target))
         return self._result(subject, current, PASS, "success", changed=current != original)
 
 
