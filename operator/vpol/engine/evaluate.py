@@ -170,7 +170,7 @@ class SubjectData:
             # Kyverno's engine hands a policy the request's objects as unstructured objects, and one the request
             # does not carry (oldObject on CREATE, object on DELETE) as an empty one: {} where the API server
             # (a generated VAP) says null; request.object and request.oldObject stay null.
-            absent = {} if absent_as_empty else None
+            absent: dict[str, Any] | None = {} if absent_as_empty else None
             self.data = {
                 "object": absent if subject.object is None else subject.object,
                 "oldObject": absent if subject.old_object is None else subject.old_object,
