@@ -5,8 +5,9 @@ does not: cel-go's ``ValidateRegexLiterals`` (``s.matches(re)``: "invalid matche
 ``ValidateDurationLiterals`` (``duration``: "invalid duration argument") and ``ValidateTimestampLiterals``
 (``timestamp``: "invalid timestamp argument"), each at the literal's position; and the Kubernetes regex library,
 which compiles a literal pattern of ``find``/``findAll`` when the program is built ("error parsing regexp:
-missing closing ): `(`"), as cel-go does for ``matches(s, re)``. cel-cpp has none of them (such a literal is an error at every evaluation), so vpol
-runs them on the checked expression, as vpol.cel.format_check does for ``format``.
+missing closing ): `(`"), as cel-go does for ``matches(s, re)``. cel-cpp has none of them (such a literal is an
+error at every evaluation), so vpol runs them on the checked expression, as vpol.cel.format_check does for
+``format``.
 
 Validity follows Go, whose parsers cel-go uses: regular expressions are RE2's syntax (google-re2, as vpol's
 regex library, plus the ``\\C`` escape Go refuses and RE2 accepts), durations Go's ``time.ParseDuration``,
