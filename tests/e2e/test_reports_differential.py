@@ -12,8 +12,10 @@ category and properties) is compared as Kyverno wrote it, not with expected valu
 The policies cover what a report result carries: messages and message expressions, the index of the failing
 validation, audit annotations, variables, match conditions that leave a resource unreported, evaluation errors,
 severity, category and scored from annotations, cluster-scoped resources (ClusterPolicyReports), a
-NamespacedValidatingPolicy, pod controllers reported through autogen, PolicyExceptions (a skipped result and
-one reported as passed), and a policy labelled ``reports.kyverno.io/disabled``, which neither reports. Every policy opts out of VAP generation:
+NamespacedValidatingPolicy, pod controllers reported through autogen (all of them, or Deployments only),
+PolicyExceptions (a skipped result and one reported as passed), matchConditions that cannot be evaluated (under
+failurePolicy Fail and Ignore), and two policies neither reports: one labelled ``reports.kyverno.io/disabled``
+and one with background evaluation off. Every policy opts out of VAP generation:
 Kyverno 1.19 does not scan a policy whose status says its VAP was generated (kyverno/kyverno#16153).
 """
 
@@ -104,11 +106,25 @@ POLICIES = [
                       "namespaceObject.metadata.?labels.?team.orValue('') != ''",
         "messageExpression": "'operation ' + string(request.operation) + ', user \\'' + "
                              "string(request.userInfo.username) + '\\', namespace ' + namespaceObject.metadata.name"}]),
+    # A matchCondition that cannot be evaluated on a ConfigMap without data: an error (rule "evaluation"); under
+    # failurePolicy Ignore no result, as for a false condition.
+    policy("diff-condition-error", CONFIGMAPS, [{"expression": "true"}],
+           matchConditions=[{"name": "numbered", "expression": "object.data.n != ''"}]),
+    policy("diff-condition-ignored", CONFIGMAPS, [{"expression": "true"}], failurePolicy="Ignore",
+           matchConditions=[{"name": "numbered", "expression": "object.data.n != ''"}]),
+    # Background evaluation off: neither reports it.
+    policy("diff-admission-only", CONFIGMAPS, [{"expression": "false", "message": "admission only"}],
+           evaluation={"background": {"enabled": False}}),
+    # Autogen limited to Deployments: the CronJob gets no result from it.
+    policy("diff-deployments-only", PODS, [{"expression": "object.spec.containers.size() == 1",
+                                            "message": "one container"}],
+           autogen={"validatingAdmissionPolicy": {"enabled": False},
+                    "podControllers": {"controllers": ["deployments"]}}),
     # Left out of reports by its label (Kyverno's reports controller does not scan it).
     policy("diff-unreported", CONFIGMAPS, [{"expression": "false", "message": "never reported"}],
            labels={"reports.kyverno.io/disabled": "yes"}),
 ]
-UNREPORTED = {"diff-unreported"}
+UNREPORTED = {"diff-unreported", "diff-admission-only"}
 #: PolicyExceptions: one result skipped, one passed (reportResult), by Kyverno's CEL exceptions.
 EXCEPTIONS = [
     {"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
@@ -282,6 +298,11 @@ def test_vpols_reports_are_kyvernos(scanned: KubeCluster) -> None:
     properties = {k for rep in kyverno.values() for r in rep["results"] for k in r.get("properties", {})}
     assert {"process", "cel.validationIndex", "image", "failMessage", "exceptions"} <= properties, properties
     assert any(r["message"].startswith("pin a tag") for rep in kyverno.values() for r in rep["results"])
+    assert any(r.get("rule") == "evaluation" and r["message"].startswith("failed to load context: ")
+               for rep in kyverno.values() for r in rep["results"])
+    deployments_only = {key.split("/")[0] for key, rep in kyverno.items()
+                        if any(r["policy"] == "diff-deployments-only" for r in rep["results"])}
+    assert {"Pod", "Deployment"} <= deployments_only and "CronJob" not in deployments_only, deployments_only
     policies = {r["policy"] for rep in kyverno.values() for r in rep["results"]}
     assert policies == {p["metadata"]["name"] if not p["metadata"].get("namespace")
                         else f"{B}/{p['metadata']['name']}" for p in POLICIES} - UNREPORTED, policies
