@@ -384,13 +384,17 @@ def installed_crds(cluster: KubeCluster) -> list[dict[str, Any]]:
     crds = load_crds()
     if not crds:
         pytest.skip(f"no CustomResourceDefinition manifests in {CRDS_DIR}")
+    apply_crds(cluster, crds)
+    return crds
+
+
+def apply_crds(cluster: KubeCluster, crds: list[dict[str, Any]]) -> None:
+    """Apply the CRD documents (only: crds/ may also hold e.g. a kustomization) and wait until each is Established."""
     import json
 
-    # Apply the CRD documents only: crds/ may also hold e.g. a kustomization.
     for crd in crds:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=vpol-e2e",
                         "-f", "-", input=json.dumps(crd))
     for crd in crds:
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         f"customresourcedefinition/{crd['metadata']['name']}")
-    return crds

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import KubeCluster, go_built, load_crds, unique_name
+from tests.e2e.conftest import KubeCluster, go_built, unique_name
 from tests.e2e.operator_process import REPO, OperatorProcess, free_port, sa_kubeconfig
-from tests.e2e.vpol_fixtures import wait_for
+from tests.e2e.vpol_fixtures import install_vpol, wait_for
 
 BUILD = REPO / "tests" / "policyreporter" / "build"
 CONFIG = REPO / "examples" / "policy-reporter" / "values.yaml"
@@ -54,13 +54,7 @@ def policy_reporter() -> Path:
 def operator(own_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """vpol installed with the kustomize manifests, run as its ServiceAccount."""
     cluster = own_cluster
-    for crd in load_crds():
-        cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-f", "-", input=json.dumps(crd))
-    cluster.kubectl("create", "-f", str(REPO / "crds" / "reports"))
-    for crd in [*load_crds(), {"metadata": {"name": "policyreports.wgpolicyk8s.io"}},
-                {"metadata": {"name": "clusterpolicyreports.wgpolicyk8s.io"}}]:
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
-    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
+    install_vpol(cluster)
     tmp = tmp_path_factory.mktemp("pr-operator")
     op = OperatorProcess(sa_kubeconfig(cluster, tmp / "kubeconfig"), tmp / "operator.log",
                          extra=("--scan-interval", "20")).start()

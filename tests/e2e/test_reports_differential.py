@@ -30,9 +30,9 @@ import pytest
 from kubernetes import client
 
 from bench.kyverno.peer import BUILD_SCRIPT, KyvernoReportsPeer
-from tests.e2e.conftest import KubeCluster, go_built, load_crds
-from tests.e2e.operator_process import REPO, OperatorProcess, sa_kubeconfig
-from tests.e2e.vpol_fixtures import wait_for
+from tests.e2e.conftest import KubeCluster, go_built
+from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
+from tests.e2e.vpol_fixtures import install_vpol, wait_for
 
 A, B = "diff-a", "diff-b"
 LABEL = {"reports-diff": "yes"}
@@ -162,7 +162,8 @@ RESOURCES = [
     pod("unlabelled", A, image="registry.local/app:latest"),
     pod("long-names", B, container="a-very-long-container-name", labels={"app": "a-long-app-name", "team": ""}),
     {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": A},
-     "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": template({"app": "web"}, "Always")}},
+     "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+              "template": template({"app": "web"}, "Always")}},
     {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": B},
      "spec": {"schedule": "0 3 * * *", "suspend": True,
               "jobTemplate": {"spec": {"template": template({"team": "b"}, "OnFailure")}}}},
@@ -185,12 +186,7 @@ def scanned(own_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) 
     """vpol's operator and Kyverno's reports controller both running, on the policies and resources above."""
     cluster = own_cluster
     binary = Path(go_built(BUILD_SCRIPT, "Kyverno's reports controller", args=("reports-controller",)))
-    for crd in load_crds():
-        apply(cluster, crd)
-    cluster.kubectl("create", "-f", str(REPO / "crds" / "reports"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/policyreports.wgpolicyk8s.io",
-                    "crd/clusterpolicyreports.wgpolicyk8s.io", *(f"crd/{c['metadata']['name']}" for c in load_crds()))
-    cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
+    install_vpol(cluster)
     for obj in RESOURCES[:2]:
         apply(cluster, obj)
     for ns in (A, B):

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.e2e.conftest import apply_crds, load_crds
 from tests.e2e.operator_process import REPO, OperatorProcess, sa_kubeconfig
 
 GROUP, VERSION, PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
@@ -35,14 +36,24 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 60, inter
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-@pytest.fixture(scope="session")
-def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
-    # Report CRDs: create only if absent (another tool may own them).
+def install_operator_manifests(cluster: Any) -> None:
+    """The report CRDs (created only if absent: another tool may own them) and the operator's kustomize manifests."""
     proc = cluster.kubectl("create", "-f", str(REPO / "crds" / "reports"), check=False)
     assert proc.returncode == 0 or "AlreadyExists" in proc.stderr, proc.stderr
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
     cluster.kubectl("apply", "--server-side", "--field-manager=vpol-e2e", "-k", str(REPO / "manifests" / "operator"))
+
+
+def install_vpol(cluster: Any) -> None:
+    """vpol installed on a cluster of a module's own: its CRDs, the report CRDs and the operator's manifests."""
+    apply_crds(cluster, load_crds())
+    install_operator_manifests(cluster)
+
+
+@pytest.fixture(scope="session")
+def vpol_installed(cluster: Any, installed_crds: Any) -> Any:
+    install_operator_manifests(cluster)
     return cluster
 
 
