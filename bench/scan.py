@@ -551,9 +551,8 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         # The quiet wait at the end of follow() adds only idle time to the control plane's CPU.
         cpu = control_plane_cpu() - cpu0
         cpu_parts = parts.since_start()
-        if api_profile is not None:  # before the metrics below, which are not the phase's
-            print(f"  [{name}] {api_profile.stop()}", flush=True)
-            api_profile = None
+        end_profile(api_profile, name)  # before the metrics below, which are not the phase's
+        api_profile = None
         requests = apiserver_requests(kube.api_client)  # after the CPU: rendering its metrics is not the phase's
         requests.subtract(requests0)
         full = [p for p in run.timeline if p.full_scans >= 1]
@@ -575,8 +574,7 @@ def operator_phase(kube: Any, work: Path, name: str, args: argparse.Namespace, e
         return phase, names
     finally:
         profiler.stop()
-        if api_profile is not None:
-            print(f"  [{name}] {api_profile.stop()}", flush=True)
+        end_profile(api_profile, name)
         sampler.stop()
         op.stop()
 
@@ -590,6 +588,12 @@ def apiserver_profile(kube: Any, args: argparse.Namespace, name: str) -> ApiServ
     recording.start()
     API_PROFILES[name] = recording
     return recording
+
+
+def end_profile(recording: ApiServerProfile | None, name: str) -> None:
+    """Ends an API server profile (apiserver_profile), if one is recording, and says where it went."""
+    if recording is not None:
+        print(f"  [{name}] {recording.stop()}", flush=True)
 
 
 #: The API server's profiles of this run, by phase (with --profile).
@@ -619,8 +623,7 @@ def apiserver_profiled(kube: Any, args: argparse.Namespace, name: str) -> Iterat
     try:
         yield
     finally:
-        if recording is not None:
-            print(f"  [{name}] {recording.stop()}", flush=True)
+        end_profile(recording, name)
 
 
 def requests_text(name: str, control_plane_cpu: float, cpu_by_process: dict[str, float],
@@ -700,8 +703,9 @@ def main() -> int:
                              "Pod exists: the CPU of enforcing them), apply (policies applied to a running "
                              "operator), add (one more policy applied to a running operator whose reports exist; "
                              "needs apply), cold (fresh operator, policies present, no reports), restart (nothing "
-                             "changed; after cold, which it adds when missing), kyverno (Kyverno's reports controller started with the policies present: "
-                             "the same scan by Kyverno, on the same API server; not in the default), "
+                             "changed; after cold, which it adds when missing), kyverno (Kyverno's reports "
+                             "controller started with the policies present: the same scan by Kyverno, on the same "
+                             "API server; not in the default), "
                              "kyverno-restart (after kyverno: Kyverno's reports controller started again, nothing "
                              "changed)")
     parser.add_argument("--quick", action="store_true", help="--pods 1000 --namespaces 10 --rescan-interval 20 "
@@ -947,9 +951,8 @@ class PeerWindow:
         return window
 
     def stop_profile(self) -> None:
-        if self.profile is not None:
-            print(f"  [{self.label}] {self.profile.stop()}", flush=True)
-            self.profile = None
+        end_profile(self.profile, self.label)
+        self.profile = None
 
     def requests(self) -> Counter[tuple[str, str, str]]:
         """The API server's requests since the start; the profile ends first (rendering the metrics is not the
@@ -1103,7 +1106,6 @@ def kyverno_restart_phase(kube: Any, peer: Any, work: Path, args: argparse.Names
                 break
         followed = time.monotonic() - t0
         cpu = window.meter.since_start()
-        window.stop_profile()
     finally:
         window.stop_profile()
         peer.stop()
