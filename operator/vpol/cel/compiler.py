@@ -25,7 +25,7 @@ from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.bindings import eager_bindings
 from vpol.cel.format_calls import go_format
 from vpol.cel.format_check import FormatProblem, format_problems
-from vpol.cel.literal_check import LiteralProblem, literal_problems
+from vpol.cel.literal_check import PARSED_LITERAL_CALLS, LiteralProblem, literal_problems
 from vpol.cel.memo import BoundedMemo
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
@@ -230,10 +230,6 @@ def excerpt_at(src: str, position: Position) -> str:
     return f" | {text}\n | {'.' * max(0, position.column - 1)}^"
 
 
-#: Calls whose string literal argument cel-go's environment parses at compile time (vpol.cel.literal_check).
-_PARSED_LITERAL_CALLS = ("matches", "duration", "timestamp", "find")
-
-
 def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
                        evaluated: bool = True) -> tuple[Program | None, list[Problem]]:
     """Compile one expression in the environment ``spec``; check its result type.
@@ -286,7 +282,7 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
         # nothing these checks could find.
         literals = "[" in written or "{" in written
         formats = not unchecked and "format" in written
-        parsed = not unchecked and any(name in written for name in _PARSED_LITERAL_CALLS)
+        parsed = not unchecked and any(name in written for name in PARSED_LITERAL_CALLS)
         try:
             if literals or formats or parsed:
                 tree = checked_tree(expr)

@@ -39,6 +39,10 @@ _DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h)"
 _RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:Z|([+-])(\d{2}):(\d{2}))")
 
 
+#: The calls whose string literal argument must parse.
+PARSED_LITERAL_CALLS = ("matches", "duration", "timestamp", "find", "findAll")
+
+
 @dataclass(frozen=True)
 class LiteralProblem:
     #: Code point offset in the source as compiled.
@@ -106,7 +110,7 @@ def literal_problems(tree: CheckedTree) -> list[LiteralProblem]:
             continue
         call = _fields(_one(expr, 6))
         function = _one(call, 2).decode()
-        if function not in ("matches", "duration", "timestamp", "find", "findAll"):
+        if function not in PARSED_LITERAL_CALLS:
             continue
         args = [_fields(a) for a in call.get(3) or [] if isinstance(a, bytes)]
         member = 1 in call
