@@ -28,6 +28,10 @@
 // Output (stdout, JSON): {"error": compile error} or {"results": [per resource {"policies": [{"policy",
 // "rules": [{"status", "message"}]}], "patched": object or null, "error"}]}. A policy appears once per
 // compiled variant (autogen variants share the policy's name); variants that did not match have no rules.
+//
+// With "generate": true the case is not evaluated: for every ValidatingPolicy and MutatingPolicy the oracle
+// builds the native admission policy and binding Kyverno's admission policy generator would write for it
+// (generate.go), and prints {"generated": [{"kind", "name", "skip": why none, "objects": [...]}]}.
 package main
 
 import (
@@ -187,6 +191,7 @@ type input struct {
 	UserInfo   authenticationv1.UserInfo `json:"userInfo"`
 	Namespaces []corev1.Namespace        `json:"namespaces"`
 	Context    caseContext               `json:"context"`
+	Generate   bool                      `json:"generate"`
 }
 
 type rule struct {
@@ -259,6 +264,9 @@ func run(in input) (map[string]any, error) {
 	mpols, err := decode[policiesv1beta1.MutatingPolicy](in.Mutating)
 	if err != nil {
 		return nil, fmt.Errorf("mutating policy: %w", err)
+	}
+	if in.Generate {
+		return generate(vpols, mpols, exceptions)
 	}
 	fake := libs.NewFakeContextProvider()
 	for _, obj := range in.Context.Resources {
