@@ -342,7 +342,7 @@ def main() -> int:
             print(f"created {len(extra)} in {created:.1f}s; {ready_count}/{len(all_names)} Ready after "
                   f"{to_ready:.1f}s ({len(extra) / to_ready:.1f} policies/s)")
             vaps = client.AdmissionregistrationV1Api(kube.api_client).list_validating_admission_policy(
-                label_selector="app.kubernetes.io/managed-by=vpol")
+                label_selector="vpol.kyverno.io/policy")
             print(f"generated VAPs: {len(vaps.items)}")
             print(f"steady state with {len(all_names)} policies for {args.settle:.0f}s (a resync pass included)...")
             w0 = metric_sum(scrape(op), "vpol_status_writes_total")

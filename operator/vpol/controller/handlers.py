@@ -27,7 +27,7 @@ from typing import Any
 
 import kopf
 
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, policy_key_of
+from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import covered
 from vpol.controller import metrics
@@ -57,7 +57,10 @@ NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
 EXCEPTIONS = "policyexceptions.policies.kyverno.io"
 MUTATING_POLICIES = "mutatingpolicies.policies.kyverno.io"
 NAMESPACED_MUTATING_POLICIES = "namespacedmutatingpolicies.policies.kyverno.io"
-GENERATED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
+#: vpol's own objects (its webhook configurations).
+OWN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
+#: The admission policies and bindings generated from policies (labelled managed-by Kyverno, as Kyverno's are).
+GENERATED_LABELS = {POLICY_LABEL: kopf.PRESENT}
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -250,7 +253,7 @@ async def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any]
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
-               labels=GENERATED_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
+               labels=OWN_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
 async def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
                                                **_: Any) -> None:
     """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
@@ -261,7 +264,7 @@ async def mutating_webhook_configuration_event(type: str | None, body: Mapping[s
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-               labels=GENERATED_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
+               labels=OWN_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
 async def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """Policies whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)

@@ -1,11 +1,12 @@
 """The native MutatingAdmissionPolicy and binding a MutatingPolicy turns into (pure).
 
-Kyverno's mapping (its admission policy generator): ``mpol-<policy>`` and
-``mpol-<policy>-binding`` (the binding names only the policy), the
-managed-by label, an ownerReference to the policy; matchConditions (after
-one negated condition per PolicyException), variables, mutations and
-failurePolicy copied; reinvocationPolicy ``Never`` unless the policy says
-``IfNeeded``.
+Kyverno's mapping (its admission policy generator, pkg/admissionpolicy): ``mpol-<policy>`` and
+``mpol-<policy>-binding`` (the binding names only the policy), metadata as for ValidatingAdmissionPolicies
+(vpol.desired.vap: Kyverno's managed-by label, an ownerReference to the policy at v1beta1); matchConditions
+after one negated condition per condition of each PolicyException (named as the condition), variables and
+mutations copied verbatim, failurePolicy copied; reinvocationPolicy ``Never`` unless the policy says
+``IfNeeded``. None for a policy with ``evaluation.useServerSideApply`` (its merge replaces atomic fields, which
+a MAP refuses), as in Kyverno.
 
 Beyond Kyverno, as for ValidatingAdmissionPolicies (see vpol.desired.vap and
 the README): the whole matchConstraints is copied (Kyverno keeps only the
@@ -66,6 +67,9 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
         return f"namespaced policy: {why}"
     if policy.targets_others:
         return "spec.targetMatchConstraints chooses other targets: requests are not mutated themselves"
+    if policy.spec.evaluation.use_server_side_apply:
+        return ("spec.evaluation.useServerSideApply merges with server-side-apply semantics, replacing atomic "
+                "fields a MutatingAdmissionPolicy refuses to set")
     for i, condition in enumerate(policy.spec.match_conditions):
         if variable_references(condition.expression):
             return (f"spec.matchConditions[{i}].expression reads variables, which a MutatingAdmissionPolicy "
@@ -86,7 +90,7 @@ def map_ineligibility(policy: MutatingPolicy) -> str:
 
 def _pair(policy: MutatingPolicy, spec: dict[str, Any], name: str, exceptions: Sequence[PolicyException],
           api_version: str) -> list[dict[str, Any]]:
-    conditions, _allowed = exception_parts(policy, exceptions)
+    conditions = exception_parts(policy, exceptions).conditions
     map_spec: dict[str, Any] = {"matchConstraints": pinned(spec, policy.namespace)["matchConstraints"]
                                 if policy.namespace else spec["matchConstraints"]}
     match_conditions = qualified_conditions(conditions + list(spec.get("matchConditions") or []))

@@ -1,19 +1,23 @@
 """The native ValidatingAdmissionPolicy and binding a ValidatingPolicy turns into (pure).
 
-Kyverno's mapping (NOTES.md section 4): ``vpol-<policy>`` and
-``vpol-<policy>-binding``, the managed-by label, a controller
-ownerReference to the policy; matchConstraints, matchConditions,
-variables, validations and auditAnnotations are copied; the binding
-carries validationActions. PolicyExceptions become one negated
-matchCondition each (``!(c1 && c2)``), and their allowed images/values
-become variables that replace ``exceptions.allowedImages``/``allowedValues``.
+Kyverno's generator (pkg/admissionpolicy in Kyverno 1.19.1), object for object: ``vpol-<policy>`` and
+``vpol-<policy>-binding``, labelled ``app.kubernetes.io/managed-by: kyverno`` (Kyverno's value, so tools and
+scripts written for Kyverno's objects find vpol's; the VAP also ``reports.kyverno.io/disabled: "true"`` when the
+policy has that label), owned by the policy (``policies.kyverno.io/v1beta1``, the version Kyverno's informers
+deliver, no controller flag); the VAP copies matchConstraints, matchConditions, variables, validations and
+auditAnnotations verbatim, the binding carries validationActions. A PolicyException adds, after the policy's own,
+one matchCondition per condition of the exception, named as the condition and ``!(<expression>)``; its images and
+values become the variables ``allowedImages`` / ``allowedValues`` (``['a', 'b']``) after the policy's variables,
+and ``exceptions.allowedImages``/``allowedValues`` read them.
 
-Beyond Kyverno (documented in the README): failurePolicy is copied, and a
-pod policy with pod-controller autogen also gets one VAP + binding per
-autogen config (``vpol-<policy>-autogen-defaults``, ``...-autogen-cronjobs``).
+vpol's additions (documented in the README): the label ``vpol.kyverno.io/policy`` (and the annotation
+``vpol.kyverno.io/generated-digest`` at apply time) by which the operator finds its objects; failurePolicy is
+copied (Kyverno leaves the API server's default, Fail, also for an Ignore policy); a pod policy with
+pod-controller autogen also gets one VAP + binding per autogen config (``vpol-<policy>-autogen-defaults``,
+``...-autogen-cronjobs``; Kyverno generates nothing for it). Where Kyverno's objects would be refused by the API
+server or decide otherwise than its own engine, vpol's differ (see :func:`exception_parts`).
 
-Eligibility: Kubernetes mode, and every expression compiles with only the
-libraries the API server has.
+Eligibility: Kubernetes mode, and every expression compiles with only the libraries the API server has.
 
 Beyond Kyverno (which always uses its webhook for them), a namespaced policy
 (NamespacedValidatingPolicy, NamespacedMutatingPolicy) is generated too, **pinned
@@ -43,7 +47,12 @@ VAP_API_VERSION = "admissionregistration.k8s.io/v1"
 #: The policy kinds vpol generates native admission policies from (their identity is all the helpers read).
 AnyPolicy = ValidatingPolicy | MutatingPolicy
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: The managed-by value of vpol's own objects (reports, webhook configurations, the enforcement probe).
 MANAGED_BY = "vpol"
+#: The managed-by value of the admission policies generated from policies: Kyverno's, as its generator sets it.
+GENERATED_MANAGED_BY = "kyverno"
+#: The policies.kyverno.io version a generated object's ownerReference names, as Kyverno's generator writes it.
+OWNER_API_VERSION = "policies.kyverno.io/v1beta1"
 POLICY_LABEL = "vpol.kyverno.io/policy"
 #: On objects generated for a namespaced policy: its namespace (POLICY_LABEL holds its name).
 POLICY_NAMESPACE_LABEL = "vpol.kyverno.io/policy-namespace"
@@ -178,21 +187,16 @@ def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:
 
 
 def _owner(policy: AnyPolicy) -> dict[str, Any]:
-    return {
-        "apiVersion": policy.api_version,
-        "kind": policy.kind,
-        "name": policy.name,
-        "uid": policy.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    """Kyverno's ownerReference: the policy at v1beta1, neither controller nor blocking its deletion."""
+    return {"apiVersion": OWNER_API_VERSION, "kind": policy.kind, "name": policy.name, "uid": policy.uid}
 
 
 def generated_metadata(name: str, policy: AnyPolicy, *, admission_policy: bool = False) -> dict[str, Any]:
     """The metadata of an object generated from ``policy``; ``admission_policy``: a ValidatingAdmissionPolicy or
     MutatingAdmissionPolicy (not a binding), which carries the policy's ``reports.kyverno.io/disabled`` label as
     ``"true"``, as Kyverno's builder (pkg/admissionpolicy) labels it."""
-    md: dict[str, Any] = {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, POLICY_LABEL: policy.name}}
+    md: dict[str, Any] = {"name": name,
+                          "labels": {MANAGED_BY_LABEL: GENERATED_MANAGED_BY, POLICY_LABEL: policy.name}}
     if admission_policy and policy.reports_disabled:
         md["labels"][LABEL_REPORTS_DISABLED] = "true"
     if policy.namespace:
@@ -203,21 +207,70 @@ def generated_metadata(name: str, policy: AnyPolicy, *, admission_policy: bool =
     return md
 
 
-def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) -> tuple[
-        list[dict[str, str]], dict[str, list[str]]]:
-    conditions: list[dict[str, str]] = []
-    allowed: dict[str, list[str]] = {"allowedImages": [], "allowedValues": []}
+ALLOWED = ("allowedImages", "allowedValues")
+
+
+@dataclass
+class ExceptionParts:
+    """What the PolicyExceptions of a policy add to its native admission policy."""
+
+    #: Negated matchConditions of the exceptions that exempt whole requests, in exception order.
+    conditions: list[dict[str, str]] = field(default_factory=list)
+    #: ``allowedImages`` / ``allowedValues`` -> the variable's expression, for those the exceptions give.
+    allowed: dict[str, str] = field(default_factory=dict)
+
+
+def cel_string(value: str) -> str:
+    """A CEL string literal of ``value``: Kyverno's ``'value'``, or a double-quoted escaped one when the value
+    holds a quote, a backslash or a control character (Kyverno's would not parse)."""
+    if "'" in value or "\\" in value or any(ord(c) < 0x20 for c in value):
+        return json.dumps(value)
+    return f"'{value}'"
+
+
+def cel_list(values: Sequence[str]) -> str:
+    """``['a', 'b']``, as Kyverno's generator writes the allowed images and values."""
+    return "[" + ", ".join(cel_string(v) for v in values) + "]"
+
+
+def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) -> ExceptionParts:
+    """The exceptions of ``policy`` as Kyverno's generator turns them into the admission policy, ordered by
+    namespace and name (Kyverno's follows its informer's, which is not stable).
+
+    As Kyverno's: an exception that exempts whole requests adds each of its matchConditions negated,
+    ``{name: <the condition's name>, expression: "!(<expression>)"}``; the images and values of the fine-grained
+    ones become ``['a', 'b']`` list variables. Where Kyverno's objects would decide otherwise than its own engine
+    (pkg/cel/policies/vpol/compiler), vpol's follow the engine: a fine-grained exception (images or values) with
+    matchConditions only allows its images where its conditions hold (``(c1) && (c2) ? [...] : []``; Kyverno's
+    generator negates the conditions, exempting those requests from every validation), and an exception without
+    conditions that exempts everything is the matchCondition ``false`` named after it (Kyverno's adds nothing).
+    Several fine-grained exceptions make one variable each (Kyverno's repeats the name, which the API server
+    refuses)."""
+    out = ExceptionParts()
+    gated: dict[str, list[str]] = {name: [] for name in ALLOWED}
+    plain: dict[str, list[str]] = {name: [] for name in ALLOWED}
     for exc in sorted((e for e in exceptions if e.applies_to(policy)), key=lambda e: (e.namespace, e.name)):
-        if exc.allowed_images or exc.allowed_values:
-            allowed["allowedImages"].extend(exc.allowed_images)
-            allowed["allowedValues"].extend(exc.allowed_values)
+        given = {"allowedImages": exc.allowed_images, "allowedValues": exc.allowed_values}
+        if any(given.values()):
+            guard = " && ".join(f"({mc.expression})" for mc in exc.match_conditions)
+            for name, values in given.items():
+                if not values:
+                    continue
+                if guard:
+                    gated[name].append(f"{guard} ? {cel_list(values)} : []")
+                else:
+                    plain[name].extend(values)
             continue
         if not exc.match_conditions:
+            out.conditions.append({"name": exc.name, "expression": "false"})
             continue
-        expr = " && ".join(f"({mc.expression})" for mc in exc.match_conditions)
-        name = f"exception-{exc.namespace}-{exc.name}" if exc.namespace else f"exception-{exc.name}"
-        conditions.append({"name": name[:63], "expression": f"!({expr})"})
-    return conditions, allowed
+        for mc in exc.match_conditions:
+            out.conditions.append({"name": mc.name, "expression": f"!({mc.expression})"})
+    for name in ALLOWED:
+        parts = ([cel_list(plain[name])] if plain[name] else []) + gated[name]
+        if parts:
+            out.allowed[name] = " + ".join(f"({p})" for p in parts) if len(parts) > 1 else parts[0]
+    return out
 
 
 def _rewrite_exceptions(value: Any) -> Any:
@@ -252,30 +305,37 @@ def qualified_conditions(conditions: Sequence[Any]) -> list[Any]:
     return out
 
 
+def exception_variables(spec: Mapping[str, Any], parts: ExceptionParts) -> list[dict[str, str]]:
+    """The policy's variables with those of its exceptions: after them, as Kyverno's generator adds them, or
+    before them when a variable of the policy reads ``exceptions.*`` (a variable may only read those before it).
+    A name the policy reads but no exception gives is ``[]`` (Kyverno's would leave it undeclared)."""
+    own = list(spec.get("variables") or [])
+    read = {m.group(1) for m in _EXC_RX.finditer(json.dumps(spec))}
+    added = [{"name": name, "expression": parts.allowed.get(name, "[]")} for name in ALLOWED
+             if name in parts.allowed or name in read]
+    if _EXC_RX.search(json.dumps(own)):
+        return added + own
+    return own + added
+
+
 def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
           exceptions: Sequence[PolicyException]) -> list[dict[str, Any]]:
-    conditions, allowed = exception_parts(policy, exceptions)
+    parts = exception_parts(policy, exceptions)
     vap_spec: dict[str, Any] = {}
     if "matchConstraints" in spec:
         vap_spec["matchConstraints"] = pinned(spec, policy.namespace)["matchConstraints"] if policy.namespace \
             else spec["matchConstraints"]
-    match_conditions = qualified_conditions(list(spec.get("matchConditions") or []) + conditions)
+    match_conditions = qualified_conditions(list(spec.get("matchConditions") or []) + parts.conditions)
     if match_conditions:
         vap_spec["matchConditions"] = match_conditions
-    variables = list(spec.get("variables") or [])
-    uses_exceptions = _EXC_RX.search(json.dumps(spec)) is not None
-    if uses_exceptions:
-        variables = [
-            {"name": "allowedImages", "expression": json.dumps(allowed["allowedImages"])},
-            {"name": "allowedValues", "expression": json.dumps(allowed["allowedValues"])},
-        ] + variables
+    variables = exception_variables(spec, parts)
     if variables:
         vap_spec["variables"] = variables
     for key in ("validations", "auditAnnotations"):
         if spec.get(key):
             vap_spec[key] = spec[key]
     vap_spec["failurePolicy"] = policy.spec.failure_policy
-    if uses_exceptions:
+    if _EXC_RX.search(json.dumps(spec)):
         vap_spec = _rewrite_exceptions(vap_spec)
     vap = {
         "apiVersion": VAP_API_VERSION,

@@ -18,9 +18,12 @@ def test_mapping_names_labels_owner_and_actions():
     vap, binding = plan.objects
     assert vap["spec"]["validations"] == [{"expression": "true", "message": "m"}]
     assert vap["spec"]["failurePolicy"] == "Ignore"
-    assert vap["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "vpol"
-    assert vap["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert vap["metadata"]["ownerReferences"][0]["controller"] is True
+    # Kyverno's label and ownerReference (the policy at v1beta1, as Kyverno's informers deliver it), plus vpol's
+    # own label by which the operator finds the objects of a policy.
+    for obj in (vap, binding):
+        assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kyverno", "vpol.kyverno.io/policy": "req"}
+        assert obj["metadata"]["ownerReferences"] == [
+            {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ValidatingPolicy", "name": "req", "uid": "u-1"}]
     assert binding["spec"] == {"policyName": "vpol-req", "validationActions": ["Warn"]}
 
 
@@ -43,16 +46,74 @@ def test_pod_policy_gets_autogen_vaps():
     assert cron["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["cronjobs"]
 
 
-def test_exceptions_become_negated_match_conditions():
-    policy = make_policy(name="p", validations=[{"expression": "true"}],
-                         autogen={"validatingAdmissionPolicy": {"enabled": True},
-                                  "podControllers": {"controllers": []}})
-    exc = PolicyException(name="e", namespace="ns", policy_refs=(PolicyRef("p"),),
-                          match_conditions=(NamedExpression("a", "object.metadata.name == 'x'"),
-                                            NamedExpression("b", "true")))
-    vap = desired_objects(policy, exceptions=[exc]).objects[0]
+def _opted_in(**spec):
+    return make_policy(name="p", autogen={"validatingAdmissionPolicy": {"enabled": True},
+                                          "podControllers": {"controllers": []}}, **spec)
+
+
+def test_exceptions_become_negated_match_conditions_named_as_theirs_after_the_policys():
+    policy = _opted_in(matchConditions=[{"name": "own", "expression": "true"}], validations=[{"expression": "true"}])
+    first = PolicyException(name="e", namespace="ns", policy_refs=(PolicyRef("p"),),
+                            match_conditions=(NamedExpression("a", "object.metadata.name == 'x'\n"),
+                                              NamedExpression("b", "true")))
+    second = PolicyException(name="d", namespace="ns", policy_refs=(PolicyRef("p"),),
+                             match_conditions=(NamedExpression("c", "false"),))
+    vap = desired_objects(policy, exceptions=[first, second]).objects[0]
+    # As Kyverno's generator writes them: verbatim (a block's newline kept), one per condition, in exception order.
     assert vap["spec"]["matchConditions"] == [
-        {"name": "exception-ns-e", "expression": "!((object.metadata.name == 'x') && (true))"}]
+        {"name": "own", "expression": "true"},
+        {"name": "c", "expression": "!(false)"},
+        {"name": "a", "expression": "!(object.metadata.name == 'x'\n)"},
+        {"name": "b", "expression": "!(true)"}]
+
+
+def test_fine_grained_exceptions_become_kyvernos_variables_after_the_policys():
+    policy = _opted_in(variables=[{"name": "images", "expression": "object.spec.containers.map(c, c.image)"}],
+                       validations=[{"expression": "variables.images.all(i, i in exceptions.allowedImages)"}])
+    exc = PolicyException(name="e", namespace="ns", policy_refs=(PolicyRef("p"),),
+                          allowed_images=("nginx:*", "ghcr.io/a/b:1"))
+    vap = desired_objects(policy, exceptions=[exc]).objects[0]
+    assert vap["spec"]["variables"] == [
+        {"name": "images", "expression": "object.spec.containers.map(c, c.image)"},
+        {"name": "allowedImages", "expression": "['nginx:*', 'ghcr.io/a/b:1']"}]
+    assert vap["spec"]["validations"] == [{"expression": "variables.images.all(i, i in variables.allowedImages)"}]
+    assert "matchConditions" not in vap["spec"]
+    # Read but given by no exception: an empty list (Kyverno's object would name an undeclared variable).
+    vap = desired_objects(policy).objects[0]
+    assert vap["spec"]["variables"][1] == {"name": "allowedImages", "expression": "[]"}
+    # Given but not read: still declared, as Kyverno declares it.
+    plain = _opted_in(validations=[{"expression": "true"}])
+    values = PolicyException(name="v", policy_refs=(PolicyRef("p"),), allowed_values=("it's", "b"))
+    assert desired_objects(plain, exceptions=[values]).objects[0]["spec"]["variables"] == [
+        {"name": "allowedValues", "expression": '["it\'s", \'b\']'}]
+
+
+def test_a_policy_variable_reading_exceptions_comes_after_their_variables():
+    policy = _opted_in(variables=[{"name": "ok", "expression": "'x' in exceptions.allowedValues"}],
+                       validations=[{"expression": "variables.ok"}])
+    exc = PolicyException(name="e", policy_refs=(PolicyRef("p"),), allowed_values=("x",))
+    names = [v["name"] for v in desired_objects(policy, exceptions=[exc]).objects[0]["spec"]["variables"]]
+    assert names == ["allowedValues", "ok"]
+
+
+def test_exceptions_decide_natively_as_the_engine_decides():
+    policy = _opted_in(validations=[{"expression": "object.spec.containers.all(c, c.image in exceptions.allowedImages)"}])
+    # A fine-grained exception with conditions allows its images where they hold; it exempts nothing.
+    gated = PolicyException(name="g", namespace="a", policy_refs=(PolicyRef("p"),), allowed_images=("x:1",),
+                            match_conditions=(NamedExpression("ns", "object.metadata.namespace == 'a'"),))
+    free = PolicyException(name="f", namespace="b", policy_refs=(PolicyRef("p"),), allowed_images=("y:1",))
+    vap = desired_objects(policy, exceptions=[gated, free]).objects[0]
+    assert "matchConditions" not in vap["spec"]
+    assert vap["spec"]["variables"] == [{"name": "allowedImages", "expression":
+                                         "(['y:1']) + ((object.metadata.namespace == 'a') ? ['x:1'] : [])"}]
+    # An exception without conditions exempts every request.
+    everything = PolicyException(name="all", policy_refs=(PolicyRef("p"),))
+    vap = desired_objects(policy, exceptions=[everything]).objects[0]
+    assert vap["spec"]["matchConditions"] == [{"name": "all", "expression": "false"}]
+    # Another kind's exception of the same name is not this policy's (Kyverno's generator matches the name only).
+    other = PolicyException(name="o", policy_refs=(PolicyRef("p", "MutatingPolicy"),),
+                            match_conditions=(NamedExpression("c", "true"),))
+    assert "matchConditions" not in desired_objects(policy, exceptions=[other]).objects[0]["spec"]
 
 
 def test_kyverno_only_library_makes_policy_ineligible_with_a_reason():
