@@ -166,9 +166,9 @@ def _digest(document: Mapping[str, Any], paths: frozenset[tuple[str, ...]]) -> s
 def untyped_literal_paths(document: Mapping[str, Any], paths: Iterable[tuple[str, ...]]) -> frozenset[tuple[str, ...]]:
     """The ``Object...`` literal paths (split at dots) that name a field of ``document`` whose value is not an
     object of the schema: a map such as ``Object.metadata.labels``, or an int-or-string or preserve-unknown-fields
-    value. Kyverno's MutatingPolicy compiler resolves every ``Object.*`` name dynamically, so literals of these
-    build maps there (``Object.metadata.labels{app: 'x'}``); the API server's typed environment has no such type.
-    A path the schema does not have at all is not one of them."""
+    value. Kyverno's MutatingPolicy compiler and the API server resolve ``Object.*`` names when the expression
+    runs, so literals of these build maps in both (``Object.metadata.labels{app: 'x'}``). A path the schema does
+    not have at all is not one of them."""
     schema = _Schema(document)
     out: set[tuple[str, ...]] = set()
     for path in paths:

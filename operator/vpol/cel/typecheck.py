@@ -361,9 +361,10 @@ def check(
             checked: Rewritten | None = None
             if _role in MUTATION_ROLES:
                 literal_names = [lit.name for lit in literals(src)]
-                # Kyverno builds literals of map-valued fields (Object.metadata.labels{...}) as maps; the API
-                # server has no such types.
-                dynamic = frozenset() if kubernetes_only else untyped_literal_paths(schema, literal_names)
+                # Literals of map-valued fields (Object.metadata.labels{...}) build maps, in Kyverno's compiler
+                # and in the API server alike (its Object types are resolved by name at run time: measured,
+                # tests/e2e/test_map_shapes.py); their values are checked against the map's value type.
+                dynamic = untyped_literal_paths(schema, literal_names)
                 checked = as_map_literals(src, only=dynamic) if dynamic else None
                 container = construction_container(schema, [n for n in literal_names if n not in dynamic])
                 expression_env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,

@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonpatch
 
-from vpol.desired.map import NATIVE, NOT_APPLICABLE, WEBHOOK, mutating_route
+from vpol.desired.map import NATIVE, NOT_APPLICABLE, WEBHOOK, map_ineligibility, mutating_route
 from vpol.desired.webhook import desired_webhook_configuration
 from vpol.engine.admission import mutation_response
 from vpol.engine.evaluate import Result
@@ -43,9 +43,13 @@ def test_routes() -> None:
     # orValue on what may not be an optional: Kyverno's reading, not the API server's.
     compat = 'Object{metadata: Object.metadata{labels: {"a": object.metadata.labels.orValue({}).b}}}'
     assert mutating_route(_policy(compat), generation="eligible", compiles=True) == WEBHOOK
-    # Kyverno's literal of a map-valued field: no type for it in the API server.
+    # A literal of a map-valued field builds the map in the API server too (tests/e2e/test_map_shapes.py).
     labels = "Object{metadata: Object.metadata{labels: Object.metadata.labels{a: 'b'}}}"
-    assert mutating_route(_policy(labels), generation="eligible", compiles=True) == WEBHOOK
+    assert mutating_route(_policy(labels), generation="eligible", compiles=True) == NATIVE
+    # useServerSideApply replaces atomic fields a MAP refuses to set: Kyverno generates none, nor does vpol.
+    ssa = _policy(labels, evaluation={"useServerSideApply": True})
+    assert mutating_route(ssa, generation="eligible", compiles=True) == WEBHOOK
+    assert "useServerSideApply" in map_ineligibility(ssa)
 
 
 def test_configuration_covers_the_policies_and_their_controllers() -> None:
