@@ -218,3 +218,77 @@ def test_targets_the_operator_may_not_patch_are_named_in_status(operator: Operat
     assert "list v1 secrets" in cond["message"] and "patch v1 secrets" in cond["message"], cond
     assert "configmaps" not in cond["message"], cond  # the triggers may be read
     mutating_policies.wait_condition(name, "Ready", "False")
+
+
+def test_a_delete_that_waits_for_finalizers_triggers_when_it_is_requested(
+        operator: OperatorProcess, mutating_policies: Policies, cluster: Any, namespace: str) -> None:
+    # Kyverno's webhook sees the DELETE request, so its background controller mutates the targets then, with the
+    # object being deleted as ``object`` and no oldObject; the object itself may stay until its finalizers go.
+    make_cm(cluster, namespace, "target")
+    name = mutating_policies.create("on-delete", {
+        "evaluation": {"mutateExisting": {"enabled": True}, "background": {"enabled": False}},
+        "matchConstraints": {"resourceRules": [{**CM, "operations": ["DELETE"]}],
+                             "objectSelector": {"matchLabels": {"trigger": "yes"}}},
+        "targetMatchConstraints": {"expression": "oldObject == null ? resource.Get('v1', 'configmaps', "
+                                                 "object.metadata.namespace, 'target') : {}"},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+            "expression": label("deleted", "request.operation + '-' + request.name")}}],
+    })
+    mutating_policies.wait_condition(name, "Ready", "True")
+    # A delete carried out at once triggers (once the scanner watches the triggers: waited for here).
+    make_cm(cluster, namespace, "gone", {"trigger": "yes"})
+    core(cluster).delete_namespaced_config_map("gone", namespace)
+    wait_for("the target mutated by an immediate delete",
+             lambda: labels_of(cluster, namespace, "target").get("deleted") == "DELETE-gone", 60)
+    core(cluster).create_namespaced_config_map(namespace, {"metadata": {
+        "name": "held", "labels": {"trigger": "yes"}, "finalizers": ["example.com/hold"]}})
+    core(cluster).delete_namespaced_config_map("held", namespace)
+    wait_for("the target mutated by the requested delete",
+             lambda: labels_of(cluster, namespace, "target").get("deleted") == "DELETE-held", 60)
+    held = core(cluster).read_namespaced_config_map("held", namespace)
+    assert held.metadata.deletion_timestamp is not None  # still there, waiting for its finalizer
+    runs = metric(operator, name, "mutated") + metric(operator, name, "unchanged")
+    # Its removal, when the finalizer goes, is the same deletion: not a second trigger.
+    core(cluster).patch_namespaced_config_map("held", namespace, {"metadata": {"finalizers": None}})
+    wait_for("the trigger gone", lambda: not [c for c in core(cluster).list_namespaced_config_map(namespace).items
+                                              if c.metadata.name == "held"], 30)
+    time.sleep(4)
+    assert metric(operator, name, "mutated") + metric(operator, name, "unchanged") == runs
+
+
+def test_a_target_named_by_a_subresource_is_written_through_it(
+        operator: OperatorProcess, mutating_policies: Policies, cluster: Any, namespace: str,
+        unique_name: Callable[..., str]) -> None:
+    # pods/resize: Pods are listed, evaluated as requests of that subresource and patched through it, as Kyverno's
+    # background controller updates them. The operator needs patch on pods/resize (a user extends its RBAC so).
+    rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    role = unique_name("resize")
+    rbac.create_cluster_role({"metadata": {"name": role}, "rules": [
+        {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]}]})
+    rbac.create_cluster_role_binding({"metadata": {"name": role}, "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": "vpol", "namespace": "vpol-system"}]})
+    try:
+        pod = {"metadata": {"name": "app"}, "spec": {"containers": [{
+            "name": "c", "image": "registry.example/app:1",
+            "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]}}
+        core(cluster).create_namespaced_pod(namespace, pod)
+        name = mutating_policies.create("resize", {
+            "evaluation": {"admission": {"enabled": False}, "mutateExisting": {"enabled": True},
+                           "background": {"enabled": True}},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE", "UPDATE"], "resources": ["pods/resize"]}]},
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                '[JSONPatch{op: "replace", path: "/spec/containers/0/resources/requests/cpu", '
+                'value: request.subResource == "resize" ? "200m" : "300m"}]')}}],
+        })
+        cond = mutating_policies.wait_condition(name, "RBACPermissionsGranted", "True")
+        assert "patch" in cond["message"], cond
+
+        def cpu() -> str:
+            return core(cluster).read_namespaced_pod("app", namespace).spec.containers[0].resources.requests["cpu"]
+
+        wait_for("the Pod resized through pods/resize", lambda: cpu() == "200m", 60)
+    finally:
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)

@@ -11,8 +11,10 @@ semantics, docs/mutate-existing.md):
   UPDATE, DELETED is DELETE), when admission is enabled and the trigger's matchConditions hold: every target
   (listed), or those the expression resolves from that trigger. vpol sees triggers through its watches rather than
   through admission requests (so one replica does all the work, and dry runs never trigger): the trigger's
-  ``request`` has no userInfo and no oldObject. Changes vpol itself made to targets are not triggers
-  (``skipBackgroundRequests``, default true);
+  ``request`` has no userInfo and no oldObject. An object whose deletion waits for finalizers or a grace period
+  is deleted, as an admission request sees it, when its ``deletionTimestamp`` appears: that change is its DELETE
+  trigger (with the object as it was before), and its removal later is not a second one. Changes vpol itself made
+  to targets are not triggers (``skipBackgroundRequests``, default true);
 - **background scans** (``evaluation.background.enabled``): every target again at each full scan (listed targets).
 
 Each target: evaluated with the trigger's request (or a synthetic UPDATE of itself); when the mutation changed
@@ -26,6 +28,7 @@ conformant; ``error`` with the reason) and to ``vpol_background_mutations_total{
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -42,7 +45,13 @@ from vpol.controller import metrics
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result
 from vpol.engine.match import constraints_match
-from vpol.engine.mutate_existing import as_target, selects_target, target_resources, trigger_resources
+from vpol.engine.mutate_existing import (
+    as_target,
+    resolved_route,
+    selects_target,
+    target_resources,
+    trigger_resources,
+)
 from vpol.engine.request import ResourceType, Subject
 from vpol.engine.sandbox import SandboxedEvaluator
 from vpol.engine.subjects import subject_for
@@ -61,6 +70,10 @@ ATTEMPTS = 3
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
 #: Writes remembered as vpol's own (skipBackgroundRequests): the watch reports them within seconds.
 OWN_WRITES_KEPT = 100_000
+#: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).
+DELETING_KEPT = 100_000
+#: Metadata the API server adds when it accepts a delete that waits (finalizers, a grace period).
+DELETION_FIELDS = ("deletionTimestamp", "deletionGracePeriodSeconds")
 
 
 @dataclass
@@ -90,9 +103,14 @@ class BackgroundMutation:
         self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="vpol-mutate-writer")
         self._lock = threading.Lock()
         self._policies: dict[str, MutatingPolicy] = {}
+        #: The resourceVersion each policy's spec was first seen at: a trigger watch started for it later replays
+        #: the changes since (see :meth:`trigger_since`).
+        self._seen_at: dict[str, str] = {}
         #: uid -> resourceVersion of the objects vpol wrote last (their change events are not triggers); the
         #: oldest are forgotten beyond OWN_WRITES_KEPT.
         self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
+        #: uids of the objects whose DELETE trigger came with their deletionTimestamp (see :meth:`_operation`).
+        self._deleting: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tokens = writes_per_second
         self._refilled = time.monotonic()
         self.writes = 0
@@ -104,10 +122,12 @@ class BackgroundMutation:
         with self._lock:
             old = self._policies.get(key)
             if policy is None:
+                self._seen_at.pop(key, None)
                 return self._policies.pop(key, None) is not None
             if old is not None and old.spec == policy.spec and old.annotations == policy.annotations:
                 return False
             self._policies[key] = policy
+            self._seen_at[key] = str((policy.raw.get("metadata") or {}).get("resourceVersion") or "")
             return True
 
     def policies(self) -> list[MutatingPolicy]:
@@ -127,6 +147,21 @@ class BackgroundMutation:
                 if "list" in info.verbs or not info.verbs:
                     out[(info.group, info.version, info.resource)] = info
         return out
+
+    def trigger_since(self, gvr: tuple[str, str, str], discovery: Discovery) -> str:
+        """Where a new watch of ``gvr`` starts so that no trigger of the policies reading it is missed: the oldest
+        resourceVersion their specs were seen at (a policy is Ready before the scanner watches its triggers;
+        the watch replays what changed since). "" (start from now) when one is not a number: resourceVersions
+        are opaque, only etcd's are ordered integers, and this is the only place vpol compares them."""
+        versions = []
+        for policy in self.policies():
+            if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(policy, discovery)):
+                with self._lock:
+                    seen = self._seen_at.get(policy.key, "")
+                if not seen.isdigit():
+                    return ""
+                versions.append(int(seen))
+        return str(min(versions)) if versions else ""
 
     # -- when it runs ------------------------------------------------------------------------------------------
 
@@ -157,11 +192,11 @@ class BackgroundMutation:
         count = 0
         listed_done: set[str] = set()
         for etype, obj in events:
-            operation = OPERATIONS.get(etype)
-            if operation is None:
-                continue
             md = obj.get("metadata") or {}
             own = self._own.get(str(md.get("uid", ""))) == str(md.get("resourceVersion", ""))
+            operation, obj = self._operation(etype, obj)
+            if operation is None:
+                continue
             trigger = self._trigger(obj, operation)
             if trigger is None:
                 continue
@@ -183,6 +218,27 @@ class BackgroundMutation:
         return count
 
     # -- triggers ---------------------------------------------------------------------------------------------
+
+    def _operation(self, etype: str, obj: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """The admission operation a watch event stands for, and the trigger object.
+
+        A delete the API server accepts but does not carry out at once (finalizers, a Pod's grace period) shows
+        as a change that sets ``deletionTimestamp``; the admission request Kyverno's webhook sees is the DELETE,
+        then, with the object as it was (no deletion fields), and the later removal is no request of its own. A
+        removal whose deletionTimestamp was not seen (a restart in between) is still the DELETE."""
+        operation = OPERATIONS.get(etype)
+        md = obj.get("metadata") or {}
+        uid = str(md.get("uid", ""))
+        if operation == "UPDATE" and md.get("deletionTimestamp") and uid and uid not in self._deleting:
+            self._deleting[uid] = None
+            while len(self._deleting) > DELETING_KEPT:
+                self._deleting.popitem(last=False)
+            before = {k: v for k, v in md.items() if k not in DELETION_FIELDS}
+            return "DELETE", {**obj, "metadata": before}
+        if operation == "DELETE" and uid in self._deleting:
+            del self._deleting[uid]
+            return None, obj
+        return operation, obj
 
     def _trigger(self, obj: dict[str, Any], operation: str) -> Subject | None:
         """The trigger subject of a watch event: ``object`` the object (the deleted one for DELETE), ``request`` as
@@ -237,6 +293,7 @@ class BackgroundMutation:
             subject = self._target_subject(obj)
             if subject is None:
                 continue
+            subject = resolved_route(policy, subject)
             if policy.namespace and not (subject.type.namespaced and subject.namespace == policy.namespace):
                 continue  # a namespaced policy never acts outside its namespace
             targets.append(subject)
@@ -251,20 +308,25 @@ class BackgroundMutation:
                 item.setdefault("kind", info.kind)
                 yield item
 
-    def _target_subject(self, obj: dict[str, Any]) -> Subject | None:
+    def _target_subject(self, obj: dict[str, Any], subresource: str = "") -> Subject | None:
+        """A target as evaluated and written: through ``subresource`` when the target rules name one
+        (``pods/resize``), as Kyverno's background controller evaluates and updates it."""
         try:
-            return subject_for(obj, operation="UPDATE", resolve=self.resolve, namespaces=self.namespaces,
-                               default_namespace="")
+            subject = subject_for(obj, operation="UPDATE", resolve=self.resolve, namespaces=self.namespaces,
+                                  default_namespace="")
         except Exception:  # noqa: BLE001 - a kind nobody can place is no target
             return None
+        if subresource:
+            subject = dataclasses.replace(subject, type=dataclasses.replace(subject.type, subresource=subresource))
+        return subject
 
     def mutate_all(self, policy: MutatingPolicy, request: dict[str, Any] | None, discovery: Discovery) -> int:
         """Every listed target of ``policy`` (with the trigger's ``request``, or each its synthetic one)."""
         count = 0
-        for info, _sub in target_resources(policy, discovery):
+        for info, sub in target_resources(policy, discovery):
             chunk: list[Subject] = []
             for obj in self._list(info, policy.namespace):
-                subject = self._target_subject(obj)
+                subject = self._target_subject(obj, sub)
                 if subject is not None and selects_target(policy, subject):
                     chunk.append(subject)
                 if len(chunk) >= CHUNK:
@@ -273,15 +335,12 @@ class BackgroundMutation:
             count += self._mutate(policy, chunk, request, discovery)
         return count
 
-    def _route(self, policy: MutatingPolicy, subject: Subject, discovery: Discovery) -> tuple[ResourceInfo, str]:
-        """Where a target is written: its resource, and the subresource the target rules name for it."""
+    def _route(self, subject: Subject, discovery: Discovery) -> tuple[ResourceInfo, str]:
+        """Where a target is written: its resource, and the subresource it was selected through."""
         t = subject.type
-        for info, sub in target_resources(policy, discovery):
-            if (info.group, info.version, info.resource) == (t.group, t.version, t.resource):
-                return info, sub
         info = discovery.resource(t.group, t.version, t.resource) or ResourceInfo(
             t.group, t.version, t.resource, t.kind, t.namespaced)
-        return info, ""
+        return info, t.subresource
 
     def _mutate(self, policy: MutatingPolicy, targets: list[Subject], request: dict[str, Any] | None,
                 discovery: Discovery) -> int:
@@ -294,7 +353,7 @@ class BackgroundMutation:
         for target, (result, patched) in zip(targets, outcomes):
             before = target.object or {}
             if result.result == PASS and patched != before:
-                info, sub = self._route(policy, target, discovery)
+                info, sub = self._route(target, discovery)
                 pending.append(_Pending(info, sub, before, patched, request))
                 continue
             self._report(policy, before, result, mutated=False)
@@ -392,7 +451,7 @@ class BackgroundMutation:
         if fresh is None or evaluator is None:
             return None
         fresh.setdefault("kind", p.info.kind)
-        subject = self._target_subject(fresh)
+        subject = self._target_subject(fresh, p.subresource)
         if subject is None:
             return None
         ((result, patched),) = evaluator.mutate_targets(policy.key, [as_target(subject, p.request)])

@@ -554,8 +554,10 @@ class Scanner(threading.Thread):
             self._types[(info.api_version, info.kind)] = ResourceType(info.group, info.version, info.resource,
                                                                      info.kind, info.namespaced)
             if gvr not in self._watchers:
-                # Started before the scan that covers existing objects, so no change is missed.
-                w = Watcher(self.api, *gvr, on_event=self._on_object, kind=info.kind, emit_initial=False)
+                # Started before the scan that covers existing objects, so no change is missed; the triggers of
+                # a MutatingPolicy that mutates existing objects from when the policy was seen.
+                w = Watcher(self.api, *gvr, on_event=self._on_object, kind=info.kind, emit_initial=False,
+                            since=self.mutation.trigger_since(gvr, self.discovery.get()))
                 self._watchers[gvr] = w
                 w.start()
 

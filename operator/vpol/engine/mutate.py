@@ -134,7 +134,9 @@ class MutatingPolicyEngine:
             return Targets(error="policy does not compile", matched=False)
         prog = compiled.target_expression
         subject = dataclasses.replace(trigger, old_object=None, namespace_object=None)
-        run = _PolicyRun(compiled, SubjectData(subject), None)
+        # oldObject is null, not {}: Kyverno's background controller evaluates the expression with the trigger
+        # (the deleted object for a DELETE) as object and no old object at all.
+        run = _PolicyRun(compiled, SubjectData(subject, absent_as_empty=False), None)
         # ``conditions=False``: Kyverno's CLI resolves targets without the trigger's matchConditions.
         if conditions and conditions_outcome(run, compiled.match_conditions, "Fail") is not None:
             return Targets(matched=False)

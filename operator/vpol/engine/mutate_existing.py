@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from fnmatch import fnmatchcase
 from typing import Any
 
 from vpol.engine.match import rule_matches, selectors_match
@@ -99,6 +100,23 @@ def selects_target(policy: MutatingPolicy, target: Subject) -> bool:
     if not any(rule_matches(_any_operation(rule), target) for rule in constraints.resource_rules):
         return False
     return selectors_match(constraints, target)
+
+
+def resolved_route(policy: MutatingPolicy, target: Subject) -> Subject:
+    """A target an expression resolved, with the subresource it is written through: that of the first
+    ``targetMatchConstraints`` rule naming its resource as ``res/sub`` (Kyverno's resolveTargetRoute: groups,
+    versions and resources matched as globs, the first rule that names the resource decides)."""
+    t = target.type
+    constraints = policy.spec.target_match_constraints
+    for rule in constraints.resource_rules if constraints else ():
+        if not any(fnmatchcase(t.group, g) for g in rule.api_groups) or \
+                not any(fnmatchcase(t.version, v) for v in rule.api_versions):
+            continue
+        for resource in rule.resources:
+            base, _, sub = resource.partition("/")
+            if fnmatchcase(t.resource, base):
+                return dataclasses.replace(target, type=dataclasses.replace(t, subresource=sub))
+    return target
 
 
 def synthetic_request(target: Subject) -> dict[str, Any]:

@@ -31,9 +31,11 @@ class AccessChecker:
             hit = self._cache.get(key)
         if hit and now - hit[0] < self.ttl:
             return hit[1]
+        # A subresource ("pods/resize") is asked for as RBAC grants it: the resource and its subresource.
+        base, _, sub = resource.partition("/")
         review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-            resource_attributes=client.V1ResourceAttributes(group=group, version=version, resource=resource,
-                                                            verb=verb)))
+            resource_attributes=client.V1ResourceAttributes(group=group, version=version, resource=base,
+                                                            subresource=sub or None, verb=verb)))
         result = self.authz.create_self_subject_access_review(review)
         ok = bool(result.status and result.status.allowed)
         with self._lock:

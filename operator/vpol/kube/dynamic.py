@@ -99,12 +99,16 @@ class Watcher(threading.Thread):
     resourceVersion; 410 Gone (or any error) relists, after ``on_error(exc)``
     is told. Stops when ``stop()`` is called, or when the callback raises
     :class:`StopWatching`. ``namespace`` limits it to one namespace.
+
+    ``since`` (with ``emit_initial=False``): the watch starts at that resourceVersion instead of a list, so every
+    change after it is delivered even though the watcher started later (the API server's watch cache replays
+    them); when the API server no longer has that version (410 Gone at once), it starts from a list as usual.
     """
 
     def __init__(self, api: client.ApiClient, group: str, version: str, resource: str,
                  on_event: Callable[[str, dict[str, Any]], None], *, kind: str = "", timeout: int = 300,
                  emit_initial: bool = True, on_list: Callable[[], None] | None = None, namespace: str = "",
-                 on_error: Callable[[BaseException], None] | None = None):
+                 on_error: Callable[[BaseException], None] | None = None, since: str = ""):
         super().__init__(daemon=True, name=f"watch-{resource}.{group or 'core'}")
         self.api = api
         self.gvr = (group, version, resource)
@@ -122,9 +126,23 @@ class Watcher(threading.Thread):
         self.emit_initial = emit_initial
         #: Called before each list that emits its objects (so a caller can tell what a relist dropped).
         self.on_list = on_list
+        self.since = since if not emit_initial else ""
+        #: Events delivered by the watches so far (a replay from ``since`` refused at once delivered none).
+        self.delivered = 0
+        #: The next list only fixes the starting point (a replay from ``since`` was refused).
+        self._quiet_list = False
+        #: The watch response being read (stop() cuts it).
+        self._stream: Any = None
 
     def stop(self) -> None:
+        """Stop; a watch stream in flight is cut at once (its connection is not held until the server ends it)."""
         self._stop_event.set()
+        stream = self._stream
+        if stream is not None:
+            try:
+                stream.shutdown()
+            except Exception:  # noqa: BLE001 - already closed, or closing anyway
+                pass
 
     @property
     def unavailable(self) -> bool:
@@ -137,21 +155,29 @@ class Watcher(threading.Thread):
 
     def run(self) -> None:
         backoff = 0.5
+        since, self.since = self.since, ""
         while not self.stopped:
             try:
-                rv: str | None = self._list()
+                rv: str | None = since or self._list()
                 self.last_error = None
                 self.synced.set()
                 self.on_event("SYNCED", {})
                 backoff = 0.5
                 while not self.stopped and rv is not None:
                     rv = self._watch(rv)  # None after 410 Gone: relist
+                if since and not self.delivered:
+                    self._quiet_list = True  # the version is gone: start from a list, as without it
+                since = ""
             except StopWatching:
                 self.stop()
                 return
             except Exception as exc:  # noqa: BLE001 - reconnect with backoff, never die
+                if self.stopped:
+                    return  # the stream stop() cut
                 self.errors += 1
                 self.last_error = exc
+                if since and getattr(exc, "status", None) == 410:
+                    since, self._quiet_list = "", True  # the version is gone (answered as an HTTP error)
                 if self.on_error is not None:
                     try:
                         self.on_error(exc)
@@ -166,7 +192,8 @@ class Watcher(threading.Thread):
 
     def _list(self) -> str:
         rv = ""
-        if not self.emit_initial and not self.synced.is_set():
+        if not self.emit_initial and (not self.synced.is_set() or self._quiet_list):
+            self._quiet_list = False
             for _items, rv in list_pages(self.api, *self.gvr, namespace=self.namespace, page_size=1):
                 return rv
             return rv
@@ -183,6 +210,10 @@ class Watcher(threading.Thread):
                                         ("timeoutSeconds", self.timeout)]
         resp = _call(self.api, collection_path(group, version, resource, self.namespace), query,
                      timeout=self.timeout + 30)
+        self._stream = resp
+        if self.stopped:  # stopped while the request was made
+            resp.release_conn()
+            return rv
         try:
             for line in resp:
                 if self.stopped:
@@ -196,6 +227,7 @@ class Watcher(threading.Thread):
                         return None
                     raise RuntimeError(f"watch error: {obj.get('message')}")
                 rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                self.delivered += 1
                 if etype == "BOOKMARK":
                     continue
                 obj.setdefault("apiVersion", f"{group}/{version}" if group else version)
@@ -203,6 +235,7 @@ class Watcher(threading.Thread):
                     obj.setdefault("kind", self.kind)
                 self.on_event(str(etype), obj)
         finally:
+            self._stream = None
             resp.release_conn()
         return rv
 
