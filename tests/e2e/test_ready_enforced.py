@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.e2e.operator_process import OperatorProcess
 from tests.e2e.test_operator import CM_RULE
-from tests.e2e.vpol_fixtures import Policies, mutating_policies, operator, policies, vpol_installed  # noqa: F401
+from tests.e2e.vpol_fixtures import Policies, mutating_policies, operator, policies, vpol_installed, wait_for  # noqa: F401
 
 POLICY_COUNT = 20
 CM_CREATE = {**CM_RULE, "operations": ["CREATE"]}
@@ -88,3 +88,34 @@ def test_the_sentinel_is_rewritten_and_answers_only_its_probe(operator: Operator
     # The same name in the test's namespace is not probed: admitted.
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": probe, "namespace": namespace}}
     cluster.kubectl("create", "-f", "-", "--dry-run=server", input=json.dumps(cm))
+
+
+def test_a_cluster_policy_that_denies_the_probes_does_not_keep_policies_from_ready(
+        operator: OperatorProcess, policies: Policies, mutating_policies: Policies, cluster: Any,
+        unique_name: Any) -> None:
+    """A policy of the cluster's own (not vpol's) that denies every ConfigMap in vpol's namespace, as one requiring
+    a label on all ConfigMaps would: the API server reports its refusal first, hiding the sentinels' and the probe
+    webhooks' answers. vpol then waits the API server's refresh interval instead of proving, so its policies still
+    become Ready, on all four routes, and enforce."""
+    admission = policies.admission
+    name = unique_name("deny-cm")
+    match = {"resourceRules": [CM_CREATE], "namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": "vpol-system"}}}
+    admission.create_validating_admission_policy({"metadata": {"name": name}, "spec": {
+        "failurePolicy": "Fail", "matchConstraints": match,
+        "validations": [{"expression": "false", "message": "no ConfigMaps here"}]}})
+    admission.create_validating_admission_policy_binding({"metadata": {"name": name}, "spec": {
+        "policyName": name, "validationActions": ["Deny"]}})
+    try:
+        probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "vpol-system"}}
+        wait_for("the cluster policy enforced", lambda: "no ConfigMaps here" in cluster.kubectl(
+            "create", "-f", "-", "--dry-run=server", input=json.dumps(probe), check=False).stderr, 30)
+        for i, (owner, webhook) in enumerate([(policies, False), (policies, True), (mutating_policies, False),
+                                              (mutating_policies, True)]):
+            spec = mutating_spec(100 + i, webhook) if owner is mutating_policies else validating_spec(100 + i, webhook)
+            created = owner.create(f"hidden{i}", spec)
+            owner.wait_condition(created, "Ready", "True", timeout=60)
+        assert "refused by" in operator.log() and name in operator.log()
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)

@@ -20,9 +20,11 @@ its namespace, or the namespace does not exist), a round falls back to waiting
 :data:`FALLBACK_WAIT` seconds after the sentinel was written (the plugins'
 refresh interval of one second, ``policyRefreshInterval`` in
 ``k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go``, plus
-a margin), and says so once in the log. A probe that is refused for another
-reason (another admission policy denies it) is retried until the round's
-deadline.
+a margin), and says so once in the log. So does a probe another admission
+policy or webhook of the cluster refuses (the API server reports the first
+refusal only, which hides the sentinel's answer): a cluster policy denying
+every ConfigMap without some label must not keep vpol's policies from Ready.
+A probe refused for another reason is retried until the round's deadline.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from vpol.desired.probe import (
     map_probe_name,
     probe_configmap,
     probed_epoch,
+    refused_by_another,
     sentinel_map,
     sentinel_vap,
     vap_answered,
@@ -81,7 +84,8 @@ class Proof:
 
 
 class ProbeImpossible(Exception):
-    """The probe request cannot be sent (RBAC, no namespace): fall back to the refresh interval."""
+    """The probe request cannot be sent (RBAC, no namespace), or its answer is hidden (another admission policy
+    refuses it first): fall back to the refresh interval."""
 
 
 class EnforcementProver(threading.Thread):
@@ -107,7 +111,9 @@ class EnforcementProver(threading.Thread):
         #: When each webhook waiter asked (monotonic), for WAITER_EXPIRY.
         self._webhook_asked: dict[str, float] = {}
         self._counter = itertools.count()
-        self._fallback_said = False
+        self._fallback_said: set[str] = set()
+        #: (configuration, mutating, epoch) -> when its webhook probe was first refused by another policy.
+        self._hidden_since: dict[tuple[str, bool, str], float] = {}
         #: Rounds run and probes sent (for tests and the benchmark).
         self.rounds = 0
         self.probes = 0
@@ -189,11 +195,7 @@ class EnforcementProver(threading.Thread):
                     if self._answered(kind, epoch):
                         pending.discard(kind)
                 except ProbeImpossible as exc:
-                    if not self._fallback_said:
-                        logger.warning("enforcement probes cannot be sent (%s): vpol waits %.0f s after writing "
-                                       "instead (the API server's policy refresh interval plus a margin)", exc,
-                                       FALLBACK_WAIT)
-                        self._fallback_said = True
+                    self._say_fallback(str(exc))
                     fallback = True
             if fallback and time.monotonic() - bumped >= FALLBACK_WAIT:
                 pending.clear()
@@ -218,6 +220,13 @@ class EnforcementProver(threading.Thread):
                            self.round_timeout)
             self._stop_event.wait(RETRY_AFTER_FAILURE)
 
+    def _say_fallback(self, why: str) -> None:
+        """Log, once per reason, that probes give way to waiting."""
+        if why not in self._fallback_said:
+            logger.warning("enforcement probes cannot prove enforcement (%s): vpol waits %.0f s after writing instead "
+                           "(the API server's policy refresh interval plus a margin)", why, FALLBACK_WAIT)
+            self._fallback_said.add(why)
+
     def _bump(self, kinds: set[str], map_version: str | None) -> str:
         epoch = f"{int(time.time() * 1000):x}{next(self._counter)}"
         objects: list[dict[str, Any]] = []
@@ -238,6 +247,8 @@ class EnforcementProver(threading.Thread):
             message = _message(exc)
             if kind == VAP and vap_answered(message):
                 return True
+            if (other := refused_by_another(message)):
+                raise ProbeImpossible(f"the probe ConfigMap is refused by {other} first") from exc
             if exc.status in (403, 404) and "vpol" not in message:
                 raise ProbeImpossible(f"{exc.status}: {message}") from exc
             return False
@@ -255,12 +266,20 @@ class EnforcementProver(threading.Thread):
         try:
             self.objects.dry_run_configmap(self.namespace, probe_configmap(name, {WEBHOOK_PROBE_LABEL: epoch}))
         except ApiException as exc:
-            answered = webhook_answered(_message(exc), epoch)
+            message = _message(exc)
+            answered = webhook_answered(message, epoch)
+            other = "" if answered else refused_by_another(message)
+            if other:  # hidden by another policy's refusal: the configuration is taken as loaded after a wait
+                self._say_fallback(f"the webhook probe ConfigMap is refused by {other} first")
+                since = self._hidden_since.setdefault((configuration, mutating, epoch), time.monotonic())
+                answered = time.monotonic() - since >= FALLBACK_WAIT
         if not answered:
             self._wake.set()
             self._stop_event.wait(PROBE_INTERVAL)
             return
         done: list[str] = []
+        for hidden in [k for k in self._hidden_since if k[:2] == (configuration, mutating)]:
+            del self._hidden_since[hidden]
         with self._lock:
             epochs = self._proven_epochs.setdefault((configuration, mutating), [])
             epochs.append(epoch)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -125,6 +126,22 @@ def probe_configmap(name: str, labels: Mapping[str, str] | None = None) -> dict[
 def vap_answered(error_message: str) -> bool:
     """Whether a dry-run's error is the sentinel VAP's denial."""
     return VAP_PROBE_MESSAGE in error_message and SENTINEL in error_message
+
+
+#: How the API server names the admission policy or webhook that refused a request, in the refusal's message.
+_REFUSED_BY = re.compile(r"(?:ValidatingAdmissionPolicy |policy )'([^']+)' with binding '[^']*' denied request"
+                         r"|admission webhook \"([^\"]+)\" denied the request")
+
+
+def refused_by_another(error_message: str) -> str:
+    """The admission policy or webhook other than vpol's probes that refused a probe ConfigMap ("" when none): the
+    API server reports the first refusal only, so a policy of the cluster's that denies the probe (all ConfigMaps
+    without some label, say) hides the sentinel's answer, whichever has loaded."""
+    m = _REFUSED_BY.search(error_message)
+    if m is None:
+        return ""
+    name = m.group(1) or m.group(2)
+    return "" if name == SENTINEL or name.startswith("probe.") and name.endswith(".vpol.kyverno.io") else name
 
 
 def map_answered(obj: Mapping[str, Any], epoch: str) -> bool:

@@ -96,3 +96,23 @@ def test_the_servers_answer_names_the_epoch_it_was_asked_with() -> None:
     assert webhook_answered(f'admission webhook "probe.validate.vpol.kyverno.io" denied the request: '
                             f'{answer["status"]["message"]}', "abc")
     assert not webhook_answered(answer["status"]["message"], "abd")
+
+
+def test_a_refusal_by_another_policy_or_webhook_is_told_from_the_probes_own() -> None:
+    from vpol.desired.probe import refused_by_another
+
+    vap = ('configmaps "vpol-probe-v-1" is forbidden: ValidatingAdmissionPolicy \'require-team\' with binding '
+           "'require-team-binding' denied request: a team label is required")
+    assert refused_by_another(vap) == "require-team"
+    map_error = "policy 'mpol-x' with binding 'mpol-x-binding' denied request: error applying patch: ..."
+    assert refused_by_another(map_error) == "mpol-x"
+    webhook = 'admission webhook "validate.kyverno.svc-fail" denied the request: Policy x failed: y'
+    assert refused_by_another(webhook) == "validate.kyverno.svc-fail"
+    # The probes' own answers, and what is no refusal at all.
+    ours = ('configmaps "vpol-probe-v-1" is forbidden: ValidatingAdmissionPolicy \'vpol-enforcement-probe\' with '
+            "binding 'vpol-enforcement-probe-binding' denied request: vpol enforcement probe")
+    assert refused_by_another(ours) == ""
+    assert refused_by_another('admission webhook "probe.validate.vpol.kyverno.io" denied the request: '
+                              "vpol webhook probe 1a") == ""
+    assert refused_by_another('configmaps is forbidden: User "system:serviceaccount:vpol-system:vpol" cannot '
+                              'create resource "configmaps"') == ""
