@@ -136,12 +136,16 @@ def dry_run(cluster: KubeCluster, obj: dict[str, Any]) -> dict[str, Any] | str:
 
 
 def stored(obj: dict[str, Any]) -> dict[str, Any]:
-    """What is compared of a stored object: all but the server's own metadata and vpol's own labels."""
+    """What is compared of a stored object: all but the server's own metadata and vpol's own labels and
+    annotations."""
     obj = copy.deepcopy(obj)
     md = obj["metadata"]
     for key in SERVER_FIELDS:
         md.pop(key, None)
     md["labels"] = {k: v for k, v in (md.get("labels") or {}).items() if not k.startswith("vpol.kyverno.io/")}
+    annotations = {k: v for k, v in (md.pop("annotations", None) or {}).items() if not k.startswith("vpol.kyverno.io/")}
+    if annotations:
+        md["annotations"] = annotations
     obj.pop("status", None)
     return obj
 
