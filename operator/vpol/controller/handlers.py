@@ -121,7 +121,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_policy=rt.scanner.set_policy if rt.scanner else None,
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
-                               webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover)
+                               webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover,
+                               requeue=rt.queue.add_at_delay)
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
                                      generation=options.vap_generation, webhook=options.webhook, prover=rt.prover,
                                      access=rt.reconciler.access,

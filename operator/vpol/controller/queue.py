@@ -71,6 +71,14 @@ class WorkQueue:
         self._timers.pop(key, None)
         self.add(key)
 
+    def add_at_delay(self, key: str, delay: float) -> None:
+        """Queue ``key`` in ``delay`` seconds (from any thread), whatever else is scheduled for it (a backoff's
+        retry does not replace this one, nor this one the retry)."""
+        if self._loop is not None and threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(self.add_at_delay, key, delay)
+            return
+        asyncio.get_running_loop().call_later(max(0.0, delay), self.add, key)
+
     def backoff(self, key: str) -> float:
         n = self._failures.get(key, 0)
         return min(self.max_delay, self.base_delay * (2 ** n))

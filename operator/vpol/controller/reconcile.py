@@ -40,7 +40,7 @@ from vpol.kube.objects import Listed, Objects
 from vpol.kube.openapi import cluster_discovery
 from vpol.model.discovery import Discovery, builtin
 from vpol.model.parse import parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +97,36 @@ class DiscoveryCache:
             self._at = 0.0
 
 
+#: Seconds after an exception's expiresAt at which the policies it names are reconciled again (it has expired then).
+EXPIRY_MARGIN = 1.0
+
+
+def exception_policy_keys(exc: PolicyException) -> list[str]:
+    """The work-queue keys of the policies an exception names: ``name`` for a ValidatingPolicy, ``namespace/name``
+    for a NamespacedValidatingPolicy (in the exception's namespace), the mutating reconciler's keys for the
+    MutatingPolicy kinds."""
+    from vpol.controller.reconcile_mutating import key_for  # the mutating reconciler imports this module
+
+    out = []
+    for ref in exc.policy_refs:
+        key = f"{exc.namespace}/{ref.name}" if ref.kind.startswith("Namespaced") and exc.namespace else ref.name
+        out.append(key_for(key) if ref.kind.endswith("MutatingPolicy") else key)
+    return out
+
+
 class Reconciler:
     def __init__(self, api: client.ApiClient, *, discovery: DiscoveryCache | None = None,
                  on_policy: Callable[[str, ValidatingPolicy | None], None] | None = None,
                  on_exceptions: Callable[[list[PolicyException]], None] | None = None,
                  generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
-                 webhook_configuration: str = "", prover: EnforcementProver | None = None):
+                 webhook_configuration: str = "", prover: EnforcementProver | None = None,
+                 requeue: Callable[[str, float], None] | None = None):
         self.api = api
+        #: requeue(key, delay): reconcile a policy again later (when an exception naming it expires).
+        self.requeue = requeue or (lambda key, delay: None)
+        #: (policy key, expiresAt) of the exception expiries already scheduled.
+        self._expiries: set[tuple[str, float]] = set()
+        self._expiries_lock = threading.Lock()
         #: Proves the API server enforces what was written before a policy is called enforced (None: trust writes;
         #: only for tests of the reconciler itself).
         self.prover = prover
@@ -127,7 +150,20 @@ class Reconciler:
         self.on_exceptions = on_exceptions or (lambda exceptions: None)
 
     def exceptions(self) -> list[PolicyException]:
-        out = self.objects.policy_exceptions()
+        """The cluster's PolicyExceptions that have not expired (Kyverno leaves expired ones out when it lists them);
+        the policies an unexpired one names are reconciled again when it expires, so their generated objects and
+        scans stop applying it then."""
+        now = time.time()
+        out, _next = active_exceptions(self.objects.policy_exceptions(), now)
+        with self._expiries_lock:
+            self._expiries = {(k, at) for k, at in self._expiries if at >= now}
+            for exc in out:
+                if exc.expires_at is None:
+                    continue
+                for key in exception_policy_keys(exc):
+                    if (key, exc.expires_at) not in self._expiries:
+                        self._expiries.add((key, exc.expires_at))
+                        self.requeue(key, exc.expires_at - now + EXPIRY_MARGIN)
         self.on_exceptions(out)
         return out
 

@@ -82,7 +82,7 @@ from vpol.kube.reports import Reports
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy, policy_key
+from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
 
 logger = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ class Scanner(threading.Thread):
         objects = Objects(self.api)
         try:
             bodies = objects.list_policies()
-            exceptions = objects.policy_exceptions()
+            exceptions, _next = active_exceptions(objects.policy_exceptions(), time.time())
         except Exception as exc:  # noqa: BLE001 - the operator's watches and reconciles tell them as well
             logger.warning("background scans: listing policies failed (%s); waiting for the operator's watch",
                            describe(exc))

@@ -8,6 +8,8 @@ nothing blocks it. Defaults are Kyverno's (see NOTES.md, section 1).
 
 from __future__ import annotations
 
+import datetime
+
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -455,7 +457,7 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
     name, namespace, *_ = _metadata(r, data, True)
     r.object_ref = f"PolicyException/{name}"
     d = r.obj(data.get("spec"), "spec", ("policyRefs", "matchConditions", "images", "allowedValues",
-                                         "reportResult", "background"))
+                                         "reportResult", "background", "expiresAt"))
     refs = r.objects(d, "policyRefs", "spec",
                      lambda i, h: PolicyRef(r.str_(i, "name", h, required=True), r.str_(i, "kind", h)))
     if not refs:
@@ -468,9 +470,26 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
         allowed_images=r.strings(d, "images", "spec"),
         allowed_values=r.strings(d, "allowedValues", "spec"),
         report_result=r.str_(d, "reportResult", "spec", default="skip", choices=("skip", "pass")),
+        expires_at=_timestamp(r, d, "expiresAt", "spec"),
         source=doc.file if doc else "",
     )
     return (None if r.failed else exc), r.problems
+
+
+def _timestamp(r: Reader, data: dict[str, Any], key: str, path: str) -> float | None:
+    """A metav1.Time field (RFC 3339, as the API server accepts it) as POSIX seconds; None when absent."""
+    text = r.str_(data, key, path)
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or "T" not in text.upper():
+        r.problem(f"{path}.{key}", f'invalid value "{text}": must be an RFC 3339 date-time, '
+                                   "such as 2026-12-31T23:59:59Z")
+        return None
+    return moment.timestamp()
 
 
 # --- MutatingPolicy ---------------------------------------------------------------------

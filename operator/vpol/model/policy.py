@@ -7,7 +7,7 @@ itself: the pod-controller autogen rewrite and VAP generation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +229,13 @@ class PolicyRef:
     kind: str = "ValidatingPolicy"
 
 
+def active_exceptions(exceptions: Iterable[PolicyException], now: float) -> tuple[list[PolicyException], float | None]:
+    """The exceptions that have not expired at ``now``, and the next moment one of them expires (None: none will)."""
+    active = [e for e in exceptions if not e.expired(now)]
+    upcoming = [e.expires_at for e in active if e.expires_at is not None]
+    return active, (min(upcoming) if upcoming else None)
+
+
 @dataclass(frozen=True)
 class PolicyException:
     """A Kyverno PolicyException (policies.kyverno.io) for CEL policies."""
@@ -241,12 +248,19 @@ class PolicyException:
     allowed_values: tuple[str, ...] = ()
     #: Kyverno's reportResult: "skip" (default) or "pass".
     report_result: str = "skip"
+    #: ``spec.expiresAt`` as POSIX seconds (None: never). In a cluster an expired exception exempts nothing (Kyverno
+    #: leaves it out when it lists exceptions); offline it applies as written, as in Kyverno's CLI.
+    expires_at: float | None = None
     source: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
         """``namespace/name``, or ``name`` when it has no namespace."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def expired(self, now: float) -> bool:
+        """Whether ``spec.expiresAt`` has passed at ``now`` (POSIX seconds), as Kyverno's IsExpired: after it."""
+        return self.expires_at is not None and now > self.expires_at
 
     def applies_to(self, policy: ValidatingPolicy | MutatingPolicy) -> bool:
         return any(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 from vpol.model.documents import parse_documents
 from vpol.model.parse import parse_exception, parse_policy
@@ -122,3 +123,33 @@ def test_exception_parses_refs_and_conditions():
     assert problems == []
     assert exc.namespace == "ns" and exc.policy_refs[0].name == "p"
     assert exc.match_conditions[0].expression == "true"
+
+
+def test_an_exceptions_expiry_is_read_and_an_expired_exception_is_left_out() -> None:
+    from vpol.model.parse import parse_exception
+    from vpol.model.policy import active_exceptions
+
+    def exc(name: str, expires: str | None) -> Any:
+        spec: dict[str, Any] = {"policyRefs": [{"name": "p", "kind": "ValidatingPolicy"}]}
+        if expires is not None:
+            spec["expiresAt"] = expires
+        return parse_exception({"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+                                "metadata": {"name": name, "namespace": "ns"}, "spec": spec})
+
+    soon, problems = exc("soon", "2026-12-01T00:00:00Z")
+    import datetime
+
+    utc = datetime.timezone.utc
+    assert soon is not None and not problems and soon.expires_at == datetime.datetime(2026, 12, 1, tzinfo=utc).timestamp()
+    offset, _ = exc("offset", "2026-12-01T01:00:00+01:00")
+    assert offset is not None and offset.expires_at == soon.expires_at
+    never, _ = exc("never", None)
+    assert never is not None and never.expires_at is None
+    for bad in ("tomorrow", "2026-12-01", "2026-12-01T00:00:00"):
+        parsed, problems = exc("bad", bad)
+        assert parsed is None and problems[0].path == "spec.expiresAt", (bad, problems)
+    # Expired after the moment, as Kyverno's IsExpired (now after expiresAt); the next expiry is told.
+    active, upcoming = active_exceptions([soon, never], soon.expires_at - 1)
+    assert active == [soon, never] and upcoming == soon.expires_at
+    assert active_exceptions([soon, never], soon.expires_at) == ([soon, never], soon.expires_at)
+    assert active_exceptions([soon, never], soon.expires_at + 1) == ([never], None)

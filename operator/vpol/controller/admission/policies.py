@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from vpol.cel.compiler import compile_mutating_policy, compile_verdict
+from vpol.controller.reconcile import EXPIRY_MARGIN
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
 from vpol.desired.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
@@ -35,7 +37,7 @@ from vpol.kube.objects import (
 )
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy, policy_key
+from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class AdmissionPolicies:
         self._listing: dict[str, set[str]] = {}
         self._snapshot = Snapshot()
         self.watchers: list[Watcher] = []
+        #: Publishes again when the next exception expires (its snapshot then leaves it out).
+        self._expiry: threading.Timer | None = None
 
     def listen(self, fn: Callable[[Snapshot], None]) -> None:
         self._listeners.append(fn)
@@ -109,6 +113,8 @@ class AdmissionPolicies:
     def stop(self) -> None:
         for w in self.watchers:
             w.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
 
     def _listing_starts(self, plural: str) -> Callable[[], None]:
         def begin() -> None:
@@ -195,10 +201,21 @@ class AdmissionPolicies:
             self._publish()
 
     def _publish(self) -> None:
+        now = time.time()
         with self._lock:
-            self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(self._exceptions.values()),
+            # Expired exceptions exempt nothing (Kyverno leaves them out when it lists them); the next to expire
+            # publishes a snapshot without it when it does.
+            active, upcoming = active_exceptions(self._exceptions.values(), now)
+            self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(active),
                                       mutating=dict(self._mutating), version=self._snapshot.version + 1)
             snapshot = self._snapshot
+            if self._expiry is not None:
+                self._expiry.cancel()
+                self._expiry = None
+            if upcoming is not None:
+                self._expiry = threading.Timer(upcoming - now + EXPIRY_MARGIN, self._publish)
+                self._expiry.daemon = True
+                self._expiry.start()
         for fn in self._listeners:
             try:
                 fn(snapshot)
