@@ -244,8 +244,8 @@ def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) ->
     matchConditions only allows its images where its conditions hold (``(c1) && (c2) ? [...] : []``; Kyverno's
     generator negates the conditions, exempting those requests from every validation), and an exception without
     conditions that exempts everything is the matchCondition ``false`` named after it (Kyverno's adds nothing).
-    Several fine-grained exceptions make one variable each (Kyverno's repeats the name, which the API server
-    refuses)."""
+    Several fine-grained exceptions make one variable of each name together (Kyverno's declares the name once per
+    exception, which the API server refuses)."""
     out = ExceptionParts()
     gated: dict[str, list[str]] = {name: [] for name in ALLOWED}
     plain: dict[str, list[str]] = {name: [] for name in ALLOWED}
