@@ -201,12 +201,14 @@ def controlplane_binary() -> Path:
     return binary
 
 
-def start_local_cluster(state: Path, timeout: float = START_TIMEOUT) -> tuple[Path, dict[str, str]]:
-    """Start a control plane with state in `state`; return (state, exported env).
+def start_local_cluster(state: Path, timeout: float = START_TIMEOUT,
+                        apiserver_args: Sequence[str] = ()) -> tuple[Path, dict[str, str]]:
+    """Start a control plane with state in `state` (and more kube-apiserver flags); return (state, exported env).
 
     Raises RuntimeError with the tail of the logs when it does not come up.
     """
-    proc = _run_script("start", str(state), "--timeout", str(int(timeout)), timeout=timeout + 60)
+    proc = _run_script("start", str(state), "--timeout", str(int(timeout)),
+                       *(f"--apiserver-arg={a}" for a in apiserver_args), timeout=timeout + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"`cluster start {state}` failed:\n{_last_lines(proc.stderr, 60)}")
     return state, exported_env(proc.stdout)
@@ -282,13 +284,13 @@ class LocalClusters:
         self.binary = binary
         self.started: list[Path] = []
 
-    def start(self, state: Path) -> KubeCluster:
+    def start(self, state: Path, apiserver_args: Sequence[str] = ()) -> KubeCluster:
         """Start a fresh cluster with state in `state` (skips/fails like `cluster`)."""
         import json
 
         self.started.append(state)
         try:
-            _, exports = start_local_cluster(state)
+            _, exports = start_local_cluster(state, apiserver_args=apiserver_args)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             self.stop(state)
             unavailable(str(exc))

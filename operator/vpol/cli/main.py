@@ -437,6 +437,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook=args.webhook == "on", webhook_port=args.webhook_port, webhook_url=args.webhook_url,
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
+                webhook_client_ca=args.webhook_client_ca,
                 webhook_eval_timeout=args.webhook_eval_timeout,
                 webhook_excluded_namespaces=tuple(args.webhook_exclude_namespaces or ()),
                 webhook_inline=args.webhook_inline == "on",
@@ -550,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook-cert-secret", default="", metavar="NAME",
                    help="an existing kubernetes.io/tls Secret in --namespace with ca.crt (e.g. from cert-manager); "
                         "default: vpol makes and rotates its own in vpol-webhook-tls")
+    p.add_argument("--webhook-client-ca", default="", metavar="FILE",
+                   help="a CA certificate file: the webhook accepts only clients presenting a certificate it signed "
+                        "(the API server's, configured through its AdmissionConfiguration); default: none required")
     p.add_argument("--webhook-workers", type=int, default=2,
                    help="evaluation worker processes of the webhook (default 2)")
     p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",

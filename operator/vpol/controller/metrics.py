@@ -51,6 +51,14 @@ REPORT_WRITES = Counter("vpol_report_writes_total", "Writes of PolicyReports", [
 
 ADMISSION_REQUESTS = Counter("vpol_admission_requests_total", "Admission requests received by vpol's webhook",
                              ["webhook", "operation", "resource_kind"])
+ADMISSION_REJECTED = Counter("vpol_admission_rejected_requests_total",
+                             "Requests to vpol's webhook refused before evaluation: not an AdmissionReview it answers "
+                             "(too-large, encoding, not-json, too-deep, not-review, invalid-request), a body "
+                             "that did not arrive in time (timeout), a connection beyond the limit (connections)",
+                             ["reason"])
+ADMISSION_INTERNAL_ERRORS = Counter("vpol_admission_internal_errors_total",
+                                    "Unexpected failures while serving an admission request (answered by the "
+                                    "failurePolicy; the log line names the error id)")
 ADMISSION_DECISIONS = Counter("vpol_admission_decisions_total",
                               "Decisions of policies enforced by vpol's webhook (allow, deny, warn, audit, error)",
                               ["policy", "decision"])

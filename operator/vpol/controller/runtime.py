@@ -47,6 +47,8 @@ class Options:
     #: An existing Secret holding the serving certificate (cert-manager); empty: vpol manages its own.
     webhook_cert_secret: str = ""
     webhook_workers: int = 2
+    #: A CA file: the webhook requires a client certificate it signed (the API server's); "": none required.
+    webhook_client_ca: str = ""
     webhook_eval_timeout: float = 3.0
     #: Namespaces vpol's webhooks never match, besides kube-system and ``namespace`` (Kyverno's equivalent is the
     #: namespaceSelector of its ConfigMap's ``webhooks``): requests there are not sent to vpol at all.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from vpol.engine.review import Review
 from vpol.cel.backend import Backend
 from vpol.controller.admission.policies import Snapshot
 from vpol.controller.admission.server import EvaluatorPool
@@ -154,7 +155,7 @@ def test_a_webhook_no_policy_of_the_snapshot_answers_allows_at_once_without_a_wo
             pool.evaluators = [Unused("w")]  # type: ignore[list-item]
             await pool.start()
             server._pool = pool  # noqa: SLF001 - the pool a snapshot would have built
-            answers.append(json.loads(await server.answer((req, "u-7"), body, failure_policy, mutating)))
+            answers.append(json.loads(await server.answer(Review(req, "u-7", body), failure_policy, mutating)))
         assert pool.answers("Fail", False) and not pool.answers("Ignore", False)
         return answers
 
@@ -200,7 +201,7 @@ def test_a_request_waits_for_the_workers_of_newer_policies() -> None:
             server._pool = EvaluatorPool(new, 1, Backend(), Limits())  # noqa: SLF001
 
         swap = asyncio.create_task(rebuilt())
-        await server.answer((req, "u-8"), body, "Fail", False)
+        await server.answer(Review(req, "u-8", body), "Fail", False)
         await swap
 
     asyncio.run(scenario())

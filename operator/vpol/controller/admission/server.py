@@ -22,6 +22,14 @@ it, evaluates, decides and encodes the answer; the exchange is awaited on the
 loop itself (no thread per request), and the counters of the policies'
 decisions are kept without a label lookup each.
 
+Every caller is treated as hostile (the port is reachable by whatever can reach the Service): a body passes
+:mod:`vpol.engine.review` (size, encoding, nesting, the AdmissionReview's fields and types) before anything reads
+it, else it is answered 400/413 with a one-line reason, counted and logged once without a traceback; an
+unexpected failure is answered by the webhook's failurePolicy and logged as one line with an error id (the
+traceback at debug level). The TLS listener takes TLS 1.2 or later without client renegotiation, optionally
+verifies the API server's client certificate (``--webhook-client-ca``), limits header sizes, open connections,
+handshake and idle time, and the time a body may take to arrive, so slow or many clients cannot exhaust it.
+
 Routes: ``POST /validate/fail`` and ``/validate/ignore`` (the webhooks of
 policies with failurePolicy Fail and Ignore), ``POST /mutate/fail`` and
 ``/mutate/ignore`` (MutatingPolicies the API server cannot apply natively,
@@ -40,6 +48,7 @@ import os
 import ssl
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +66,7 @@ from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
 from vpol.engine.inline import InlineAdmission, InlineLimits
 from vpol.engine.policy_validation import is_validated_document, validate_document
+from vpol.engine.review import MAX_BODY_BYTES, TIMEOUT, TOO_LARGE, Refusal, Review, parse_review
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, Limits, SandboxedEvaluator
 from vpol.model.discovery import Discovery
@@ -80,6 +90,15 @@ class ServerOptions:
     eval_memory_mib: int = 1024
     #: Requests the serving process answers itself when their work is bounded (vpol.engine.inline); None: never.
     inline: InlineLimits | None = InlineLimits()
+    #: Open connections at most (beyond, a new one is closed at once); the API server keeps a few per replica.
+    max_connections: int = 256
+    #: Seconds a connection may stay idle between requests, a TLS handshake may take, and a body may take to
+    #: arrive.
+    idle_seconds: float = 30.0
+    handshake_seconds: float = 10.0
+    read_seconds: float = 10.0
+    #: Longest request line and header field (bytes).
+    max_header_bytes: int = 8190
 
 
 class EvaluatorPool:
@@ -199,13 +218,21 @@ class EvaluatorPool:
 
 
 class CertificateFiles:
-    """The serving certificate on disk (ssl wants files), reloaded into the server's context on change."""
+    """The serving certificate on disk (ssl wants files), reloaded into the server's context on change.
 
-    def __init__(self, current: Callable[[], Any]):
+    The context takes TLS 1.2 or later (the client's best, 1.3 when it offers it) and refuses client-initiated
+    renegotiation; with ``client_ca`` it requires a client certificate signed by that CA (the API server presents
+    one when its AdmissionConfiguration gives it a kubeconfig for this webhook)."""
+
+    def __init__(self, current: Callable[[], Any], client_ca: str = ""):
         self.current = current
         self.dir = tempfile.mkdtemp(prefix="vpol-webhook-")
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context.options |= ssl.OP_NO_RENEGOTIATION
+        if client_ca:
+            self.context.verify_mode = ssl.CERT_REQUIRED
+            self.context.load_verify_locations(cafile=client_ca)
         self._loaded: bytes = b""
 
     def refresh(self) -> bool:
@@ -255,6 +282,9 @@ class WebhookServer:
         self.serving_version = -1
         #: Whether the TLS site accepts connections (it waits for the serving certificate first).
         self.listening = False
+        self._listener: asyncio.AbstractServer | None = None
+        #: Refusals logged per reason (one line per reason and LOG_EVERY seconds: a flood logs little).
+        self._refusals_logged: dict[str, tuple[float, int]] = {}
 
     # -- lifecycle
 
@@ -262,7 +292,7 @@ class WebhookServer:
         self._loop = asyncio.get_running_loop()
         self.policies.listen(self._on_change)
         self._changed.set()
-        app = web.Application(client_max_size=8 * 1024**2)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._unexpected])
         for path in FAILURE_POLICIES:
             app.router.add_post(path, self._handle)
         for path in MUTATING_FAILURE_POLICIES:
@@ -270,7 +300,12 @@ class WebhookServer:
         app.router.add_post(PROBE_PATH, self._probe)
         app.router.add_post(POLICY_VALIDATION_PATH, self._validate_policy)
         app.router.add_get("/healthz", self._healthz)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Bodies are decoded by vpol.engine.review, bounded after decompression too (aiohttp's own decoding has
+        # no such bound and answers a bad gzip body with a 500).
+        self._runner = web.AppRunner(app, access_log=None, auto_decompress=False,
+                                     keepalive_timeout=self.options.idle_seconds,
+                                     max_line_size=self.options.max_header_bytes,
+                                     max_field_size=self.options.max_header_bytes)
         await self._runner.setup()
         self._tasks.append(asyncio.create_task(self._rebuild_loop(), name="vpol-admission-rebuild"))
         # Serving waits for the certificate in the background: the rest of the operator starts meanwhile.
@@ -286,8 +321,12 @@ class WebhookServer:
                 logger.warning("admission webhook certificate cannot be loaded: %s", exc)
             logger.info("admission webhook: waiting for the serving certificate")
             await asyncio.sleep(2)
-        site = web.TCPSite(self._runner, self.options.host, self.options.port, ssl_context=self.certificates.context)
-        await site.start()
+        # Not aiohttp's TCPSite: it sets neither a TLS handshake timeout nor a bound on connections.
+        assert self._loop is not None and self._runner.server is not None
+        self._listener = await self._loop.create_server(
+            _Bounded(self._runner.server, self.options.max_connections), self.options.host, self.options.port,
+            ssl=self.certificates.context, ssl_handshake_timeout=self.options.handshake_seconds, backlog=128,
+            reuse_address=True)
         self.listening = True
         logger.info("admission webhook serving on %s:%d", self.options.host, self.options.port)
         await self._certificate_loop()
@@ -302,6 +341,8 @@ class WebhookServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._pool is not None:
@@ -354,32 +395,84 @@ class WebhookServer:
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"serving": self._pool is not None, "version": self.serving_version})
 
+    @web.middleware
+    async def _unexpected(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Any failure the handlers did not answer themselves: a 500 (the API server then applies the webhook's
+        failurePolicy), one log line with an error id, the traceback at debug level."""
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the trust boundary never answers with a traceback
+            error = self._internal_error(f"{request.method} {request.path}", exc)
+            return web.json_response({"message": f"internal error {error}"}, status=500)
+
+    def _internal_error(self, what: str, exc: BaseException) -> str:
+        """Log an unexpected failure as one line naming an error id (the traceback at debug level); the id."""
+        error = uuid.uuid4().hex[:12]
+        metrics.ADMISSION_INTERNAL_ERRORS.inc()
+        logger.warning("admission: %s failed (error %s): %s: %s", what, error, type(exc).__name__, str(exc)[:300])
+        logger.debug("admission: error %s", error, exc_info=exc)
+        return error
+
+    async def _read(self, request: web.Request, webhook: str) -> Review | web.Response:
+        """The request's AdmissionReview once it passed the boundary (vpol.engine.review), or the answer refusing
+        it (400, 408 or 413, one line; counted and logged without a traceback)."""
+        try:
+            body = await asyncio.wait_for(request.read(), self.options.read_seconds)
+        except web.HTTPRequestEntityTooLarge:
+            return self._refused(request, webhook, Refusal(413, TOO_LARGE, f"the body is larger than "
+                                                                         f"{MAX_BODY_BYTES} bytes"))
+        except asyncio.TimeoutError:
+            return self._refused(request, webhook, Refusal(408, TIMEOUT, f"the body did not arrive within "
+                                                                        f"{self.options.read_seconds:.0f} s"))
+        outcome = parse_review(body, request.headers.get("Content-Encoding", ""))
+        if isinstance(outcome, Refusal):
+            return self._refused(request, webhook, outcome)
+        req = outcome.request
+        metrics.ADMISSION_REQUESTS.labels(webhook, req["operation"], req["kind"]["kind"]).inc()
+        return outcome
+
+    def _refused(self, request: web.Request, webhook: str, refusal: Refusal) -> web.Response:
+        metrics.ADMISSION_REJECTED.labels(refusal.reason).inc()
+        now = time.monotonic()
+        last, suppressed = self._refusals_logged.get(refusal.reason, (-LOG_EVERY, 0))
+        if now - last >= LOG_EVERY:
+            more = f" ({suppressed} more like it not logged)" if suppressed else ""
+            logger.warning("admission: refused a request to %s from %s (%s): %s%s%s", webhook, request.remote,
+                           refusal.reason, refusal.message, f"; uid {refusal.uid}" if refusal.uid else "", more)
+            self._refusals_logged[refusal.reason] = (now, 0)
+        else:
+            self._refusals_logged[refusal.reason] = (last, suppressed + 1)
+        return web.json_response(refusal.answer(), status=refusal.status)
+
     async def _probe(self, request: web.Request) -> web.Response:
         """The probe webhook: proves the API server calls this webhook with a configuration (no worker)."""
-        review = _review(await request.read(), "probe")
+        review = await self._read(request, "probe")
         if isinstance(review, web.Response):
             return review
         answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                  "response": webhook_probe_answer(review[0])}
+                  "response": webhook_probe_answer(review.request)}
         return web.json_response(answer)
 
     async def _validate_policy(self, request: web.Request) -> web.Response:
         """vpol's own kinds at apply time: refused with `vpol check`'s messages when invalid, type-check warnings
         as admission warnings. Compiling runs in a thread; the answer never fails the request (on an internal
         error the object is admitted: the operator's status still reports it)."""
-        review = _review(await request.read(), "policy")
+        review = await self._read(request, "policy")
         if isinstance(review, web.Response):
             return review
-        req, uid = review
+        req, uid = review.request, review.uid
         obj = req.get("object")
         response: dict[str, Any] = {"uid": uid, "allowed": True}
-        if req.get("operation") in ("CREATE", "UPDATE") and isinstance(obj, dict) and is_validated_document(obj):
+        if req["operation"] in ("CREATE", "UPDATE") and isinstance(obj, dict) and is_validated_document(obj):
             try:
                 verdict = await asyncio.to_thread(validate_document, obj, self.discovery(), cached=True)
                 response = policy_validation_response(uid, verdict.ref, [p.render() for p in verdict.errors],
                                                       [p.render() for p in verdict.warnings])
-            except Exception:  # noqa: BLE001 - never block a policy edit on vpol's own failure
-                logger.exception("validating %s failed", req.get("name"))
+            except Exception as exc:  # noqa: BLE001 - never block a policy edit on vpol's own failure
+                self._internal_error(f"validating {req.get('name')} (request {uid})", exc)
         return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                   "response": response})
 
@@ -396,18 +489,16 @@ class WebhookServer:
         any failure is answered by the webhook's failurePolicy."""
         started = time.perf_counter()
         webhook = f"mutate-{failure_policy.lower()}" if mutating else failure_policy.lower()
-        body = await request.read()
-        review = _review(body, webhook)
+        review = await self._read(request, webhook)
         if isinstance(review, web.Response):
             return review
-        answer = await self.answer(review, body, failure_policy, mutating)
+        answer = await self.answer(review, failure_policy, mutating)
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
         return web.Response(body=answer, content_type="application/json")
 
-    async def answer(self, review: tuple[dict[str, Any], str], body: bytes, failure_policy: str,
-                     mutating: bool) -> bytes:
-        """The AdmissionReview answering a request (``review``: its request and uid, ``body``: as received)."""
-        req, uid = review
+    async def answer(self, review: Review, failure_policy: str, mutating: bool) -> bytes:
+        """The AdmissionReview answering a request that passed the boundary."""
+        req, uid, body = review.request, review.uid, review.body
         pool = self._pool
         try:
             if pool is not None and pool.snapshot.version < self.policies.snapshot.version:
@@ -418,8 +509,8 @@ class WebhookServer:
                 return json.dumps(review_response(uid, Decision())).encode()
             return await self._in_worker(pool, req, uid, body, failure_policy, mutating)
         except Exception as exc:  # noqa: BLE001 - answer by failurePolicy, never crash the server
-            logger.exception("admission request %s failed", uid)
-            return self._failed(uid, str(exc), failure_policy)
+            error = self._internal_error(f"request {uid}", exc)
+            return self._failed(uid, f"internal error {error}", failure_policy)
 
     async def _current_pool(self, pool: EvaluatorPool) -> EvaluatorPool:
         """The pool of the newest policies, once it is built (at most REBUILD_WAIT seconds; else ``pool``).
@@ -476,8 +567,8 @@ class WebhookServer:
         try:
             with using(self.backend):
                 return inline.admit(req, len(call.body), call)
-        except Exception:  # noqa: BLE001 - the worker answers it as it always did
-            logger.exception("admission request %s: answering inline failed; a worker answers it", uid)
+        except Exception as exc:  # noqa: BLE001 - the worker answers it as it always did
+            self._internal_error(f"request {uid}, answered inline (a worker answers it)", exc)
             return None
 
     def _answered(self, pool: EvaluatorPool, req: dict[str, Any], answer: AdmissionAnswer, mutating: bool) -> bytes:
@@ -532,13 +623,33 @@ class WebhookServer:
         return None if info is None else info.namespaced
 
 
-def _review(body: bytes, webhook: str) -> tuple[dict[str, Any], str] | web.Response:
-    """The AdmissionReview's request and uid (counted in the metrics), or the 400 answer to a bad body."""
-    try:
-        req = json.loads(body)["request"]
-        uid = str(req.get("uid") or "")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return web.json_response({"message": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
-    kind = str((req.get("kind") or {}).get("kind") or "")
-    metrics.ADMISSION_REQUESTS.labels(webhook, str(req.get("operation") or ""), kind).inc()
-    return req, uid
+#: Seconds between two log lines about refused requests of one reason.
+LOG_EVERY = 10.0
+
+
+class _Bounded:
+    """The server's protocol factory with at most ``limit`` open connections: beyond, a new connection is
+    closed as soon as it is made (after its TLS handshake), so many clients, slow or idle, cannot take every file
+    descriptor and the event loop's time from the API server's requests."""
+
+    def __init__(self, server: web.Server, limit: int):
+        self.server = server
+        self.limit = limit
+        self.closed = 0
+        self._logged = -LOG_EVERY
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self.server.connections) < self.limit:
+            return self.server()
+        self.closed += 1
+        metrics.ADMISSION_REJECTED.labels("connections").inc()
+        if time.monotonic() - self._logged >= LOG_EVERY:
+            self._logged = time.monotonic()
+            logger.warning("admission: %d connections open, the limit: new ones are closed (%d so far)", self.limit,
+                           self.closed)
+        return _Closing()
+
+
+class _Closing(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()

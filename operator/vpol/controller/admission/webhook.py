@@ -67,8 +67,9 @@ class Admission:
             value: Discovery = discovery.get()
             return value
 
+        certificates = CertificateFiles(self.tls.current, options.webhook_client_ca)
         self.server = WebhookServer(
-            self.policies, self.namespaces, get_discovery, CertificateFiles(self.tls.current), backend=backend,
+            self.policies, self.namespaces, get_discovery, certificates, backend=backend,
             options=ServerOptions(port=options.webhook_port, workers=options.webhook_workers,
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
                                   eval_memory_mib=options.eval_memory_mib,
