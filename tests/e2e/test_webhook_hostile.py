@@ -38,6 +38,10 @@ VALID_REQUEST = {"uid": "hostile-valid", "kind": {"group": "", "version": "v1", 
                  "userInfo": {"username": "someone"}}
 
 
+#: A value in the objects sent, which must appear in no log line and no metric.
+SECRET_MARKER = "s3cr3t-value-4711"
+
+
 def review(request: Any, **top: Any) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request, **top}
 
@@ -102,7 +106,7 @@ def webhook_policy(operator: OperatorProcess, policies: Policies, namespace: str
                                               message="no bad key"))
     enforcement(policies, name, "Webhook")
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": namespace},
-           "data": {"bad": "x"}}
+           "data": {"bad": "x", "token": SECRET_MARKER}}
     return review({**VALID_REQUEST, "namespace": namespace, "name": "cm", "object": obj})
 
 
@@ -144,6 +148,8 @@ def test_every_malformed_class_is_refused_at_once_and_valid_requests_are_decided
     log = operator.log_path.read_text(errors="replace")[log_before:]
     assert "Traceback" not in log, log[-3000:]
     assert "refused a request" in log
+    # No log line carries what the requests held, and the metrics hold no object content.
+    assert SECRET_MARKER not in log and SECRET_MARKER not in operator.metrics()
 
 
 def test_slow_and_many_clients_do_not_delay_valid_requests(operator: OperatorProcess,
