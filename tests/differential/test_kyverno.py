@@ -42,6 +42,7 @@ from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resourc
 from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import PolicyEngine, compile_exception
+from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
 from vpol.engine.mutate import MutatingPolicyEngine
 from vpol.engine.subjects import subject_for
 from vpol.model.documents import Document
@@ -360,6 +361,67 @@ def _mutating_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outco
     return outcomes
 
 
+def _canonical(objects: list[Any]) -> list[Any]:
+    """Objects as JSON gives them, in a fixed order (Kyverno's fake context lists a namespace's objects in map
+    order)."""
+    return sorted((json.loads(json.dumps(o, default=str)) for o in objects), key=lambda o: json.dumps(o, sort_keys=True))
+
+
+def _lifecycle_suite(suite: Suite, binary: str, rng: random.Random) -> list[Outcome]:
+    """The GeneratingPolicies and DeletingPolicies of a suite, as Kyverno's CLI runs them: every resource (and its
+    variations) a trigger of each GeneratingPolicy under CREATE, the suite's own also under UPDATE and DELETE,
+    results and generated objects compared; every resource a candidate of each DeletingPolicy."""
+    loaded = suite.loaded
+    values = _values(suite)
+    backend, resolve = _backend(suite)
+    originals = [d.data for d in loaded.resources if isinstance(d.data, dict)]
+    objects = originals + [v for obj in originals for v in _variations(obj, rng)]
+    exceptions = [compile_exception(e) for e in loaded.exceptions]
+
+    def scope(api_version: str, kind: str) -> bool | None:
+        known = resolve(api_version, kind)
+        return None if known is None else known.namespaced
+
+    generating = [GeneratingPolicyEngine(p, exceptions, namespaced=scope, placement=Placement.KYVERNO_CLI,
+                                         every_exception=True) for p in loaded.generating]
+    deleting = [DeletingPolicyEngine(p, exceptions, confined=False) for p in loaded.deleting]
+    outcomes = []
+    for operation, batch in (("CREATE", objects), ("UPDATE", originals), ("DELETE", originals)):
+        subjects = [subject_for(obj, operation=operation, resolve=resolve, namespaces=values.namespaces,
+                                user_info=values.user_info) for obj in batch]
+        if operation == "UPDATE":
+            subjects = [dataclasses.replace(s, old_object=s.object) for s in subjects]
+        # Deleting policies ignore the operation: asked once.
+        answers = _ask_oracle(binary, {
+            **suite.oracle_input, "validating": [], "namespacedValidating": [], "mutating": [],
+            "generating": [p.raw for p in loaded.generating],
+            "deleting": [p.raw for p in loaded.deleting] if operation == "CREATE" else [],
+            "operation": operation,
+            "resources": [{"object": obj, "namespaced": s.type.namespaced} for obj, s in zip(batch, subjects)]})
+        with using(backend):
+            for subject, answer in zip(subjects, answers):
+                where = f"{subject.name} ({operation})"
+                for gpol in generating:
+                    generation = gpol.generate(subject)
+                    theirs = next((r for r in answer.get("generating") or [] if r["policy"] == gpol.policy.name), None)
+                    kyverno = f"{theirs['rules'][0]['status']}: {theirs['rules'][0]['message']}" if theirs else ""
+                    outcome = Outcome(suite.test_file.parent.name, gpol.policy.name, where,
+                                      f"{generation.result.result}: {generation.result.message}" if generation
+                                      else "", kyverno)
+                    if generation is not None and theirs is not None and generation.result.result == "pass":
+                        outcome.patched = (_canonical([d.object for d in generation.downstreams]),
+                                           _canonical(theirs["generated"]))
+                    outcomes.append(outcome)
+                for dpol in deleting if operation == "CREATE" else []:
+                    verdict = dpol.evaluate(subject)
+                    theirs = next((r for r in answer.get("deleting") or [] if r["policy"] == dpol.policy.name), None)
+                    outcomes.append(Outcome(
+                        suite.test_file.parent.name, dpol.policy.name, where,
+                        f"{verdict.result}: {verdict.message}" if verdict else "",
+                        f"{theirs['rules'][0]['status']}: {theirs['rules'][0]['message']}" if theirs else ""))
+    return outcomes
+
+
 def _deviations() -> list[dict[str, Any]]:
     path = Path(__file__).with_name("deviations.yaml")
     return list(yaml.safe_load(path.read_text()) or []) if path.exists() else []
@@ -385,6 +447,8 @@ def test_vpol_agrees_with_kyverno_on_every_suite_and_variation() -> None:
                 outcomes += _mutating_suite(suite, binary, rng)
             if suite.loaded.policies:
                 outcomes += _validating_suite(suite, binary, rng)
+            if suite.loaded.generating or suite.loaded.deleting:
+                outcomes += _lifecycle_suite(suite, binary, rng)
     decided = [o for o in outcomes if o.vpol or o.kyverno]
     deviations = _deviations()
     explained: dict[str, int] = {}

@@ -192,6 +192,8 @@ type input struct {
 	Namespaces []corev1.Namespace        `json:"namespaces"`
 	Context    caseContext               `json:"context"`
 	Generate   bool                      `json:"generate"`
+	Generating []json.RawMessage         `json:"generating"`
+	Deleting   []json.RawMessage         `json:"deleting"`
 }
 
 type rule struct {
@@ -205,9 +207,11 @@ type policyResult struct {
 }
 
 type resourceResult struct {
-	Policies []policyResult `json:"policies"`
-	Patched  map[string]any `json:"patched"`
-	Error    string         `json:"error,omitempty"`
+	Policies   []policyResult    `json:"policies"`
+	Patched    map[string]any    `json:"patched"`
+	Error      string            `json:"error,omitempty"`
+	Generating []lifecycleResult `json:"generating,omitempty"`
+	Deleting   []lifecycleResult `json:"deleting,omitempty"`
 }
 
 func rules(in []engineapi.RuleResponse) []rule {
@@ -345,6 +349,10 @@ func run(in input) (map[string]any, error) {
 	types := mpolcompiler.NewStaticTypeConverterManager(openapiclient.NewHardcodedBuiltins("1.32"))
 	meng := mpolengine.NewEngine(mprovider, resolve, matching.NewMatcher(), types, fake)
 
+	gpols, dpols, err := lifecycleDocs(in.Generating, in.Deleting)
+	if err != nil {
+		return nil, err
+	}
 	ctx := context.Background()
 	results := make([]resourceResult, 0, len(in.Resources))
 	for _, rc := range in.Resources {
@@ -354,6 +362,16 @@ func run(in input) (map[string]any, error) {
 		}
 		gvk := obj.GroupVersionKind()
 		res := resourceResult{Policies: []policyResult{}}
+		if len(gpols) > 0 {
+			if res.Generating, err = generating(gpols, exceptions, fake, resolve, obj, in.Operation, in.UserInfo); err != nil {
+				return map[string]any{"error": err.Error()}, nil
+			}
+		}
+		if len(dpols) > 0 {
+			if res.Deleting, err = deleting(dpols, exceptions, fake, resolve, obj, in.Resources); err != nil {
+				return map[string]any{"error": err.Error()}, nil
+			}
+		}
 		if len(mpols) > 0 {
 			op, object, old := shape(in.Operation, obj)
 			request := celengine.Request(fake, gvk, gvr(gvk), "", obj.GetName(), obj.GetNamespace(), op, in.UserInfo,

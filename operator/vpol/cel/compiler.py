@@ -31,9 +31,13 @@ from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library
 from vpol.cel.object_literals import as_map_literals, line_column, tokens
 from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
+from vpol.model.deleting import DeletingPolicy
+from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import NamedExpression, ValidatingPolicy
 from vpol.model.problems import Position, Problem
+from vpol.model.templates import Template, TemplateError
+from vpol.model.templates import parse as parse_template
 
 T = cel.Type
 
@@ -53,6 +57,7 @@ _VAR_REF_RX = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)|\bvariabl
 RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "validation": (("bool",), "bool"),
     "matchCondition": (("bool",), "bool"),
+    "generate": (("bool",), "bool"),
     "messageExpression": (("string",), "string"),
     "auditAnnotation": (("string", "null_type"), "string or null"),
 }
@@ -273,14 +278,16 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
                               expression_position=Position(1, 1))]
     if not mutation:
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
-        # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.)
+        # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.
+        # A GeneratingPolicy's environment allows them: Kyverno builds it without HomogeneousAggregateLiterals,
+        # objects to generate being maps of mixed values.)
         # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
         # And literal arguments that do not parse (matches, duration, timestamp, find: vpol.cel.literal_check).
         mixed: list[Mismatch | FormatProblem | LiteralProblem] = []
         # Reading the checked tree costs more than compiling; an expression without a list or map literal
         # (no `[` or `{`), without a `format` call and without a call whose literal argument must parse has
         # nothing these checks could find.
-        literals = "[" in written or "{" in written
+        literals = ("[" in written or "{" in written) and not spec.generating
         formats = not unchecked and "format" in written
         parsed = not unchecked and any(name in written for name in PARSED_LITERAL_CALLS)
         try:
@@ -335,17 +342,18 @@ def compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
 class _Frame:
     """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
 
-    def __init__(self, out: CompiledPolicy | CompiledMutatingPolicy, mode: str, kubernetes_only: bool, *,
-                 evaluated: bool = True) -> None:
+    def __init__(self, out: Any, mode: str, kubernetes_only: bool, *, evaluated: bool = True,
+                 generating: str = "") -> None:
         self.out = out
         self.mode = mode
         self.kubernetes_only = kubernetes_only
         self.evaluated = evaluated
+        self.generating = generating
         self.declared: list[tuple[str, str]] = []
 
     def spec_now(self) -> EnvSpec:
         return EnvSpec(mode=self.mode, kubernetes_only=self.kubernetes_only,
-                       variables_type=typed_variables_message(self.declared))
+                       variables_type=typed_variables_message(self.declared), generating=self.generating)
 
     def add(self, src: str, path: str, role: str, env_spec: EnvSpec | None = None) -> Program | None:
         prog, problems = compile_expression(src, path, role, env_spec or self.spec_now(), evaluated=self.evaluated)
@@ -493,3 +501,99 @@ def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = F
         out.problems.extend(namespaced_forbidden(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]
     return out
+
+
+@dataclass
+class CompiledGeneratingPolicy(CompiledOutcome):
+    policy: GeneratingPolicy
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+    #: Per generate item: (index, the expression) or (index, the parsed template and its placeholders' programs).
+    expressions: list[tuple[int, Program]] = field(default_factory=list)
+    templates: list[tuple[int, Template, dict[str, Program]]] = field(default_factory=list)
+    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
+
+
+def _template_problem(template_text: str, offset: int | None, message: str, path: str) -> Problem:
+    at = Position(*line_column(template_text, offset)) if offset is not None else None
+    return Problem(message, path=path, expression_position=at,
+                   excerpt=excerpt_at(template_text, at) if at is not None else "")
+
+
+def compile_generating_policy(policy: GeneratingPolicy) -> CompiledGeneratingPolicy:
+    """Compile every expression of a (Namespaced)GeneratingPolicy, template placeholders included (all errors).
+
+    As Kyverno's compiler: matchConditions and variables as for the other kinds, each ``generate[].expression``
+    must be a bool (its ``generator.Apply`` calls are what it generates), a template must parse and each of its
+    placeholders compile, audit annotations are strings."""
+    out = CompiledGeneratingPolicy(policy)
+    s = policy.spec
+    frame = _Frame(out, "Kubernetes", False, generating="namespaced" if policy.namespace else "cluster")
+    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
+    for i, item in enumerate(s.generate):
+        if not item.is_template:
+            prog = frame.add(item.expression, f"spec.generate[{i}].expression", "generate")
+            if prog:
+                out.expressions.append((i, prog))
+            continue
+        path = f"spec.generate[{i}].template.value"
+        try:
+            parsed = parse_template(item.template, item.interpolate == INTERPOLATE_CEL)
+        except TemplateError as exc:
+            out.problems.append(_template_problem(item.template, exc.offset, str(exc), path))
+            continue
+        programs: dict[str, Program] = {}
+        for placeholder in parsed.placeholders:
+            if placeholder.expression in programs:
+                continue
+            prog, problems = compile_expression(placeholder.expression, path, "placeholder", frame.spec_now())
+            start = Position(*line_column(item.template, placeholder.offset + 2))
+            for problem in problems:
+                at = problem.expression_position or Position(1, 1)
+                line = start.line + at.line - 1
+                column = start.column + at.column - 1 if at.line == 1 else at.column
+                where = Position(line, column)
+                out.problems.append(Problem(f"invalid placeholder expression {placeholder.expression!r}: "
+                                            f"{problem.message}", path=path, expression_position=where,
+                                            excerpt=excerpt_at(item.template, where)))
+            if prog:
+                programs[placeholder.expression] = prog
+        out.templates.append((i, parsed, programs))
+    for i, aa in enumerate(s.audit_annotations):
+        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
+        if prog:
+            out.audit_annotations.append((aa.key, prog))
+    if policy.namespace:
+        placeholders = [(f"spec.generate[{i}].template.value", p.expression, "placeholder")
+                        for i, t, _progs in out.templates for p in t.placeholders]
+        out.problems.extend(namespaced_forbidden([*policy.expressions(), *placeholders]))
+    out.problems = [policy.locate(p) for p in out.problems]
+    return out
+
+
+@dataclass
+class CompiledDeletingPolicy(CompiledOutcome):
+    policy: DeletingPolicy
+    #: ``spec.conditions`` (evaluated after the variables are declared, as in Kyverno).
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+
+
+def compile_deleting_policy(policy: DeletingPolicy) -> CompiledDeletingPolicy:
+    """Compile a (Namespaced)DeletingPolicy's variables and conditions (bools; they may read the variables)."""
+    out = CompiledDeletingPolicy(policy)
+    s = policy.spec
+    frame = _Frame(out, "Kubernetes", False)
+    frame.variables_and_conditions(s.variables, (), conditions_see_variables=True)
+    for i, condition in enumerate(s.conditions):
+        prog = frame.add(condition.expression, f"spec.conditions[{i}].expression", "matchCondition")
+        if prog:
+            out.match_conditions.append((condition.name, prog))
+    if policy.namespace:
+        out.problems.extend(namespaced_forbidden(policy.expressions()))
+    out.problems = [policy.locate(p) for p in out.problems]
+    return out
+
+
+#: Every compiled policy kind the engine's policy run evaluates (its variables and conditions).
+CompiledAny = CompiledPolicy | CompiledMutatingPolicy | CompiledGeneratingPolicy | CompiledDeletingPolicy

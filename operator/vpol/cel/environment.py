@@ -26,6 +26,8 @@ from cel_expr_python import cel
 from vpol.cel import types
 from vpol.cel.libraries import all_libraries, kubernetes, kubernetes_libraries
 from vpol.cel.libraries.kyverno import extensions as kyverno_extensions
+from vpol.cel.libraries.kyverno.generator_lib import NAMESPACED_GENERATOR_TYPE
+from vpol.cel.libraries.kyverno.generator_lib import VARIABLE as GENERATOR_VARIABLE
 from vpol.cel.library import Library
 
 T = cel.Type
@@ -73,6 +75,10 @@ class EnvSpec:
     #: CEL container (name resolution scope): where ``Object...`` literal types are declared
     #: for type-checking mutations (vpol.cel.object_types); empty for none.
     container: str = ""
+    #: A GeneratingPolicy's environment ("cluster") or a NamespacedGeneratingPolicy's ("namespaced"): the
+    #: ``generator`` variable is declared only there, as in Kyverno, with ``Apply(namespace, objects)`` in the
+    #: first and ``Apply(objects)`` in the second.
+    generating: str = ""
 
 
 _LOCK = threading.Lock()
@@ -111,7 +117,10 @@ def variable_types(spec: EnvSpec) -> dict[str, cel.Type]:
     }
     out = {name: declared[name] for name in names}
     for name, (typ, _value) in library_variables(spec.kubernetes_only).items():
-        out[name] = typ
+        if name != GENERATOR_VARIABLE:
+            out[name] = typ
+        elif spec.generating:
+            out[name] = NAMESPACED_GENERATOR_TYPE if spec.generating == "namespaced" else typ
     return out
 
 

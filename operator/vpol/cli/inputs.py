@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vpol.model.deleting import DELETING_KINDS, DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
 from vpol.model.documents import Document, iter_documents, parse_documents
+from vpol.model.generating import (
+    GENERATING_KINDS,
+    GeneratingPolicy,
+    is_generating_policy_document,
+    parse_generating_policy,
+)
 from vpol.model.mutating import MUTATING_KINDS, MutatingPolicy
 from vpol.model.parse import (
     is_exception_document,
@@ -80,11 +87,18 @@ class Loaded:
     policies: list[ValidatingPolicy] = field(default_factory=list)
     #: MutatingPolicies, in input order (the order they apply in).
     mutating: list[MutatingPolicy] = field(default_factory=list)
+    generating: list[GeneratingPolicy] = field(default_factory=list)
+    deleting: list[DeletingPolicy] = field(default_factory=list)
     exceptions: list[PolicyException] = field(default_factory=list)
     resources: list[Document] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     #: Files that could not be read at all (exit code 2).
     unreadable: list[Problem] = field(default_factory=list)
+
+    @property
+    def any_policy(self) -> bool:
+        """Whether any policy (of any kind) was loaded."""
+        return bool(self.policies or self.mutating or self.generating or self.deleting)
 
     @property
     def has_errors(self) -> bool:
@@ -101,7 +115,7 @@ def _readable_documents(paths: Iterable[str], out: Loaded) -> Iterator[Document]
 
 
 def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True) -> Loaded:
-    """Load ValidatingPolicies (and PolicyExceptions found beside them)."""
+    """Load the policies of every kind (and PolicyExceptions found beside them)."""
     out = out or Loaded()
     for doc in _readable_documents(paths, out):
         if is_policy_document(doc.data):
@@ -114,6 +128,16 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.extend(problems)
             if mpol is not None:
                 _add_unique(mpol, out.mutating, out)
+        elif is_generating_policy_document(doc.data):
+            gpol, problems = parse_generating_policy(doc.data, doc)
+            out.problems.extend(problems)
+            if gpol is not None:
+                _add_unique(gpol, out.generating, out)
+        elif is_deleting_policy_document(doc.data):
+            dpol, problems = parse_deleting_policy(doc.data, doc)
+            out.problems.extend(problems)
+            if dpol is not None:
+                _add_unique(dpol, out.deleting, out)
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)
@@ -138,7 +162,8 @@ def _add_unique(policy: Any, into: list[Any], out: Loaded) -> None:
 
 def _names_a_policy_kind(data: Any) -> bool:
     """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
-    return isinstance(data, dict) and data.get("kind") in (*KINDS, *MUTATING_KINDS, "PolicyException")
+    return isinstance(data, dict) and data.get("kind") in (*KINDS, *MUTATING_KINDS, *GENERATING_KINDS, *DELETING_KINDS,
+                                                          "PolicyException")
 
 
 def _claims_policy_group(data: Any) -> bool:
@@ -149,8 +174,8 @@ def _not_a_policy(doc: Document) -> Problem:
     data = doc.data
     what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
     reason = f"unsupported policies.kyverno.io object ({what}); expected apiVersion policies.kyverno.io/v1 " \
-             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, NamespacedValidatingPolicy, MutatingPolicy or " \
-             f"PolicyException"
+             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy " \
+             f"(each also Namespaced) or PolicyException"
     return Problem(reason, file=doc.file, path="apiVersion", position=doc.position("apiVersion"))
 
 

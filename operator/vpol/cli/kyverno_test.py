@@ -22,7 +22,8 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
-from vpol.engine.evaluate import SKIP, PolicyEngine, Result, compile_exception
+from vpol.engine.evaluate import PASS, SKIP, PolicyEngine, Result, compile_exception
+from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
 from vpol.engine.mutate import MutatingPolicyEngine, Mutated
 from vpol.engine.mutate_existing import offline_runs
 from vpol.engine.subjects import json_subject, subject_for
@@ -152,6 +153,22 @@ def run_test_document(doc: Document) -> TestOutcome:
             expected_patched.extend(load_documents(Path(path)))
         except InputError as exc:
             outcome.problems.append(exc.problem)
+    # GeneratingPolicies run as in Kyverno's CLI: generated objects placed as its fake context places them (or,
+    # when the test gives cluster resources, its cluster context in CLI evaluation mode), every exception of the
+    # test applying to each of them, a namespaced one handed every resource.
+    placement = Placement.KYVERNO_CLI_CLUSTER if spec.get("clusterResources") else Placement.KYVERNO_CLI
+
+    def scope(api_version: str, kind: str) -> bool | None:
+        known = resolve(api_version, kind)
+        return None if known is None else known.namespaced
+
+    generating = {p.name: GeneratingPolicyEngine(p, exceptions, namespaced=scope, placement=placement,
+                                                 every_exception=True) for p in loaded.generating}
+    deleting = {p.name: DeletingPolicyEngine(p, exceptions, confined=False) for p in loaded.deleting}
+    for generating_engine in generating.values():
+        outcome.problems.extend(generating_engine.compiled.errors())
+    for deleting_engine in deleting.values():
+        outcome.problems.extend(deleting_engine.compiled.errors())
     chains = _Chains(mutating, values, resolve)
     fail_on_missing = bool(spec.get("failOnMissingResources"))
     target_runs = _TargetRuns(mutating, loaded.resources, targets.resources, values, resolve)
@@ -159,6 +176,15 @@ def run_test_document(doc: Document) -> TestOutcome:
     with using(backend):
         for expected in spec.get("results") or []:
             policy_name = str(expected.get("policy", ""))
+            bare_name = policy_name.rsplit("/", 1)[-1]  # Kyverno's CLI matches a namespaced policy by its name
+            if bare_name in generating and not expected.get("isValidatingPolicy"):
+                outcome.checks.extend(_check_generation(name, expected, generating[bare_name], loaded.resources,
+                                                        values, resolve, base))
+                continue
+            if bare_name in deleting and not expected.get("isValidatingPolicy"):
+                outcome.checks.extend(_check_deletion(name, expected, deleting[bare_name], loaded.resources,
+                                                      values, resolve))
+                continue
             if any(m.policy.name == policy_name for m in mutating) and not expected.get("isValidatingPolicy"):
                 # patchedResources may be given per result (Kyverno's usual layout) or for the whole test.
                 given = spec.get("patchedResources") or expected.get("patchedResources") or \
@@ -329,6 +355,123 @@ def _check_target(test: str, policy: str, name: str, kind: str, want: str, mutat
                      "the patched target differs from patchedResources:\n" + _diff(wanted, mutated.object),
                      "disagree")
     return check
+
+
+def _chosen(expected: dict[str, Any], resources: list[Document]) -> tuple[list[tuple[str, Document]], list[str]]:
+    """The resources an expectation names (all of its kind when it names none), and the names not found."""
+    kind = str(expected.get("kind", ""))
+    candidates = [d for d in resources if not kind or str(d.data.get("kind", "")) == kind]
+    names = [str(n) for n in (expected.get("resources") or [])]
+    if not names:
+        return [(str((d.data.get("metadata") or {}).get("name", "")), d) for d in candidates], []
+    chosen: list[tuple[str, Document]] = []
+    missing = []
+    for n in names:
+        docs = [d for d in candidates if n in _resource_names(d)]
+        missing += [] if docs else [n]
+        chosen.extend((n, d) for d in docs if (n, d) not in chosen)
+    return chosen, missing
+
+
+def _not_among(test: str, expected: dict[str, Any], names: list[str]) -> list[Check]:
+    kind = str(expected.get("kind", ""))
+    return [Check(test, str(expected.get("policy", "")), n, kind, str(expected.get("result", "")), status="error",
+                  message=f"resource {kind}/{n} is not among the test's resources") for n in names]
+
+
+#: What Kyverno's CLI says of a resource no result of the policy names (a failure, whatever was expected).
+NOT_FOUND = "not found: the policy gave no result for this resource"
+
+
+def without_generate_labels(obj: Any) -> Any:
+    """``obj`` with its labels as Kyverno's CLI compares generated objects: every ``generate.kyverno.io/`` label
+    dropped and ``app.kubernetes.io/managed-by: kyverno`` set (on the expected and the generated object alike)."""
+    if not isinstance(obj, dict):
+        return obj
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if not str(k).startswith("generate.kyverno.io/")}
+    labels["app.kubernetes.io/managed-by"] = "kyverno"
+    return {**obj, "metadata": {**meta, "labels": labels}}
+
+
+def _generated_identity(obj: Any) -> tuple[str, str, str, str]:
+    meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+    return (str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(meta.get("namespace") or ""),
+            str(meta.get("name", ""))) if isinstance(obj, dict) else ("", "", "", "")
+
+
+def _compare_generated(generated: dict[str, Any], files: list[str]) -> str:
+    """"" when one of ``files`` holds an object equal to ``generated`` (found by apiVersion, kind, namespace and
+    name; compared as Kyverno's CLI compares them), else why not."""
+    why = ""
+    for path in files:
+        try:
+            docs = load_documents(Path(path))
+        except InputError as exc:
+            why = why or exc.problem.render()
+            continue
+        wanted = next((d.data for d in docs if _generated_identity(d.data) == _generated_identity(generated)), None)
+        if wanted is None:
+            meta = generated.get("metadata") or {}
+            why = why or f"resource with name {meta.get('name', '')} not found in {path}"
+            continue
+        if tidy(without_generate_labels(wanted)) == tidy(without_generate_labels(generated)):
+            return ""
+        why = "the generated resource differs from the expected one:\n" + _diff(without_generate_labels(wanted),
+                                                                                without_generate_labels(generated))
+    return why
+
+
+def _check_generation(test: str, expected: dict[str, Any], engine: GeneratingPolicyEngine,
+                      resources: list[Document], values: Any, resolve: Any, base: Path) -> list[Check]:
+    """A GeneratingPolicy's expectation, as Kyverno's CLI checks it: each named resource is a trigger (the
+    expectation's operation, CREATE by default); a generation that produced objects is one check per object (its
+    result, and the object against ``generatedResource`` or one of ``generatedResources`` when given); one that
+    produced none (an error, an exception, nothing generated) is one check of its result."""
+    policy, kind, want = str(expected.get("policy", "")), str(expected.get("kind", "")), str(expected.get("result", ""))
+    operation = str(expected.get("operation", "") or "CREATE").upper()
+    files = _rel(base, expected.get("generatedResources")) or _rel(base, expected.get("generatedResource"))
+    chosen, missing = _chosen(expected, resources)
+    out = _not_among(test, expected, missing)
+    for n, doc in chosen:
+        subject = subject_for(doc.data, operation=operation, resolve=resolve, namespaces=values.namespaces,
+                              user_info=values.user_info)
+        generation = engine.generate(subject)
+        if generation is None:
+            out.append(Check(test, policy, n, kind, want, "", NOT_FOUND, "disagree"))
+            continue
+        result = generation.result
+        # Kyverno's CLI lists the objects of a generation that passed only (an error leaves none behind).
+        downstreams = generation.downstreams if result.result == PASS else []
+        if not downstreams:
+            out.append(_compare(test, policy, n, kind, want, result))
+        for downstream in downstreams:
+            obj = downstream.object
+            _av, obj_kind, obj_namespace, obj_name = _generated_identity(obj)
+            where = f"{n} -> {obj_kind}/{obj_namespace + '/' if obj_namespace else ''}{obj_name}"
+            why = _compare_generated(obj, files) if files else ""
+            out.append(Check(test, policy, where, kind, want, result.result, why, "disagree") if why else
+                       _compare(test, policy, where, kind, want, result))
+    return out
+
+
+def _check_deletion(test: str, expected: dict[str, Any], engine: DeletingPolicyEngine, resources: list[Document],
+                    values: Any, resolve: Any) -> list[Check]:
+    """A DeletingPolicy's expectation, as Kyverno's CLI checks it: ``pass`` for a resource the policy would
+    delete, ``fail`` for one it selects and keeps; no operation may be given."""
+    policy, kind, want = str(expected.get("policy", "")), str(expected.get("kind", "")), str(expected.get("result", ""))
+    if expected.get("operation"):
+        return [Check(test, policy, ",".join(str(r) for r in expected.get("resources") or []), kind, want,
+                      status="error", message="operation is not supported for deleting policies")]
+    chosen, missing = _chosen(expected, resources)
+    out = _not_among(test, expected, missing)
+    for n, doc in chosen:
+        subject = subject_for(doc.data, operation="CREATE", resolve=resolve, namespaces=values.namespaces,
+                              user_info=values.user_info)
+        result = engine.evaluate(subject)
+        out.append(Check(test, policy, n, kind, want, "", NOT_FOUND, "disagree") if result is None else
+                   _compare(test, policy, n, kind, want, result))
+    return out
 
 
 def _diff(want: Any, got: Any) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import yaml
@@ -43,7 +44,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from vpol.engine.policy_validation import exception_problems, policy_problems
+    from vpol.engine.policy_validation import AnyPolicy, exception_problems, policy_problems
 
     loaded = load_policies(args.paths)
     # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
@@ -51,12 +52,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         _print_problems(loaded.unreadable, sys.stdout)
     problems = list(loaded.problems)
     entries = _global_context_problems(args.paths)
-    if not loaded.policies and not loaded.mutating and not loaded.problems and not loaded.unreadable and \
-            not entries:
-        print(f"no ValidatingPolicy, MutatingPolicy or GlobalContextEntry found in {' '.join(args.paths)}",
-              file=sys.stderr)
+    if not loaded.any_policy and not loaded.problems and not loaded.unreadable and not entries:
+        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy or GlobalContextEntry found "
+              f"in {' '.join(args.paths)}", file=sys.stderr)
         return EXIT_FAIL
-    policies: list[ValidatingPolicy | MutatingPolicy] = [*loaded.policies, *loaded.mutating]
+    policies: list[AnyPolicy] = [*loaded.policies, *loaded.mutating, *loaded.generating, *loaded.deleting]
     for policy in policies:
         problems.extend(policy_problems(policy, typecheck=not args.no_typecheck))
     for exc in loaded.exceptions:
@@ -117,8 +117,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
-    if not loaded.policies and not loaded.mutating and not loaded.has_errors:
-        print(f"no ValidatingPolicy or MutatingPolicy found in {' '.join(args.policy)}", file=sys.stderr)
+    if not loaded.any_policy and not loaded.has_errors:
+        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy or DeletingPolicy found in "
+              f"{' '.join(args.policy)}", file=sys.stderr)
         return EXIT_FAIL
     missing = [p for p in args.resource if p != "-" and not os.path.exists(p)]
     if missing:
@@ -153,8 +154,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     progress = Progress(0, "evaluating", enabled=not args.no_progress)
     limits = Limits(seconds_per_subject=args.timeout, memory_bytes=args.memory_limit * 1024**2)
     count = 0
-    #: The trigger subjects, kept only when target resources are given (mutateExisting needs every trigger).
+    #: The trigger subjects, kept only when target resources are given (mutateExisting needs every trigger) or
+    #: GeneratingPolicies and DeletingPolicies are given.
     triggers: list[Subject] = []
+    keep_triggers = bool(args.target_resources or loaded.generating or loaded.deleting)
     target_rows: list[dict[str, Any]] = []
     # Resources stream: parsed, evaluated and dropped a batch at a time (memory bounded by the batch, not the
     # input). Each batch goes to a bounded worker in one round trip; with several workers (one per core by
@@ -222,7 +225,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             count += 1
             batch.append(subject_for(doc.data, operation=args.operation, resolve=resolve,
                                      namespaces=values.namespaces, user_info=user_info))
-            if args.target_resources:
+            if keep_triggers:
                 triggers.append(batch[-1])
             originals.append(doc.data)
             if len(batch) >= BATCH:
@@ -233,6 +236,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         drain(0)
         if args.target_resources:
             target_rows = _apply_targets(args, loaded, triggers, sandboxes[0], resolve, values)
+        lifecycle = _apply_lifecycle(loaded, triggers, exceptions, backend, resolve)
     finally:
         pool.shutdown(wait=True)
         for sandbox in sandboxes:
@@ -253,6 +257,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
     for r in target_rows:
         r.pop("original", None)
     rows.extend(target_rows)
+    if lifecycle.generated and args.output == "table":
+        print("generated:")
+        yaml.safe_dump_all(lifecycle.generated, sys.stdout, sort_keys=False)
+        print("---")
+    rows.extend(lifecycle.rows)
+    for row in lifecycle.rows:
+        if not row.get("deletion"):
+            counts[row["result"]] += 1
     if args.output in ("json", "yaml"):
         for index, mutated_resource in patched_rows:
             mutating_row = rows[index]
@@ -268,10 +280,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
             yaml.safe_dump(dicts, sys.stdout, sort_keys=False)
         else:
             _table(dicts)
-    print(", ".join(f"{v} {k}" for k, v in counts.items()), file=sys.stderr)
+    print(", ".join(f"{v} {k}" for k, v in counts.items()) +
+          (f"; {lifecycle.deletions} to delete" if loaded.deleting else ""), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT
-    if loaded.has_errors or any(not e.ok for e in engines):
+    if loaded.has_errors or any(not e.ok for e in engines) or not lifecycle.ok:
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
 
@@ -302,6 +315,59 @@ def _apply_targets(args: argparse.Namespace, loaded: Loaded, triggers: list[Any]
             row["patchedResource"] = patched
         rows.append(row)
     return rows
+
+
+@dataclass
+class _Lifecycle:
+    """What `vpol apply` found for the GeneratingPolicies and DeletingPolicies."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    #: Every object the GeneratingPolicies would write, as vpol's operator would write it.
+    generated: list[dict[str, Any]] = field(default_factory=list)
+    deletions: int = 0
+    ok: bool = True
+
+
+def _apply_lifecycle(loaded: Loaded, triggers: list[Any], exceptions: list[Any], backend: Any,
+                     resolve: Any) -> _Lifecycle:
+    """GeneratingPolicies and DeletingPolicies over the resources (in this process, as the operator would run
+    them): a row per (GeneratingPolicy, trigger) with the objects it would generate (``generatedResources``: the
+    objects with the labels vpol's operator writes), and a row per (DeletingPolicy, resource) it selects with
+    ``deletion: true``, ``pass`` for a resource it would delete and ``fail`` for one it keeps (these do not count
+    in the summary: keeping a resource is no failure; an error does)."""
+    from vpol.cel.backend import using
+    from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, labelled
+
+    out = _Lifecycle()
+    if not loaded.generating and not loaded.deleting:
+        return out
+
+    def scope(api_version: str, kind: str) -> bool | None:
+        known = resolve(api_version, kind)
+        return None if known is None else known.namespaced
+
+    generating = [GeneratingPolicyEngine(p, exceptions, namespaced=scope) for p in loaded.generating]
+    deleting = [DeletingPolicyEngine(p, exceptions) for p in loaded.deleting]
+    for compiled in [*(g.compiled for g in generating), *(d.compiled for d in deleting)]:
+        _print_problems(compiled.errors())
+        out.ok = out.ok and compiled.ok
+    with using(backend):
+        for trigger in triggers:
+            for gpol in generating:
+                generation = gpol.generate(trigger)
+                if generation is None:
+                    continue
+                objects = [labelled(d, gpol.policy, trigger) for d in generation.downstreams]
+                out.generated += objects
+                out.rows.append({**generation.result.as_dict(), "generatedResources": objects})
+            for dpol in deleting:
+                verdict = dpol.evaluate(trigger)
+                if verdict is None:
+                    continue
+                out.deletions += verdict.result == "pass"
+                out.ok = out.ok and verdict.result != "error"
+                out.rows.append({**verdict.as_dict(), "deletion": True})
+    return out
 
 
 def _print_mutated(patched: list[tuple[dict[str, Any], dict[str, Any]]], *, diff: bool) -> None:

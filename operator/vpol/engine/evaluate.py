@@ -43,7 +43,8 @@ from cel_expr_python import cel
 
 from vpol.cel.cost import WorkPlan
 from vpol.cel.cost import plan as plan_work
-from vpol.cel.compiler import CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression, compile_policy
+from vpol.cel.compiler import (CompiledAny, CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression,
+                               compile_policy)
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.fused import fused_program
 from vpol.cel.go_error_text import as_cel_go
@@ -231,8 +232,7 @@ _NON_CEL = "Non-CEL value type"
 class _PolicyRun:
     """Evaluation state of one policy on one subject (lazy variables)."""
 
-    def __init__(self, compiled: CompiledPolicy | CompiledMutatingPolicy, data: SubjectData,
-                 exceptions: dict[str, Any] | None):
+    def __init__(self, compiled: CompiledAny, data: SubjectData, exceptions: dict[str, Any] | None):
         self.compiled = compiled
         self.data = data
         self.exceptions = exceptions

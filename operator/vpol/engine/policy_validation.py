@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.compiler import compile_mutating_policy, compile_policy, compile_verdict
+from vpol.cel.compiler import (
+    compile_deleting_policy,
+    compile_generating_policy,
+    compile_mutating_policy,
+    compile_policy,
+    compile_verdict,
+)
 from vpol.cel.typecheck import check_policy, check_policy_cached
 from vpol.engine.evaluate import compile_exception
+from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
 from vpol.model.discovery import Discovery
+from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
 from vpol.model.global_context import is_global_context_document, parse_global_context_entry
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import (
@@ -49,7 +57,10 @@ class Verdict:
         return [p for p in self.problems if p.severity != "error"]
 
 
-def policy_problems(policy: ValidatingPolicy | MutatingPolicy, *, typecheck: bool = True,
+AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy
+
+
+def policy_problems(policy: AnyPolicy, *, typecheck: bool = True,
                     discovery: Discovery | None = None, wrong_result_is_error: bool = True,
                     cached: bool = False) -> list[Problem]:
     """Compile errors and type-check findings of a parsed policy, located in its document.
@@ -60,8 +71,15 @@ def policy_problems(policy: ValidatingPolicy | MutatingPolicy, *, typecheck: boo
 
     ``cached``: answered from (and kept in) the operator's memos of compile verdicts and type warnings per spec,
     which its watches, scanner and reconciler then find filled (apply-time validation of objects from the API
-    server, whose documents carry no source positions; the CLI locates each file's problems itself)."""
+    server, whose documents carry no source positions; the CLI locates each file's problems itself).
+
+    A GeneratingPolicy's or DeletingPolicy's expressions are compiled and type-checked by CEL's checker (their
+    objects are typed ``dyn``, as in Kyverno); they are not checked against the matched kinds' schemas."""
     problems: list[Problem]
+    if isinstance(policy, GeneratingPolicy):
+        return list(compile_generating_policy(policy).problems)
+    if isinstance(policy, DeletingPolicy):
+        return list(compile_deleting_policy(policy).problems)
     if cached and isinstance(policy, ValidatingPolicy):
         problems = list(compile_verdict(policy).problems)
     else:
@@ -84,12 +102,13 @@ def exception_problems(exc: PolicyException) -> list[Problem]:
 def is_validated_document(obj: Any) -> bool:
     """Whether ``obj`` is of a kind :func:`validate_document` answers for."""
     return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj) or \
-        is_global_context_document(obj)
+        is_global_context_document(obj) or is_generating_policy_document(obj) or is_deleting_policy_document(obj)
 
 
 def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None, *, cached: bool = False) -> Verdict:
     """Every problem of one document of vpol's kinds (ValidatingPolicy, NamespacedValidatingPolicy,
-    MutatingPolicy, NamespacedMutatingPolicy, PolicyException, GlobalContextEntry), as apply-time validation sees
+    MutatingPolicy, NamespacedMutatingPolicy, GeneratingPolicy, NamespacedGeneratingPolicy, DeletingPolicy,
+    NamespacedDeletingPolicy, PolicyException, GlobalContextEntry), as apply-time validation sees
     them: what does not parse or compile is an
     error, type-check findings are warnings."""
     data = dict(obj)
@@ -103,9 +122,13 @@ def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None
         exc, problems = parse_exception(data)
         verdict.problems = problems + (exception_problems(exc) if exc is not None else [])
         return verdict
-    policy: ValidatingPolicy | MutatingPolicy | None
+    policy: AnyPolicy | None
     if is_mutating_policy_document(data):
         policy, problems = parse_mutating_policy(data)
+    elif is_generating_policy_document(data):
+        policy, problems = parse_generating_policy(data)
+    elif is_deleting_policy_document(data):
+        policy, problems = parse_deleting_policy(data)
     else:
         policy, problems = parse_policy(data)
     verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False,

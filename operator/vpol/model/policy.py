@@ -262,7 +262,7 @@ class PolicyException:
         """Whether ``spec.expiresAt`` has passed at ``now`` (POSIX seconds), as Kyverno's IsExpired: after it."""
         return self.expires_at is not None and now > self.expires_at
 
-    def applies_to(self, policy: ValidatingPolicy | MutatingPolicy) -> bool:
+    def applies_to(self, policy: PolicyIdentity) -> bool:
         return any(
             ref.name == policy.name and (not ref.kind or ref.kind == policy.kind) for ref in self.policy_refs
         )

@@ -22,6 +22,7 @@ from cel_expr_python import cel
 
 from vpol.cel.libraries.kyverno import (
     format_lib,
+    generator_lib,
     globalcontext_lib,
     gzip_lib,
     hash_lib,
@@ -59,6 +60,7 @@ _MODULES: tuple[ModuleType, ...] = (
     http_lib,
     globalcontext_lib,
     imagedata_lib,
+    generator_lib,
 )
 
 

@@ -1,0 +1,109 @@
+"""The typed DeletingPolicy model (Kyverno's ``policies.kyverno.io`` DeletingPolicy and NamespacedDeletingPolicy)
+and its parsing (docs/generate-and-delete.md).
+
+On its ``schedule`` (cron, vpol.model.schedule) a DeletingPolicy lists the objects its ``matchConstraints`` name
+(a namespaced policy: in its namespace only), evaluates its ``conditions`` on each (with ``object``,
+``namespaceObject`` and its ``variables``) and deletes those for which every condition holds, with its
+``deletionPropagationPolicy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vpol.model import schedule
+from vpol.model.documents import Document
+from vpol.model.mutating import MUTATING_VERSIONS
+from vpol.model.parse import Reader, _head, _match_resources, _metadata, _named_expressions
+from vpol.model.policy import GROUP, MatchResources, NamedExpression, PolicyIdentity
+from vpol.model.problems import Position, Problem
+
+DELETING_KIND = "DeletingPolicy"
+NAMESPACED_DELETING_KIND = "NamespacedDeletingPolicy"
+DELETING_KINDS = (DELETING_KIND, NAMESPACED_DELETING_KIND)
+DELETING_VERSIONS = MUTATING_VERSIONS
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+@dataclass(frozen=True)
+class DeletingSpec:
+    match_constraints: MatchResources | None = None
+    conditions: tuple[NamedExpression, ...] = ()
+    variables: tuple[NamedExpression, ...] = ()
+    schedule: str = ""
+    #: Foreground, Background or Orphan; "" leaves the API server's default.
+    deletion_propagation_policy: str = ""
+
+
+@dataclass(frozen=True)
+class DeletingPolicy(PolicyIdentity):
+    name: str
+    spec: DeletingSpec
+    kind: str = DELETING_KIND
+    api_version: str = f"{GROUP}/v1"
+    namespace: str = ""
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    annotations: dict[str, str] = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    source: str = field(default="", compare=False)
+    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def json_mode(self) -> bool:
+        return False
+
+    def expressions(self) -> list[tuple[str, str, str]]:
+        """Every CEL expression as (field path, source, role): the variables, then the conditions."""
+        s = self.spec
+        out = [(f"spec.variables[{i}].expression", v.expression, "variable") for i, v in enumerate(s.variables)]
+        out += [(f"spec.conditions[{i}].expression", c.expression, "matchCondition")
+                for i, c in enumerate(s.conditions)]
+        return out
+
+
+def _deleting_spec(r: Reader, data: Any) -> DeletingSpec:
+    d = r.obj(data, "spec", ("matchConstraints", "conditions", "variables", "schedule", "deletionPropagationPolicy"))
+    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    if match is None or not match.resource_rules:
+        r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
+    cron = r.str_(d, "schedule", "spec")
+    if d.get("schedule") is None or not cron.strip():
+        r.problem("spec.schedule", "schedule is required")
+    elif (why := schedule.validate(cron)):
+        r.problem("spec.schedule", f"schedule spec in the deletingPolicy is not in proper cron format: {why}")
+    return DeletingSpec(
+        match_constraints=match,
+        conditions=_named_expressions(r, d, "conditions", "spec", ident=False),
+        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        schedule=cron,
+        deletion_propagation_policy=r.str_(d, "deletionPropagationPolicy", "spec", choices=PROPAGATION_POLICIES),
+    )
+
+
+def is_deleting_policy_document(data: Any) -> bool:
+    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
+        data.get("kind") in DELETING_KINDS
+
+
+def parse_deleting_policy(data: Any, doc: Document | None = None) -> tuple[DeletingPolicy | None, list[Problem]]:
+    """Parse one DeletingPolicy or NamespacedDeletingPolicy document: the policy (None when invalid) and every
+    problem."""
+    r, api_version, kind = _head(data, doc, DELETING_KINDS, DELETING_VERSIONS)
+    if api_version is None:
+        return None, r.problems
+    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == NAMESPACED_DELETING_KIND)
+    if data.get("spec") is None:
+        r.problem("spec", "required field is missing")
+        return None, r.problems
+    spec = _deleting_spec(r, data.get("spec"))
+    if r.failed:
+        return None, r.problems
+    return DeletingPolicy(
+        name=name, spec=spec, kind=kind or DELETING_KIND, api_version=api_version, namespace=namespace, uid=uid,
+        generation=generation, labels=labels, annotations=annotations, raw=data, source=doc.file if doc else "",
+        positions=doc.positions if doc else {},
+    ), r.problems
