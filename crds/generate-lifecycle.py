@@ -225,9 +225,18 @@ def _gpol_spec(vp_spec: Schema) -> Schema:
     return spec
 
 
+def _conditions_copy(vp_status: Schema) -> Schema:
+    """status.conditions (a vpol addition, as on the other kinds: `kubectl wait --for=condition=Ready`)."""
+    out: Schema = copy.deepcopy(vp_status["properties"]["conditions"])
+    out["description"] = ("The conditions of status.conditionStatus.conditions, also here, where `kubectl wait "
+                          "--for=condition=...` reads them.")
+    return out
+
+
 def _gpol_status(vp_status: Schema) -> Schema:
     return {"type": "object", "description": "The policy's state, written by the controllers.",
-            "properties": {"conditionStatus": _condition_status(vp_status)}}
+            "properties": {"conditionStatus": _condition_status(vp_status),
+                           "conditions": _conditions_copy(vp_status)}}
 
 
 # --- DeletingPolicy ------------------------------------------------------------------------------------------
@@ -271,6 +280,7 @@ def _dpol_status(vp_status: Schema) -> Schema:
     return {"type": "object", "description": "The policy's state, written by the controller that runs it.",
             "properties": {
                 "conditionStatus": _condition_status(vp_status),
+                "conditions": _conditions_copy(vp_status),
                 "lastExecutionTime": {"type": "string", "format": "date-time",
                                       "description": "When the policy last ran successfully."},
             }}

@@ -31,7 +31,6 @@ import collections
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +41,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
+from vpol.controller.token_bucket import TokenBucket
+from vpol.controller.triggers import Operations, trigger_subject
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result
 from vpol.engine.match import constraints_match
@@ -67,13 +68,8 @@ logger = logging.getLogger(__name__)
 CHUNK = 200
 #: Attempts to write one target when it keeps changing under us.
 ATTEMPTS = 3
-OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
 #: Writes remembered as vpol's own (skipBackgroundRequests): the watch reports them within seconds.
 OWN_WRITES_KEPT = 100_000
-#: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).
-DELETING_KEPT = 100_000
-#: Metadata the API server adds when it accepts a delete that waits (finalizers, a grace period).
-DELETION_FIELDS = ("deletionTimestamp", "deletionGracePeriodSeconds")
 
 
 @dataclass
@@ -109,10 +105,8 @@ class BackgroundMutation:
         #: uid -> resourceVersion of the objects vpol wrote last (their change events are not triggers); the
         #: oldest are forgotten beyond OWN_WRITES_KEPT.
         self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
-        #: uids of the objects whose DELETE trigger came with their deletionTimestamp (see :meth:`_operation`).
-        self._deleting: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._tokens = writes_per_second
-        self._refilled = time.monotonic()
+        self._operations = Operations()
+        self._bucket = TokenBucket(writes_per_second)
         self.writes = 0
 
     # -- the policies (thread-safe) ---------------------------------------------------------------------------
@@ -194,7 +188,7 @@ class BackgroundMutation:
         for etype, obj in events:
             md = obj.get("metadata") or {}
             own = self._own.get(str(md.get("uid", ""))) == str(md.get("resourceVersion", ""))
-            operation, obj = self._operation(etype, obj)
+            operation, obj = self._operations.of(etype, obj)
             if operation is None:
                 continue
             trigger = self._trigger(obj, operation)
@@ -219,41 +213,8 @@ class BackgroundMutation:
 
     # -- triggers ---------------------------------------------------------------------------------------------
 
-    def _operation(self, etype: str, obj: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-        """The admission operation a watch event stands for, and the trigger object.
-
-        A delete the API server accepts but does not carry out at once (finalizers, a Pod's grace period) shows
-        as a change that sets ``deletionTimestamp``; the admission request Kyverno's webhook sees is the DELETE,
-        then, with the object as it was (no deletion fields), and the later removal is no request of its own. A
-        removal whose deletionTimestamp was not seen (a restart in between) is still the DELETE."""
-        operation = OPERATIONS.get(etype)
-        md = obj.get("metadata") or {}
-        uid = str(md.get("uid", ""))
-        if operation == "UPDATE" and md.get("deletionTimestamp") and uid and uid not in self._deleting:
-            self._deleting[uid] = None
-            while len(self._deleting) > DELETING_KEPT:
-                self._deleting.popitem(last=False)
-            before = {k: v for k, v in md.items() if k not in DELETION_FIELDS}
-            return "DELETE", {**obj, "metadata": before}
-        if operation == "DELETE" and uid in self._deleting:
-            del self._deleting[uid]
-            return None, obj
-        return operation, obj
-
     def _trigger(self, obj: dict[str, Any], operation: str) -> Subject | None:
-        """The trigger subject of a watch event: ``object`` the object (the deleted one for DELETE), ``request`` as
-        an admission request of that operation would have it (no userInfo, no oldObject)."""
-        try:
-            subject = subject_for(obj, operation=operation, resolve=self.resolve, namespaces=self.namespaces,
-                                  default_namespace="")
-        except Exception:  # noqa: BLE001 - an object of a kind we cannot place is no trigger
-            return None
-        request = subject.admission_request()
-        if operation == "DELETE":
-            subject = Subject(type=subject.type, object=obj, old_object=obj, operation=operation,
-                              namespace_object=subject.namespace_object)
-        return Subject(type=subject.type, object=subject.object, old_object=subject.old_object, operation=operation,
-                       namespace_object=subject.namespace_object, request=request)
+        return trigger_subject(obj, operation, self.resolve, self.namespaces)
 
     def _triggers(self, policy: MutatingPolicy, trigger: Subject) -> bool:
         if policy.namespace and trigger.namespace != policy.namespace:
@@ -382,21 +343,9 @@ class BackgroundMutation:
 
     # -- writing ----------------------------------------------------------------------------------------------
 
-    def _take_token(self) -> None:
-        with self._lock:
-            while True:
-                now = time.monotonic()
-                self._tokens = min(self.writes_per_second, self._tokens + (now - self._refilled) *
-                                   self.writes_per_second)
-                self._refilled = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                time.sleep((1 - self._tokens) / self.writes_per_second)
-
     def _patch(self, p: _Pending) -> tuple[str, dict[str, Any] | str]:
         """("ok", written object) | ("conflict", why) | ("gone", "") | ("error", why)."""
-        self._take_token()
+        self._bucket.take()
         md = p.before.get("metadata") or {}
         ops = jsonpatch.make_patch(p.before, p.after).patch
         guard = [{"op": "test", "path": "/metadata/resourceVersion", "value": md.get("resourceVersion", "")}]

@@ -35,6 +35,8 @@ from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.events import EventRecorder
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
+from vpol.controller.reconcile_lifecycle import DELETING, GENERATING, LifecycleReconciler, is_lifecycle_key
+from vpol.controller.reconcile_lifecycle import key_for as lifecycle_key
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
@@ -57,6 +59,10 @@ NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
 EXCEPTIONS = "policyexceptions.policies.kyverno.io"
 MUTATING_POLICIES = "mutatingpolicies.policies.kyverno.io"
 NAMESPACED_MUTATING_POLICIES = "namespacedmutatingpolicies.policies.kyverno.io"
+GENERATING_POLICIES = "generatingpolicies.policies.kyverno.io"
+NAMESPACED_GENERATING_POLICIES = "namespacedgeneratingpolicies.policies.kyverno.io"
+DELETING_POLICIES = "deletingpolicies.policies.kyverno.io"
+NAMESPACED_DELETING_POLICIES = "namespaceddeletingpolicies.policies.kyverno.io"
 #: vpol's own objects (its webhook configurations).
 OWN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 #: The admission policies and bindings generated from policies (labelled managed-by Kyverno, as Kyverno's are).
@@ -128,6 +134,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                      access=rt.reconciler.access,
                                      on_policy=rt.scanner.set_mutating if rt.scanner else None,
                                      scans=rt.scanner is not None)
+    rt.lifecycle = LifecycleReconciler(rt.reconciler.objects, discovery, access=rt.reconciler.access,
+                                       runner=rt.scanner)
+    if rt.scanner is not None:
+        rt.scanner.notify = rt.queue.add  # thread-safe: the queue hands adds from other threads to its loop
     if options.webhook:
         rt.admission = Admission(rt.api, options, leading=rt.leader.leading, backend=backend, discovery=discovery,
                                  events=rt.events, global_context=rt.global_context)
@@ -135,10 +145,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
     reconciler = rt.reconciler
     mutating = rt.mutating
+    lifecycle = rt.lifecycle
 
     async def process(name: str) -> None:
         try:
-            work = mutating.reconcile if is_mutating_key(name) else reconciler.reconcile
+            work = mutating.reconcile if is_mutating_key(name) else \
+                lifecycle.reconcile if is_lifecycle_key(name) else reconciler.reconcile
             result = await asyncio.to_thread(work, name)
         except Exception:
             metrics.RECONCILE_ERRORS.labels("policy").inc()
@@ -185,7 +197,10 @@ async def _resync(rt: Runtime) -> None:
                 rt.scanner.expect(names)
             mutating = await asyncio.to_thread(
                 lambda: [mutating_key(policy_key(p["metadata"])) for p in objects.list_mutating_policies()])
-            for name in [*names, *mutating]:
+            lifecycle = await asyncio.to_thread(
+                lambda: [lifecycle_key(kind, policy_key(p["metadata"])) for kind in (GENERATING, DELETING)
+                         for p in objects.list_lifecycle_policies(kind)])
+            for name in [*names, *mutating, *lifecycle]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
             # A missing CRD is said by the dependency check (vpol.kube.dependencies), once.
@@ -239,6 +254,27 @@ async def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: A
     if rt.mutating is not None and version and rt.mutating.written_versions.get(key) == version:
         return  # the echo of our own status write
     _enqueue(memo, mutating_key(key))
+
+
+@kopf.on.event(GENERATING_POLICIES)
+@kopf.on.event(NAMESPACED_GENERATING_POLICIES)
+async def generating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _lifecycle_event(GENERATING, meta, memo)
+
+
+@kopf.on.event(DELETING_POLICIES)
+@kopf.on.event(NAMESPACED_DELETING_POLICIES)
+async def deleting_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _lifecycle_event(DELETING, meta, memo)
+
+
+def _lifecycle_event(kind: str, meta: Mapping[str, Any], memo: Any) -> None:
+    rt = _runtime(memo)
+    key = lifecycle_key(kind, policy_key(meta))
+    version = str(meta.get("resourceVersion", ""))
+    if rt.lifecycle is not None and version and rt.lifecycle.written_versions.get(key) == version:
+        return  # the echo of our own status write
+    _enqueue(memo, key)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
@@ -313,8 +349,11 @@ async def binding_event(type: str | None, name: str, meta: Mapping[str, Any], la
 async def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     for ref in spec.get("policyRefs") or []:
         if isinstance(ref, Mapping) and ref.get("name"):
-            kind = str(ref.get("kind") or "")
-            _enqueue(memo, mutating_key(str(ref["name"])) if kind == "MutatingPolicy" else str(ref["name"]))
+            kind, name = str(ref.get("kind") or ""), str(ref["name"])
+            key = mutating_key(name) if kind == "MutatingPolicy" else \
+                lifecycle_key(GENERATING, name) if kind == "GeneratingPolicy" else \
+                lifecycle_key(DELETING, name) if kind == "DeletingPolicy" else name
+            _enqueue(memo, key)
 
 
 @kopf.on.probe(id="leader")

@@ -84,6 +84,19 @@ ADMISSION_POLICIES = Gauge("vpol_admission_webhook_policies", "Policies this rep
 BACKGROUND_MUTATIONS = Counter("vpol_background_mutations_total",
                                "Targets of mutateExisting evaluated, by policy and result (mutated, unchanged, skip, "
                                "error)", ["policy", "result"])
+GENERATIONS = Counter("vpol_generations_total",
+                      "Generations of a GeneratingPolicy for a trigger, by policy and outcome (pass, skip, error)",
+                      ["policy", "outcome"])
+GENERATED_OBJECTS = Counter("vpol_generated_objects_total",
+                            "Writes of objects GeneratingPolicies generate, by policy and action (created, updated, "
+                            "deleted)", ["policy", "action"])
+DELETING_RUNS = Counter("vpol_deleting_policy_runs_total",
+                        "Scheduled runs of DeletingPolicies, by policy and outcome (succeeded, failed, forbidden)",
+                        ["policy", "outcome"])
+DELETED_OBJECTS = Counter("vpol_deleted_objects_total", "Objects DeletingPolicies deleted, by policy and resource",
+                          ["policy", "resource"])
+DELETION_ERRORS = Counter("vpol_deletion_errors_total",
+                          "Objects a DeletingPolicy could not evaluate or delete, by policy", ["policy"])
 EVENTS = Counter("vpol_events_total", "PolicyViolation Events, by outcome (sent, deduplicated, dropped: the queue "
                  "was full, failed)", ["outcome"])
 

@@ -80,6 +80,8 @@ class Runtime:
     reconciler: Reconciler | None = None
     #: Reconciles MutatingPolicies (queue keys ``mpol:<name>``).
     mutating: Any = None
+    #: GeneratingPolicies and DeletingPolicies (vpol.controller.reconcile_lifecycle).
+    lifecycle: Any = None
     scanner: Any = None
     leader: Any = None
     #: The admission webhook's parts (None with --webhook=off).

@@ -60,6 +60,8 @@ from vpol.desired.report import (
 from vpol.cel.compiler import compile_verdict
 from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
+from vpol.controller.deletion import Deletion
+from vpol.controller.generation import Generation
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
@@ -78,8 +80,11 @@ from vpol.kube.objects import (
     Objects,
     written_by_vpol_only,
 )
+from vpol.kube.access import AccessChecker
 from vpol.kube.reports import Reports
+from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.generating import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
@@ -135,6 +140,9 @@ class ScanOptions:
     batch: int = 500
     #: Most writes per second of the mutation of existing objects (vpol.controller.background_mutation).
     mutation_writes_per_second: float = 50.0
+    #: Most writes (and deletes) per second of generation and of scheduled deletion.
+    generation_writes_per_second: float = 50.0
+    deletes_per_second: float = 50.0
 
 
 @dataclass(slots=True)
@@ -201,6 +209,21 @@ class Scanner(threading.Thread):
         self._types: dict[tuple[str, str], ResourceType] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self.mutation.namespaces = self._namespaces
+        #: GeneratingPolicies (vpol.controller.generation) and DeletingPolicies (vpol.controller.deletion): run
+        #: here too, with this scanner's watches, namespaces and reports.
+        fresh = backend.fresh()
+        self.generation = Generation(api, resolve=self._resolve, namespaces=self._namespaces,
+                                     discovery=self.discovery.get, store=self._store_one, reported=self._reported,
+                                     backend=fresh, writes_per_second=self.options.generation_writes_per_second,
+                                     on_error=self._notify_generating)
+        self.deletion = Deletion(api, resolve=self._resolve, namespaces=self._namespaces,
+                                 discovery=self.discovery.get, backend=fresh, access=AccessChecker(api),
+                                 write_status=lambda key, status: Objects(api).patch_lifecycle_status(
+                                     "dpol", key, status),
+                                 events=events, deletes_per_second=self.options.deletes_per_second,
+                                 on_run=self._notify_deleting)
+        #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
+        self.notify: Any = None
         self._ns_watcher: Watcher | None = None
         #: While active: the scanner's own watches of the policies it evaluates (see _watch_policies).
         self._policy_watchers: list[Watcher] = []
@@ -267,6 +290,35 @@ class Scanner(threading.Thread):
                 self._meta_cache = None
             self._events.put(("mutating", key))
 
+    def set_generating(self, key: str, policy: GeneratingPolicy | None) -> None:
+        """A GeneratingPolicy to generate with (None: no more); created or changed, its existing triggers are
+        generated for as its settings say; gone, its downstreams go as its settings say."""
+        changed = self.generation.set_policy(key, policy)
+        if changed is False:
+            return
+        with self._lock:
+            self._meta_cache = None
+        if isinstance(changed, GeneratingPolicy):
+            self._events.put(("generating-removed", changed))
+        else:
+            self._events.put(("generating", key))
+
+    def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None:
+        """A DeletingPolicy to run on its schedule (None: no more), and its ``status.lastExecutionTime``."""
+        self.deletion.set_policy(key, policy, last_execution)
+
+    def _reported(self, uid: str, policy: str) -> bool:
+        state = self._state.get(uid)
+        return state is not None and any(e.policy == policy for e in state.entries)
+
+    def _notify_generating(self, key: str) -> None:
+        if self.notify is not None:
+            self.notify(f"gpol:{key}")
+
+    def _notify_deleting(self, key: str) -> None:
+        if self.notify is not None:
+            self.notify(f"dpol:{key}")
+
     def expect(self, names: Iterable[str]) -> None:
         """The policies that exist at start-up; scanning starts once each has been seen."""
         with self._lock:
@@ -280,6 +332,9 @@ class Scanner(threading.Thread):
 
     def set_exceptions(self, exceptions: Iterable[PolicyException]) -> None:
         new = list(exceptions)
+        self.deletion.set_exceptions(new)
+        if self.generation.set_exceptions(new) and self.generation.policies():
+            self._events.put(("generating", *[p.key for p in self.generation.policies()]))
         with self._lock:
             if new == self._exceptions:
                 return
@@ -359,6 +414,9 @@ class Scanner(threading.Thread):
         # every policy it finds), whatever its background setting.
         if self.mutation.policies():
             self._mutating_changed({p.key for p in self.mutation.policies()})
+        # And every GeneratingPolicy: what was owed while no replica led is generated now.
+        if self.generation.policies():
+            self._generating_changed({p.key for p in self.generation.policies()}, [])
 
     def _prime(self) -> None:
         """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now."""
@@ -434,6 +492,8 @@ class Scanner(threading.Thread):
         self._active = False
 
     def _step(self) -> None:
+        if self.deletion.due():
+            self.deletion.run_due()
         timeout = max(0.1, self.options.scan_interval - (time.monotonic() - self._last_full))
         try:
             first = self._events.get(timeout=min(timeout, 1.0))
@@ -450,6 +510,8 @@ class Scanner(threading.Thread):
         objects: dict[str, tuple[str, dict[str, Any]]] = {}
         policies: set[str] = set()
         mutating: set[str] = set()
+        generating: set[str] = set()
+        removed: list[GeneratingPolicy] = []
         triggers: list[tuple[str, dict[str, Any]]] = []
         resync_all = False
         for event in self._gather(batch):
@@ -463,18 +525,30 @@ class Scanner(threading.Thread):
                 policies.add(event[1])
             elif event[0] == "mutating":
                 mutating.add(event[1])
+            elif event[0] == "generating":
+                generating.update(event[1:])
+            elif event[0] == "generating-removed":
+                removed.append(event[1])
             elif event[0] == "exceptions":
                 resync_all = True
             elif event[0] == "stop":
                 return
-        if policies or resync_all or mutating:
+        if policies or resync_all or mutating or generating or removed:
             self._sync_watchers()
             self._meta_changed()
         if mutating:
             self._mutating_changed(mutating)
+        if generating or removed:
+            self._generating_changed(generating, removed)
         if triggers and self.mutation.policies():
             self.mutation.objects_changed(triggers, self.discovery.get())
             self._drain()
+        if triggers and self.generation.policies():
+            self.generation.objects_changed(triggers)
+            self._drain()
+        if self.generation.watches_changed.is_set():
+            self.generation.watches_changed.clear()
+            self._sync_watchers()
         if resync_all:
             self._full_scan()
         elif policies:
@@ -543,6 +617,7 @@ class Scanner(threading.Thread):
                 if "list" in info.verbs or not info.verbs:
                     wanted[(info.group, info.version, info.resource)] = info
         wanted.update(self.mutation.watched(discovery))
+        wanted.update(self.generation.watched(discovery))
         return wanted
 
     def _sync_watchers(self) -> None:
@@ -557,9 +632,17 @@ class Scanner(threading.Thread):
                 # Started before the scan that covers existing objects, so no change is missed; the triggers of
                 # a MutatingPolicy that mutates existing objects from when the policy was seen.
                 w = Watcher(self.api, *gvr, on_event=self._on_object, kind=info.kind, emit_initial=False,
-                            since=self.mutation.trigger_since(gvr, self.discovery.get()))
+                            since=self._since(gvr))
                 self._watchers[gvr] = w
                 w.start()
+
+    def _since(self, gvr: GVR) -> str:
+        """Where a new watch of ``gvr`` starts: from the oldest resourceVersion a policy triggered by it was seen
+        at (mutateExisting, generation), so no trigger is missed; "" (now) when none is, or one is not a number."""
+        discovery = self.discovery.get()
+        marks = [self.mutation.trigger_since(gvr, discovery), self.generation.trigger_since(gvr, discovery)]
+        numbers = [int(m) for m in marks if m.isdigit()]
+        return str(min(numbers)) if numbers else ""
 
     def _on_object(self, etype: str, obj: dict[str, Any]) -> None:
         if etype in ("ADDED", "MODIFIED", "DELETED"):
@@ -619,7 +702,7 @@ class Scanner(threading.Thread):
             if self._meta_cache is None:
                 self._meta_cache = {n: PolicyMeta.of(p.severity, p.category, p.scored)
                                     for n, p in self._policies.items()}
-                for p in self.mutation.policies():
+                for p in [*self.mutation.policies(), *self.generation.policies()]:
                     self._meta_cache[p.key] = PolicyMeta(p.severity, p.category, p.scored)
             return self._meta_cache
 
@@ -745,8 +828,8 @@ class Scanner(threading.Thread):
         state = self._state.get(ref.uid)
         previous = state.entries if state else ()
         known = self._meta()
-        if only is None and self.mutation.policies():
-            # A full evaluation is of the validating policies: the results of mutateExisting stay.
+        if only is None and (self.mutation.policies() or self.generation.policies()):
+            # A full evaluation is of the validating policies: the results of mutateExisting and generation stay.
             with self._lock:
                 only = list(self._policies)
         merged = merge(by_policy(previous), fresh, only)
@@ -784,6 +867,21 @@ class Scanner(threading.Thread):
             self._flush([w for w in stale if w is not None])
         if present:
             self.mutation.policy_changed(present, self.discovery.get())
+        self._drain()
+
+    def _generating_changed(self, keys: set[str], removed: list[GeneratingPolicy]) -> None:
+        """GeneratingPolicies created or changed (a pass each) or gone (their downstreams as they say, their
+        results out of the reports)."""
+        for policy in removed:
+            self.generation.policy_removed(policy)
+        gone = sorted({p.key for p in removed} - {p.key for p in self.generation.policies()})
+        if gone:
+            stale = [self._store(state.ref, [], gone) for state in list(self._state.values())
+                     if any(e.policy in gone for e in state.entries)]
+            self._flush([w for w in stale if w is not None])
+        present = {k for k in keys if self.generation.get(k) is not None}
+        if present:
+            self.generation.policy_changed(present)
         self._drain()
 
     def _write(self, w: _Write) -> None:
@@ -943,6 +1041,8 @@ class Scanner(threading.Thread):
         self._flush([w for w in stale if w is not None])
         if mutate and self.mutation.policies():
             self.mutation.periodic(self.discovery.get())
+        if mutate and self.generation.policies():
+            self.generation.periodic()
         self._drain()
         self._last_full = time.monotonic()
         took = time.perf_counter() - started

@@ -25,7 +25,8 @@ POLICY_VALIDATION_WEBHOOK = "policies.validate.vpol.kyverno.io"
 #: (API group, resources) vpol validates.
 VALIDATED = (
     ("policies.kyverno.io", ("validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies",
-                             "namespacedmutatingpolicies", "policyexceptions")),
+                             "namespacedmutatingpolicies", "generatingpolicies", "namespacedgeneratingpolicies",
+                             "deletingpolicies", "namespaceddeletingpolicies", "policyexceptions")),
     ("kyverno.io", ("globalcontextentries",)),
 )
 

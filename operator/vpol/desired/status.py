@@ -22,8 +22,13 @@ Conditions (metav1.Condition shape), written both to
 - ``MutateExisting`` (a MutatingPolicy with ``evaluation.mutateExisting.enabled``):
   True when the operator mutates the existing targets (it names them and when),
   False when it cannot (background scans are off in the operator);
-- ``Ready``: every condition above that applies, TypeChecked and VAPGenerated
-  excepted, is True.
+- a GeneratingPolicy's ``Generating`` (False when the operator runs no
+  background work) and ``GenerationSucceeded`` (informational: False, with the
+  last error, while generating for some trigger fails); a DeletingPolicy's
+  ``Scheduled`` (when it runs next). Their status holds only
+  ``conditionStatus``, ``conditions`` and (DeletingPolicy) ``lastExecutionTime``;
+- ``Ready``: every condition above that applies, TypeChecked, VAPGenerated and
+  GenerationSucceeded excepted, is True.
 
 ``status.enforcement`` holds the route in one word for ``kubectl get``:
 ``NativeVAP``, ``Webhook``, ``None`` or ``NotApplicable``.
@@ -92,6 +97,8 @@ class Findings:
     mutate_existing: tuple[bool, str, str] | None = None
     #: What the RBACPermissionsGranted condition says when nothing is missing.
     rbac_message: str = "the operator may get, list and watch every matched resource"
+    #: Conditions of the kind's own: (type, ok, reason, message, informational).
+    extra: Sequence[tuple[str, bool, str, str, bool]] = ()
 
 
 def _truncate(text: str) -> str:
@@ -133,7 +140,12 @@ def conditions_for(f: Findings) -> list[Condition]:
     if f.mutate_existing is not None:
         ok, reason, message = f.mutate_existing
         out.append(Condition(MUTATE_EXISTING, ok, reason, _truncate(message)))
-    blocking = [c for c in out if c.type not in INFORMATIONAL and not c.status]
+    informational = set(INFORMATIONAL)
+    for type_, ok, reason, message, info in f.extra:
+        out.append(Condition(type_, ok, reason, _truncate(message)))
+        if info:
+            informational.add(type_)
+    blocking = [c for c in out if c.type not in informational and not c.status]
     if blocking:
         out.append(Condition(READY, False, "NotReady", "; ".join(f"{c.type} is False" for c in blocking)))
     else:
@@ -184,6 +196,13 @@ def desired_status(f: Findings, previous: Mapping[str, Any] | None, now: str | N
         "typeChecking": {"expressionWarnings": [{"fieldRef": ref, "warning": w} for ref, w in f.type_warnings]},
     }
     return status
+
+
+def lifecycle_status(f: Findings, previous: Mapping[str, Any] | None, now: str | None = None) -> dict[str, Any]:
+    """The ``status`` of a GeneratingPolicy or DeletingPolicy (the fields their CRDs have; a DeletingPolicy's
+    ``lastExecutionTime`` is written by its runs, not here)."""
+    whole = desired_status(f, previous, now)
+    return {"conditionStatus": whole["conditionStatus"], "conditions": whole["conditions"]}
 
 
 def status_changed(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:

@@ -365,6 +365,8 @@ class DeletingPolicyEngine:
         if not self.compiled.ok or not self.selects(subject):
             return None
         data = SubjectData(dataclasses.replace(subject, old_object=None), absent_as_empty=False)
+        if subject.type.group == "" and subject.type.kind == "Namespace":
+            data.data["namespaceObject"] = subject.object  # a Namespace is its own (Kyverno's namespace lister)
         api_version, kind, namespace, name, uid = data.identity()
         result = Result(self.policy.key, PASS, DELETE, api_version, kind, namespace, name, uid)
         match = match_exceptions(self.exceptions, data)

@@ -25,7 +25,9 @@ from typing import Any
 
 from vpol.engine.match import rule_matches, selectors_match
 from vpol.engine.request import Subject
+from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.generating import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import MatchResources, Rule
 
@@ -71,8 +73,10 @@ def target_resources(policy: MutatingPolicy, discovery: Discovery) -> list[tuple
     return out
 
 
-def trigger_resources(policy: MutatingPolicy, discovery: Discovery) -> list[ResourceInfo]:
-    """The resources whose changes can trigger the policy (its matchConstraints' rules; wildcards resolved)."""
+def trigger_resources(policy: MutatingPolicy | GeneratingPolicy | DeletingPolicy,
+                      discovery: Discovery) -> list[ResourceInfo]:
+    """The resources whose changes can trigger the policy (its matchConstraints' rules; wildcards resolved): a
+    MutatingPolicy's or GeneratingPolicy's triggers, a DeletingPolicy's candidates."""
     found: dict[tuple[str, str, str], ResourceInfo] = {}
     constraints = policy.spec.match_constraints
     for rule in constraints.resource_rules if constraints else ():

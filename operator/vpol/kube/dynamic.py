@@ -335,3 +335,22 @@ def json_patch_object(api: client.ApiClient, group: str, version: str, resource:
     resourceVersion: the object changed since it was read) comes back as an ApiException (422 or 409)."""
     return _send(api, "PATCH", object_path(group, version, resource, namespace, name, subresource), body=patch,
                  content_type="application/json-patch+json", query=[("fieldManager", field_manager)])
+
+
+def delete_object(api: client.ApiClient, group: str, version: str, resource: str, namespace: str, name: str, *,
+                  propagation_policy: str = "", uid: str = "") -> dict[str, Any] | None:
+    """DELETE one object (``propagation_policy``: Foreground, Background or Orphan; "" the API server's default
+    for the kind; ``uid``: only that object, not one recreated under its name since): the API server's answer (the
+    object, or a Status naming it), None when it was gone."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if propagation_policy:
+        body["propagationPolicy"] = propagation_policy
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    try:
+        return _send(api, "DELETE", object_path(group, version, resource, namespace, name), body=body,
+                     content_type="application/json")
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

@@ -31,21 +31,29 @@ class LiveBackend(Backend):
     name = "cluster"
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
-                 http_allowlist: tuple[str, ...] = (), http_timeout: float = 5.0):
+                 http_allowlist: tuple[str, ...] = (), http_timeout: float = 5.0,
+                 cache_seconds: float = CACHE_SECONDS):
         self.kubeconfig = kubeconfig
         self.context = context
         self.http_allowlist = tuple(http_allowlist)
         self.http_timeout = http_timeout
+        self.cache_seconds = cache_seconds
         self._api: Any = None
         self._cache: dict[str, tuple[float, Any]] = {}
 
+    def fresh(self) -> "LiveBackend":
+        """The same backend without the cache: what generation clones and deletion evaluates must be the objects as
+        they are now (a changed clone source is copied at once, not seconds later)."""
+        return LiveBackend(self.kubeconfig, self.context, http_allowlist=self.http_allowlist,
+                           http_timeout=self.http_timeout, cache_seconds=0.0)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"kubeconfig": self.kubeconfig, "context": self.context, "http_allowlist": self.http_allowlist,
-                "http_timeout": self.http_timeout}
+                "http_timeout": self.http_timeout, "cache_seconds": self.cache_seconds}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["kubeconfig"], state["context"], http_allowlist=state["http_allowlist"],  # type: ignore[misc]
-                      http_timeout=state["http_timeout"])
+                      http_timeout=state["http_timeout"], cache_seconds=state.get("cache_seconds", CACHE_SECONDS))
 
     def _client(self) -> Any:
         if self._api is None:
@@ -57,7 +65,7 @@ class LiveBackend(Backend):
     def _get(self, path: str, query: list[tuple[str, Any]] | None = None) -> Any:
         key = path + repr(query)
         hit = self._cache.get(key)
-        if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
+        if hit and time.monotonic() - hit[0] < self.cache_seconds:
             return hit[1]
         from kubernetes.client.rest import ApiException
 
@@ -71,9 +79,10 @@ class LiveBackend(Backend):
             if exc.status == 404:
                 raise ObjectNotFound(f"GET {path}: not found") from None
             raise BackendUnavailable(f"GET {path}: {exc.status} {exc.reason}") from None
-        if len(self._cache) > 1000:
-            self._cache.clear()
-        self._cache[key] = (time.monotonic(), data)
+        if self.cache_seconds > 0:
+            if len(self._cache) > 1000:
+                self._cache.clear()
+            self._cache[key] = (time.monotonic(), data)
         return data
 
     @staticmethod

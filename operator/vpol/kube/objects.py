@@ -35,6 +35,13 @@ NAMESPACED_POLICY_PLURAL = "namespacedvalidatingpolicies"
 EXCEPTION_PLURAL = "policyexceptions"
 MUTATING_POLICY_PLURAL = "mutatingpolicies"
 NAMESPACED_MUTATING_POLICY_PLURAL = "namespacedmutatingpolicies"
+GENERATING_POLICY_PLURAL = "generatingpolicies"
+NAMESPACED_GENERATING_POLICY_PLURAL = "namespacedgeneratingpolicies"
+DELETING_POLICY_PLURAL = "deletingpolicies"
+NAMESPACED_DELETING_POLICY_PLURAL = "namespaceddeletingpolicies"
+#: The (cluster, namespaced) plurals of GeneratingPolicies and DeletingPolicies, by the prefix of their queue keys.
+LIFECYCLE_PLURALS = {"gpol": (GENERATING_POLICY_PLURAL, NAMESPACED_GENERATING_POLICY_PLURAL),
+                     "dpol": (DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL)}
 STORAGE_VERSION = "v1"
 #: MutatingAdmissionPolicy kinds, each served by one API class per version.
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
@@ -185,6 +192,47 @@ class Objects:
         else:
             result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL,
                                                                     name, body)
+        return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
+
+    # -- GeneratingPolicies and DeletingPolicies (``kind``: "gpol" or "dpol", LIFECYCLE_PLURALS)
+
+    def get_lifecycle_policy(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The policy of ``kind`` with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced)."""
+        cluster, namespaced = LIFECYCLE_PLURALS[kind]
+        namespace, _, name = key.rpartition("/")
+        try:
+            if namespace:
+                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace, namespaced,
+                                                                name)
+            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, cluster, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_lifecycle_policies(self, kind: str) -> list[dict[str, Any]]:
+        """Every policy of ``kind``, cluster-wide and namespaced (none of a kind whose CRD is not installed)."""
+        items: list[dict[str, Any]] = []
+        for plural in LIFECYCLE_PLURALS[kind]:
+            try:
+                out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, plural)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            items.extend(out.get("items") or [])
+        return items
+
+    def patch_lifecycle_status(self, kind: str, key: str, status: Mapping[str, Any]) -> str:
+        """Merge-patch the status of a policy of ``kind``; returns its new resourceVersion."""
+        cluster, namespaced = LIFECYCLE_PLURALS[kind]
+        namespace, _, name = key.rpartition("/")
+        body = {"status": dict(status)}
+        if namespace:
+            result = self.custom.patch_namespaced_custom_object_status(GROUP, STORAGE_VERSION, namespace,
+                                                                       namespaced, name, body)
+        else:
+            result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, cluster, name, body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
     # -- generated admission policies

@@ -168,10 +168,10 @@ def test_deleting_policy_spec_and_status() -> None:
     assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["name"]
     assert conditions["items"]["required"] == ["expression", "name"]
     status = node(version_schema(load_crd(DPOL)), "status")
-    assert set(status["properties"]) == {"conditionStatus", "lastExecutionTime"}
+    assert set(status["properties"]) == {"conditionStatus", "conditions", "lastExecutionTime"}
     assert node(status, "lastExecutionTime") == {**node(status, "lastExecutionTime"), "type": "string",
                                                  "format": "date-time"}
-    assert set(node(version_schema(load_crd(GPOL)), "status")["properties"]) == {"conditionStatus"}
+    assert set(node(version_schema(load_crd(GPOL)), "status")["properties"]) == {"conditionStatus", "conditions"}
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -1,0 +1,666 @@
+"""Generation (GeneratingPolicies and NamespacedGeneratingPolicies), run by the scanner.
+
+Not a loop of its own: the scanner (leader only) hands it what its watches and its schedule produce, on its own
+thread, as it does for mutateExisting (vpol.controller.background_mutation); evaluation is the pure engine's
+(vpol.engine.generate) with the cluster as ``resource.Get/List`` sees it. Kyverno's semantics
+(docs/generate-and-delete.md), and where vpol goes beyond them:
+
+- **Triggers** come from the scanner's watches of the kinds the policies match (vpol.controller.triggers): a
+  created object is a CREATE, a change an UPDATE, a deletion a DELETE; each is evaluated when the policy's
+  matchConstraints (operations included) select it. A watch of a trigger kind starts from the resourceVersion the
+  policy was first seen at, so triggers that arrived before the watch (or while no replica led) are replayed.
+- **Existing triggers** (a pass): when a policy is created or changed, when scanning starts (a restart) and at
+  every full scan. A trigger is *owed* a generation when the policy has ``generateExisting``, was created before
+  the trigger (the trigger's CREATE should have generated), already has a result of the policy in its report, or
+  already has downstreams. Without ``synchronize`` an owed trigger is generated once (its report result records
+  it; a restarted operator generates for the triggers created while it was away, and for no other); with
+  ``synchronize`` every owed trigger is re-rendered, its downstreams written where they differ and those it no
+  longer renders deleted.
+- **Synchronize**: a downstream edited or deleted by someone else is put back (its trigger re-rendered), a clone
+  source that changes updates its clones (deleted: its clones go), a trigger deleted or no longer selected takes
+  its downstreams with it, and a deleted policy takes its data downstreams (not its clones) unless
+  ``orphanDownstreamOnPolicyDelete``.
+- **Writing**: an absent downstream is created (server-side applied with ``useServerSideApply``); one labelled as
+  this policy's for this trigger is replaced where it differs (nothing is written when it holds what was
+  rendered); one that someone else made is never overwritten: the trigger's result is an error naming it
+  (Kyverno leaves it alone silently). Writes are rate-limited (``writes_per_second``) and retried on conflict.
+  Downstreams carry Kyverno's labels (vpol.engine.generate.downstream_labels), plus the policy's namespace for a
+  namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
+- **Reports**: the trigger's report gets the policy's result: ``pass`` with the ``generated-resources`` property,
+  ``skip`` for an exception, ``error`` with the reason. Metrics: ``vpol_generation_total{policy, outcome}``.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.cel.backend import Backend, using
+from vpol.controller import metrics
+from vpol.controller.token_bucket import TokenBucket
+from vpol.controller.triggers import Operations, trigger_subject
+from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
+from vpol.engine.evaluate import ERROR, PASS, compile_exception
+from vpol.engine.generate import (
+    GENERATED_RESOURCES,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    POLICY_NAME,
+    POLICY_NAMESPACE,
+    SOURCE_UID,
+    TRIGGER_GROUP,
+    TRIGGER_KIND,
+    TRIGGER_NAME,
+    TRIGGER_NAMESPACE,
+    TRIGGER_UID,
+    TRIGGER_VERSION,
+    Downstream,
+    GeneratingPolicyEngine,
+    labelled,
+)
+from vpol.engine.mutate_existing import trigger_resources
+from vpol.engine.request import ResourceType, Subject
+from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
+from vpol.kube.errors import describe
+from vpol.kube.objects import FIELD_MANAGER
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.generating import GeneratingPolicy
+from vpol.model.policy import PolicyException
+
+logger = logging.getLogger(__name__)
+
+GVR = tuple[str, str, str]
+#: Writes remembered as vpol's own: their watch events are neither triggers nor edits to revert.
+OWN_WRITES_KEPT = 100_000
+#: Attempts to write one downstream that keeps changing under us.
+ATTEMPTS = 3
+#: What vpol remembers of a downstream it deleted (its DELETED event is then no edit to revert).
+DELETED_BY_US = "deleted"
+#: Kyverno's report process for generation results.
+PROCESS_ADMISSION = "admission review"
+
+
+@dataclass(frozen=True, order=True)
+class DownRef:
+    """Where a downstream lives."""
+
+    group: str
+    version: str
+    resource: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class TriggerRef:
+    """How to read a trigger again (by the labels of its downstreams, or as seen)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass
+class _Known:
+    """What one policy generated, as far as this replica knows: trigger uid -> downstreams (ref -> source uid)."""
+
+    downstreams: dict[str, dict[DownRef, str]] = field(default_factory=dict)
+    triggers: dict[str, TriggerRef] = field(default_factory=dict)
+    #: Resources whose downstreams carry this policy's labels (listed to find what it made before a restart).
+    resources: dict[GVR, ResourceInfo] = field(default_factory=dict)
+
+
+def _md(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    md = obj.get("metadata")
+    return md if isinstance(md, Mapping) else {}
+
+
+def holds(existing: Any, desired: Any) -> bool:
+    """Whether ``existing`` already holds everything ``desired`` says (fields the API server defaulted, and labels or
+    annotations others added, may be there too); ``status`` is not compared."""
+    if isinstance(desired, Mapping):
+        if not isinstance(existing, Mapping):
+            return False
+        return all(k in existing and holds(existing[k], v) for k, v in desired.items() if k != "status")
+    if isinstance(desired, list):
+        return isinstance(existing, list) and len(existing) == len(desired) and \
+            all(holds(e, d) for e, d in zip(existing, desired))
+    if isinstance(desired, bool) or isinstance(existing, bool):
+        return type(desired) is type(existing) and desired == existing
+    if isinstance(desired, (int, float)) and isinstance(existing, (int, float)):
+        return float(desired) == float(existing)
+    return bool(existing == desired)
+
+
+class Generation:
+    def __init__(self, api: client.ApiClient, *, resolve: Callable[[str, str], ResourceType | None],
+                 namespaces: dict[str, dict[str, Any]], discovery: Callable[[], Discovery],
+                 store: Callable[[ResourceRef, str, ReportEntry | None], None],
+                 reported: Callable[[str, str], bool], backend: Backend | None = None,
+                 writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None):
+        self.api = api
+        self.resolve = resolve
+        self.namespaces = namespaces
+        self.discovery = discovery
+        #: store(trigger, policy key, entry or None): the scanner's report store for one policy's result.
+        self.store = store
+        #: reported(trigger uid, policy key): whether the trigger's report holds a result of the policy.
+        self.reported = reported
+        self.backend = backend or Backend()
+        #: Told the key of a policy whose generation failed somewhere (its status says so).
+        self.on_error = on_error or (lambda key: None)
+        self._bucket = TokenBucket(writes_per_second)
+        self._lock = threading.Lock()
+        self._policies: dict[str, GeneratingPolicy] = {}
+        self._engines: dict[str, GeneratingPolicyEngine] = {}
+        self._exceptions: list[PolicyException] = []
+        self._seen_at: dict[str, str] = {}
+        self._known: dict[str, _Known] = {}
+        #: source uid -> {(policy key, trigger uid)}: the clones to update when a source changes.
+        self._sources: dict[str, set[tuple[str, str]]] = {}
+        self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._operations = Operations()
+        #: policy key -> the last generation error (cleared by a pass without one): the policy's status shows it.
+        self.errors: dict[str, str] = {}
+        #: Set when the resources to watch changed (a new kind of downstream): the scanner re-syncs its watches.
+        self.watches_changed = threading.Event()
+        self.writes = 0
+
+    # -- the policies (thread-safe) ---------------------------------------------------------------------------
+
+    def set_policy(self, key: str, policy: GeneratingPolicy | None) -> GeneratingPolicy | None | bool:
+        """A valid policy (None: gone or invalid). Returns the policy that was held when it went (its downstreams
+        may have to go), True when what evaluation depends on changed, else False."""
+        with self._lock:
+            old = self._policies.get(key)
+            if policy is None:
+                self._seen_at.pop(key, None)
+                self._engines.pop(key, None)
+                self.errors.pop(key, None)
+                return self._policies.pop(key, None)
+            if old is not None and old.spec == policy.spec and old.annotations == policy.annotations:
+                return False
+            self._policies[key] = policy
+            self._engines.pop(key, None)
+            self._seen_at.setdefault(key, str(_md(policy.raw).get("resourceVersion") or ""))
+            return True
+
+    def set_exceptions(self, exceptions: Iterable[PolicyException]) -> bool:
+        new = list(exceptions)
+        with self._lock:
+            if new == self._exceptions:
+                return False
+            self._exceptions = new
+            self._engines.clear()
+            return True
+
+    def policies(self) -> list[GeneratingPolicy]:
+        with self._lock:
+            return sorted(self._policies.values(), key=lambda p: p.key)
+
+    def get(self, key: str) -> GeneratingPolicy | None:
+        with self._lock:
+            return self._policies.get(key)
+
+    def _engine(self, policy: GeneratingPolicy) -> GeneratingPolicyEngine:
+        with self._lock:
+            engine = self._engines.get(policy.key)
+            if engine is None or engine.policy is not policy:
+                exceptions = [compile_exception(e) for e in self._exceptions]
+                engine = self._engines[policy.key] = GeneratingPolicyEngine(policy, exceptions,
+                                                                            namespaced=self._scope)
+            return engine
+
+    def _scope(self, api_version: str, kind: str) -> bool | None:
+        info = self.discovery().resource_for_kind(api_version, kind)
+        return None if info is None else info.namespaced
+
+    def watched(self, discovery: Discovery) -> dict[GVR, ResourceInfo]:
+        """What the scanner must watch: the triggers of every policy, and the downstreams (and clone sources, of the
+        same kinds) of the synchronized ones."""
+        out: dict[GVR, ResourceInfo] = {}
+        for policy in self.policies():
+            for info in trigger_resources(policy, discovery):
+                if "watch" in info.verbs or not info.verbs:
+                    out[(info.group, info.version, info.resource)] = info
+            if policy.spec.evaluation.synchronize:
+                with self._lock:
+                    known = self._known.get(policy.key)
+                    out.update(known.resources if known else {})
+        return out
+
+    def generated_resources(self, key: str) -> list[ResourceInfo]:
+        """The resources of the objects the policy ``key`` generated so far (for its RBAC condition)."""
+        with self._lock:
+            known = self._known.get(key)
+            return list(known.resources.values()) if known else []
+
+    def trigger_since(self, gvr: GVR, discovery: Discovery) -> str:
+        """Where a new watch of ``gvr`` starts so that no trigger is missed: the oldest resourceVersion the policies
+        reading it were first seen at ("" when one is not a number; see BackgroundMutation.trigger_since)."""
+        versions = []
+        for policy in self.policies():
+            if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(policy, discovery)):
+                with self._lock:
+                    seen = self._seen_at.get(policy.key, "")
+                if not seen.isdigit():
+                    return ""
+                versions.append(int(seen))
+        return str(min(versions)) if versions else ""
+
+    # -- when it runs ------------------------------------------------------------------------------------------
+
+    def policy_changed(self, keys: Iterable[str]) -> int:
+        """Policies created or changed (or all of them, when scanning starts): a pass of each."""
+        return sum(self.run_pass(p) for p in (self.get(k) for k in sorted(keys)) if p is not None)
+
+    def periodic(self) -> int:
+        """A full background scan: a pass of every policy."""
+        return sum(self.run_pass(p) for p in self.policies())
+
+    def policy_removed(self, policy: GeneratingPolicy) -> int:
+        """A policy deleted (or made invalid): with synchronize, its data downstreams go unless it orphans them."""
+        with self._lock:
+            known = self._known.pop(policy.key, None)
+        spec = policy.spec.evaluation
+        if not spec.synchronize or spec.orphan_downstream_on_policy_delete:
+            return 0
+        deleted = 0
+        for refs in self._existing(policy, known or _Known()).values():
+            for ref, source_uid in refs.items():
+                if not source_uid:
+                    deleted += self._delete(policy, ref)
+        return deleted
+
+    def objects_changed(self, events: Iterable[tuple[str, dict[str, Any]]]) -> int:
+        """Changes seen by the scanner's watches: triggers, downstreams and clone sources among them."""
+        policies = self.policies()
+        if not policies:
+            return 0
+        count = 0
+        for etype, raw in events:
+            md = _md(raw)
+            uid = str(md.get("uid", ""))
+            own = self._own.get(uid)
+            if own == str(md.get("resourceVersion", "")) or (etype == "DELETED" and own == DELETED_BY_US):
+                continue  # our own write's (or deletion's) echo
+            labels = md.get("labels") or {}
+            if labels.get(MANAGED_BY) == MANAGED_BY_VALUE and labels.get(POLICY_NAME):
+                count += self._downstream_changed(etype, raw, policies)
+            elif uid in self._sources:
+                count += self._source_changed(etype, raw)
+            operation, obj = self._operations.of(etype, raw)
+            if operation is None:
+                continue
+            trigger = trigger_subject(obj, operation, self.resolve, self.namespaces)
+            if trigger is None:
+                continue
+            for policy in policies:
+                count += self._trigger_changed(policy, trigger)
+        return count
+
+    # -- triggers ---------------------------------------------------------------------------------------------
+
+    def _trigger_changed(self, policy: GeneratingPolicy, trigger: Subject) -> int:
+        ev = policy.spec.evaluation
+        if not ev.admission_enabled:
+            return 0
+        uid = str(_md(trigger.current).get("uid", ""))
+        if trigger.operation == "UPDATE" and _md(trigger.current).get("deletionTimestamp"):
+            return 0  # being deleted (its DELETE came with its deletionTimestamp): nothing is generated into it
+        if trigger.operation == "DELETE" and not _lists_delete(policy):
+            # A deleted trigger takes its downstreams with it (synchronize), unless the policy generates on DELETE.
+            return self._forget_trigger(policy, uid) if ev.synchronize else 0
+        engine = self._engine(policy)
+        if not engine.selects(trigger):
+            if trigger.operation == "UPDATE" and ev.synchronize and self._has(policy, uid):
+                return self._forget_trigger(policy, uid)  # no longer selected: its downstreams go
+            return 0
+        return int(self._generate(policy, trigger, sync=ev.synchronize) != "")
+
+    def _has(self, policy: GeneratingPolicy, trigger_uid: str) -> bool:
+        with self._lock:
+            known = self._known.get(policy.key)
+            return bool(known and known.downstreams.get(trigger_uid))
+
+    def _forget_trigger(self, policy: GeneratingPolicy, trigger_uid: str) -> int:
+        with self._lock:
+            known = self._known.get(policy.key)
+            refs = known.downstreams.pop(trigger_uid, {}) if known else {}
+            if known:
+                known.triggers.pop(trigger_uid, None)
+        return sum(self._delete(policy, ref) for ref in sorted(refs))
+
+    # -- passes -----------------------------------------------------------------------------------------------
+
+    def _existing_triggers(self, policy: GeneratingPolicy) -> Iterable[dict[str, Any]]:
+        discovery = self.discovery()
+        for info in trigger_resources(policy, discovery):
+            if info.verbs and "list" not in info.verbs:
+                continue
+            namespace = policy.namespace if info.namespaced else ""
+            try:
+                for items, _rv in list_pages(self.api, info.group, info.version, info.resource, namespace=namespace):
+                    yield from items
+            except ApiException as exc:
+                self._failed(policy, f"listing {info.resource} failed: {describe(exc)}")
+
+    def _existing(self, policy: GeneratingPolicy, known: _Known) -> dict[str, dict[DownRef, str]]:
+        """What carries the policy's labels in the cluster now (the kinds it generated), by trigger uid."""
+        selector = f"{MANAGED_BY}={MANAGED_BY_VALUE},{POLICY_NAME}={policy.name}"
+        if policy.namespace:
+            selector += f",{POLICY_NAMESPACE}={policy.namespace}"
+        out: dict[str, dict[DownRef, str]] = {}
+        for trigger_uid, refs in known.downstreams.items():
+            out.setdefault(trigger_uid, {}).update(refs)
+        for info in list(known.resources.values()):
+            try:
+                for items, _rv in list_pages(self.api, info.group, info.version, info.resource,
+                                             label_selector=selector):
+                    for item in items:
+                        md, labels = _md(item), _md(item).get("labels") or {}
+                        if not policy.namespace and labels.get(POLICY_NAMESPACE):
+                            continue  # a namespaced policy's of the same name
+                        ref = DownRef(info.group, info.version, info.resource, str(md.get("namespace") or ""),
+                                      str(md.get("name") or ""))
+                        out.setdefault(str(labels.get(TRIGGER_UID) or ""), {})[ref] = str(labels.get(SOURCE_UID)
+                                                                                           or "")
+            except ApiException as exc:
+                logger.debug("generation %s: listing %s failed: %s", policy.key, info.resource, describe(exc))
+        return out
+
+    def run_pass(self, policy: GeneratingPolicy) -> int:
+        """Every existing trigger of ``policy`` that is owed a generation (see the module docstring)."""
+        ev = policy.spec.evaluation
+        with self._lock:
+            known = self._known.setdefault(policy.key, _Known())
+        engine = self._engine(policy)
+        if not engine.ok:
+            return 0
+        existing = self._existing(policy, known)
+        created = str(_md(policy.raw).get("creationTimestamp") or "")
+        count = 0
+        seen: set[str] = set()
+        rendered: set[str] = set()
+        failed_before = self.errors.pop(policy.key, None)
+        for obj in self._existing_triggers(policy):
+            md = _md(obj)
+            uid = str(md.get("uid", ""))
+            if md.get("deletionTimestamp"):
+                continue  # being deleted: as good as gone
+            seen.add(uid)
+            owed = ev.generate_existing or bool(existing.get(uid)) or self.reported(uid, policy.key) or \
+                bool(created and str(md.get("creationTimestamp") or "") >= created)
+            if not owed:
+                continue
+            if not ev.synchronize and self.reported(uid, policy.key):
+                continue  # generated once: without synchronize, nothing is kept up to date
+            # Policy-started generation is a CREATE without a request user (as Kyverno's background controller).
+            trigger = trigger_subject(obj, "CREATE", self.resolve, self.namespaces)
+            if trigger is None:
+                continue
+            if not engine.selects(trigger):
+                if ev.synchronize and existing.get(uid):
+                    count += sum(self._delete(policy, ref) for ref in sorted(existing[uid]))
+                continue
+            outcome = self._generate(policy, trigger, sync=ev.synchronize, previous=existing.get(uid, {}))
+            count += outcome != ""
+            if outcome == PASS:
+                rendered.add(uid)
+        if ev.synchronize:
+            # Listed again now that the kinds the policy generates are known (after a restart they are not before
+            # its first pass): downstreams of triggers that are gone, and those a trigger no longer renders.
+            with self._lock:
+                current = {uid: dict(refs) for uid, refs in known.downstreams.items()}
+            for uid, refs in self._existing(policy, known).items():
+                stale = set(refs) if uid not in seen else (set(refs) - set(current.get(uid, {})) if uid in rendered
+                                                           else set())
+                count += sum(self._delete(policy, ref) for ref in sorted(stale))
+                if uid not in seen:
+                    with self._lock:
+                        known.downstreams.pop(uid, None)
+                        known.triggers.pop(uid, None)
+        if failed_before and policy.key not in self.errors:
+            self.on_error(policy.key)  # the error is gone: the status says so
+        return count
+
+    # -- generating -------------------------------------------------------------------------------------------
+
+    def _generate(self, policy: GeneratingPolicy, trigger: Subject, *, sync: bool,
+                  previous: Mapping[DownRef, str] | None = None) -> str:
+        """Evaluate ``policy`` for ``trigger``, write what it generates, report the result; the outcome ("" when
+        the policy does not apply to it)."""
+        engine = self._engine(policy)
+        with using(self.backend):
+            generation = engine.generate(trigger)
+        if generation is None:
+            return ""
+        result = generation.result
+        uid = str(_md(trigger.current).get("uid", ""))
+        ref = ResourceRef.of(trigger.current)
+        written: list[tuple[DownRef, str]] = []
+        message = result.message
+        outcome = result.result
+        for downstream in generation.downstreams:
+            status, detail = self._write(policy, trigger, downstream)
+            if status == "ok" and isinstance(detail, DownRef):
+                written.append((detail, downstream.source_uid))
+            elif outcome != ERROR:
+                outcome, message = ERROR, f"failed to evaluate policy: failed to generate resources: {detail}"
+        with self._lock:
+            known = self._known.setdefault(policy.key, _Known())
+            before = dict(previous or {}) | known.downstreams.get(uid, {})
+            now = dict(written)
+            if outcome == PASS:
+                known.downstreams[uid] = now
+            else:
+                known.downstreams.setdefault(uid, {}).update(now)
+            known.triggers[uid] = TriggerRef(trigger.type.api_version, trigger.type.kind, trigger.namespace,
+                                             trigger.name, uid)
+            for _down, source_uid in now.items():
+                if source_uid:
+                    self._sources.setdefault(source_uid, set()).add((policy.key, uid))
+        if sync and outcome == PASS:
+            # Downstreams of this trigger the policy no longer renders.
+            for stale in sorted(set(before) - set(now)):
+                self._delete(policy, stale)
+        if outcome == ERROR:
+            self._failed(policy, f"{trigger.type.kind} {trigger.namespace + '/' if trigger.namespace else ''}"
+                                 f"{trigger.name}: {message}")
+        metrics.GENERATIONS.labels(policy.key, outcome).inc()
+        # A deleted trigger has no report left to hold the result (the garbage collector takes it).
+        if ref.uid and not policy.reports_disabled and trigger.operation != "DELETE":
+            properties = dict(result.properties)
+            if outcome != PASS:
+                properties.pop(GENERATED_RESOURCES, None)
+            properties[PROCESS] = PROCESS_ADMISSION
+            if result.exception:
+                properties["exceptions"] = result.exception
+            rule = "exception" if result.exception else ""
+            entry = ReportEntry(policy.key, outcome, message, tuple(sorted(properties.items())), now_seconds(), rule)
+            self.store(ref, policy.key, entry)
+        return outcome
+
+    def _failed(self, policy: GeneratingPolicy, message: str) -> None:
+        logger.warning("generation %s: %s", policy.key, message)
+        first = policy.key not in self.errors
+        self.errors[policy.key] = message
+        if first:
+            self.on_error(policy.key)
+
+    def _info(self, obj: Mapping[str, Any]) -> ResourceInfo | None:
+        return self.discovery().resource_for_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+
+    def _write(self, policy: GeneratingPolicy, trigger: Subject, downstream: Downstream) -> tuple[str, Any]:
+        """("ok", its DownRef) or ("error", why)."""
+        desired = labelled(downstream, policy, trigger)
+        info = self._info(desired)
+        md = _md(desired)
+        name = str(md.get("name") or "")
+        if info is None:
+            return "error", f"the API server serves no {desired.get('apiVersion')}, Kind={desired.get('kind')}"
+        if not name:
+            return "error", f"a generated {desired.get('kind')} has no metadata.name"
+        namespace = str(md.get("namespace") or "") if info.namespaced else ""
+        if info.namespaced and not namespace:
+            return "error", f"{desired.get('kind')} {name} is namespaced and was generated without a namespace"
+        ref = DownRef(info.group, info.version, info.resource, namespace, name)
+        with self._lock:
+            known = self._known.setdefault(policy.key, _Known())
+            if (info.group, info.version, info.resource) not in known.resources:
+                known.resources[(info.group, info.version, info.resource)] = info
+                if policy.spec.evaluation.synchronize:
+                    self.watches_changed.set()
+        trigger_uid = str(_md(trigger.current).get("uid", ""))
+        for _attempt in range(ATTEMPTS):
+            try:
+                existing = get_object(self.api, info.group, info.version, info.resource, namespace, name)
+                if existing is not None:
+                    labels = _md(existing).get("labels") or {}
+                    ours = labels.get(MANAGED_BY) == MANAGED_BY_VALUE and labels.get(POLICY_NAME) == policy.name \
+                        and labels.get(TRIGGER_UID) == trigger_uid and \
+                        (labels.get(POLICY_NAMESPACE) or "") == policy.namespace
+                    if not ours:
+                        where = f"{namespace}/{name}" if namespace else name
+                        return "error", (f"{desired.get('kind')} {where} exists and was not generated by this policy "
+                                         f"for this trigger: left as it is")
+                    if holds(existing, desired):
+                        return "ok", ref
+                self._bucket.take()
+                if policy.spec.use_server_side_apply:
+                    written = apply_object(self.api, info.group, info.version, info.resource, namespace, desired,
+                                           field_manager=FIELD_MANAGER)
+                elif existing is None:
+                    written = create_object(self.api, info.group, info.version, info.resource, namespace, desired)
+                else:
+                    body = copy.deepcopy(desired)
+                    body["metadata"]["resourceVersion"] = _md(existing).get("resourceVersion")
+                    written = replace_object(self.api, info.group, info.version, info.resource, namespace, name,
+                                             body)
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # created or changed meanwhile: read it again
+                if exc.status in (401, 403):
+                    return "error", f"permission denied: {describe(exc)}"
+                return "error", describe(exc)
+            except Exception as exc:  # noqa: BLE001 - reported as the trigger's error
+                return "error", str(exc)
+            self._remember(written)
+            self.writes += 1
+            metrics.GENERATED_OBJECTS.labels(policy.key, "created" if existing is None else "updated").inc()
+            return "ok", ref
+        return "error", f"{desired.get('kind')} {name} kept changing while it was written"
+
+    def _remember(self, written: Mapping[str, Any]) -> None:
+        md = _md(written)
+        uid = str(md.get("uid", ""))
+        with self._lock:
+            self._own[uid] = str(md.get("resourceVersion", ""))
+            self._own.move_to_end(uid)
+            while len(self._own) > OWN_WRITES_KEPT:
+                self._own.popitem(last=False)
+
+    def _delete(self, policy: GeneratingPolicy, ref: DownRef) -> int:
+        self._bucket.take()
+        try:
+            gone = delete_object(self.api, ref.group, ref.version, ref.resource, ref.namespace, ref.name)
+        except ApiException as exc:
+            self._failed(policy, f"deleting {ref.resource} {ref.namespace}/{ref.name} failed: {describe(exc)}")
+            return 0
+        if gone is None:
+            return 0
+        # Its DELETED event is ours: not a downstream to put back.
+        self._remember({"metadata": {"uid": _deleted_uid(gone), "resourceVersion": DELETED_BY_US}})
+        metrics.GENERATED_OBJECTS.labels(policy.key, "deleted").inc()
+        return 1
+
+    # -- synchronize ------------------------------------------------------------------------------------------
+
+    def _owner(self, labels: Mapping[str, Any], policies: list[GeneratingPolicy]) -> GeneratingPolicy | None:
+        name, namespace = labels.get(POLICY_NAME), labels.get(POLICY_NAMESPACE) or ""
+        return next((p for p in policies if p.name == name and p.namespace == namespace), None)
+
+    def _downstream_changed(self, etype: str, obj: Mapping[str, Any], policies: list[GeneratingPolicy]) -> int:
+        """A downstream changed or went: its trigger is rendered again (synchronize), which puts it back."""
+        labels = _md(obj).get("labels") or {}
+        policy = self._owner(labels, policies)
+        if policy is None or not policy.spec.evaluation.synchronize:
+            return 0
+        group, version = str(labels.get(TRIGGER_GROUP) or ""), str(labels.get(TRIGGER_VERSION) or "")
+        trigger_ref = TriggerRef(f"{group}/{version}" if group else version, str(labels.get(TRIGGER_KIND) or ""),
+                                 str(labels.get(TRIGGER_NAMESPACE) or ""), str(labels.get(TRIGGER_NAME) or ""),
+                                 str(labels.get(TRIGGER_UID) or ""))
+        return self._regenerate(policy, trigger_ref, orphan=(obj, etype))
+
+    def _regenerate(self, policy: GeneratingPolicy, ref: TriggerRef,
+                    orphan: tuple[Mapping[str, Any], str] | None = None) -> int:
+        """Render the trigger ``ref`` names again; when it is gone, the downstream ``orphan`` goes too."""
+        info = self.discovery().resource_for_kind(ref.api_version, ref.kind)
+        live = get_object(self.api, info.group, info.version, info.resource, ref.namespace, ref.name) \
+            if info is not None else None
+        if live is None or str(_md(live).get("uid", "")) != ref.uid:
+            if orphan is not None and orphan[1] != "DELETED":
+                obj = orphan[0]
+                down = self._info(obj)
+                if down is not None:
+                    md = _md(obj)
+                    return self._delete(policy, DownRef(down.group, down.version, down.resource,
+                                                        str(md.get("namespace") or ""), str(md.get("name") or "")))
+            return 0
+        live.setdefault("apiVersion", ref.api_version)
+        live.setdefault("kind", ref.kind)
+        trigger = trigger_subject(live, "UPDATE", self.resolve, self.namespaces)
+        if trigger is None or not self._engine(policy).selects(trigger):
+            trigger = trigger_subject(live, "CREATE", self.resolve, self.namespaces)
+        if trigger is None:
+            return 0
+        return int(self._generate(policy, trigger, sync=True) != "")
+
+    def _source_changed(self, etype: str, obj: Mapping[str, Any]) -> int:
+        """A clone source changed (its clones are rendered again) or went (its clones go)."""
+        uid = str(_md(obj).get("uid", ""))
+        with self._lock:
+            users = sorted(self._sources.get(uid, set()))
+            if etype == "DELETED":
+                self._sources.pop(uid, None)
+        count = 0
+        for key, trigger_uid in users:
+            policy = self.get(key)
+            if policy is None or not policy.spec.evaluation.synchronize:
+                continue
+            with self._lock:
+                known = self._known.get(key)
+                refs = dict(known.downstreams.get(trigger_uid, {})) if known else {}
+                trigger_ref = known.triggers.get(trigger_uid) if known else None
+            if etype == "DELETED":
+                for ref, source_uid in sorted(refs.items()):
+                    if source_uid == uid:
+                        count += self._delete(policy, ref)
+                        with self._lock:
+                            if known is not None:
+                                known.downstreams.get(trigger_uid, {}).pop(ref, None)
+            elif trigger_ref is not None:
+                count += self._regenerate(policy, trigger_ref)
+        return count
+
+
+def _deleted_uid(answer: Mapping[str, Any]) -> str:
+    """The uid of the object a DELETE answered for (the object itself, or a Status naming it)."""
+    return str(_md(answer).get("uid") or (answer.get("details") or {}).get("uid") or "")
+
+
+def _lists_delete(policy: GeneratingPolicy) -> bool:
+    """Whether a rule of the policy names DELETE literally (Kyverno then generates for a deleted trigger; ``*``
+    does not count)."""
+    constraints = policy.spec.match_constraints
+    return any("DELETE" in rule.operations for rule in (constraints.resource_rules if constraints else ()))

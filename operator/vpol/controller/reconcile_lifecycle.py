@@ -1,0 +1,207 @@
+"""Reconciling one GeneratingPolicy or DeletingPolicy (cluster-wide or namespaced): read, call the core, write.
+
+Reads the policy and the cluster's discovery; the core parses and compiles it; a valid one is handed to the
+scanner, which generates (vpol.controller.generation) or deletes on schedule (vpol.controller.deletion); the status
+says what it does and what it lacks, written only when it changed:
+
+- ``Compiled``; ``RBACPermissionsGranted``: a GeneratingPolicy's triggers must be readable (get, list, watch) and
+  the kinds its templates name writable (create, update, delete, get, list, watch, as for every kind it generated
+  so far); a DeletingPolicy's resources must be listable and deletable (an operator without those rights deletes
+  nothing, and this condition names what is missing);
+- ``Generating`` (False when the operator runs no background work) and ``GenerationSucceeded`` (informational:
+  False with the last error while generating for a trigger fails, for example a namespaced policy generating
+  into another namespace); ``Scheduled`` (when a DeletingPolicy runs next);
+- ``Ready`` when every condition but the informational ones is True.
+
+Queue keys are ``gpol:<key>`` and ``dpol:<key>`` (``<key>``: ``name`` or ``namespace/name``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy
+from vpol.controller.deletion import candidates, due_at
+from vpol.controller.reconcile import DiscoveryCache, ReconcileResult
+from vpol.desired.status import Findings, lifecycle_status, status_changed
+from vpol.engine.mutate_existing import trigger_resources
+from vpol.kube.access import AccessChecker
+from vpol.kube.objects import Objects
+from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.generating import GeneratingPolicy, parse_generating_policy
+from vpol.model.templates import parse as parse_template
+
+logger = logging.getLogger(__name__)
+
+GENERATING, DELETING = "gpol", "dpol"
+GENERATING_CONDITION = "Generating"
+GENERATION_SUCCEEDED = "GenerationSucceeded"
+SCHEDULED = "Scheduled"
+#: What generation needs on the kinds it writes (watch: synchronized downstreams are watched).
+WRITE_VERBS = ("create", "update", "delete", "get", "list", "watch")
+
+
+def key_for(kind: str, key: str) -> str:
+    return f"{kind}:{key}"
+
+
+def is_lifecycle_key(key: str) -> bool:
+    return key.startswith((f"{GENERATING}:", f"{DELETING}:"))
+
+
+class Runner(Protocol):
+    """What the reconciler tells the scanner (vpol.controller.scanner.Scanner)."""
+
+    generation: Any
+    deletion: Any
+
+    def set_generating(self, key: str, policy: GeneratingPolicy | None) -> None: ...
+
+    def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None: ...
+
+
+def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[ResourceInfo]:
+    """The resources of the kinds a policy's templates name literally (expressions decide theirs at run time)."""
+    found: dict[tuple[str, str, str], ResourceInfo] = {}
+    for item in policy.spec.generate:
+        if not item.is_template:
+            continue
+        try:
+            template = parse_template(item.template, item.interpolate == "cel")
+        except ValueError:
+            continue
+        for doc in template.documents:
+            api_version, kind = doc.get("apiVersion"), doc.get("kind")
+            if isinstance(api_version, str) and isinstance(kind, str) and "((" not in api_version + kind:
+                info = discovery.resource_for_kind(api_version, kind)
+                if info is not None:
+                    found[(info.group, info.version, info.resource)] = info
+    return [found[k] for k in sorted(found)]
+
+
+class LifecycleReconciler:
+    def __init__(self, objects: Objects, discovery: DiscoveryCache, *, access: AccessChecker | None = None,
+                 runner: Runner | None = None):
+        self.objects = objects
+        self.discovery = discovery
+        self.access = access
+        #: The scanner (None: the operator runs no background work, so nothing generates or deletes).
+        self.runner = runner
+        #: The resourceVersion of our last status write per queue key (its watch event is no change).
+        self.written_versions: dict[str, str] = {}
+
+    def reconcile(self, key: str) -> ReconcileResult:
+        kind, _, name = key.partition(":")
+        result = ReconcileResult(key)
+        body = self.objects.get_lifecycle_policy(kind, name)
+        if body is None:
+            self._tell(kind, name, None, "")
+            return result
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        findings = Findings(generation=generation, background_enabled=True,
+                            type_check_note="expressions type-check (objects are typed dyn, as in Kyverno; they are "
+                                            "not checked against the matched kinds' schemas)")
+        if kind == GENERATING:
+            self._generating(name, body, findings)
+        else:
+            self._deleting(name, body, findings)
+        result.enforcement = "NotApplicable"
+        current = body.get("status") or {}
+        desired = lifecycle_status(findings, current)
+        result.ready = bool(desired["conditionStatus"]["ready"])
+        if status_changed(current, desired):
+            self.written_versions[key] = self.objects.patch_lifecycle_status(kind, name, desired)
+            result.status_written = True
+        return result
+
+    def _tell(self, kind: str, name: str, policy: Any, last_execution: str) -> None:
+        if self.runner is None:
+            return
+        if kind == GENERATING:
+            self.runner.set_generating(name, policy)
+        else:
+            self.runner.set_deleting(name, policy, last_execution)
+
+    def _missing(self, reads: Sequence[ResourceInfo], writes: Sequence[ResourceInfo],
+                 write_verbs: Sequence[str]) -> list[str]:
+        if self.access is None:
+            return []
+        gvrs = lambda infos: sorted({(i.group, i.version, i.resource) for i in infos})  # noqa: E731
+        return self.access.missing(gvrs(reads)) + self.access.missing(gvrs(writes), verbs=write_verbs)
+
+    def _generating(self, name: str, body: dict[str, Any], findings: Findings) -> None:
+        policy, problems = parse_generating_policy(body)
+        errors = [p.short() for p in problems if p.severity == "error"]
+        if policy is not None and not errors:
+            errors = [p.short() for p in compile_generating_policy(policy).errors()]
+        findings.compile_errors = errors
+        findings.rbac_message = "the operator may read the triggers and write the kinds the policy generates"
+        if policy is None or errors:
+            self._tell(GENERATING, name, None, "")
+            findings.extra = [(GENERATING_CONDITION, False, "CompilationFailed",
+                               "nothing is generated: the policy is invalid", False)]
+            return
+        self._tell(GENERATING, name, policy, "")
+        discovery = self.discovery.get()
+        triggers = trigger_resources(policy, discovery)
+        written = list(template_kinds(policy, discovery))
+        if self.runner is not None:
+            written += self.runner.generation.generated_resources(policy.key)
+        findings.missing_permissions = self._missing(triggers, written, WRITE_VERBS)
+        ev = policy.spec.evaluation
+        kinds = ", ".join(sorted({i.kind for i in triggers})) or "nothing (no matched resource is known)"
+        when = []
+        if ev.admission_enabled:
+            ops = sorted({op for rule in (policy.spec.match_constraints.resource_rules
+                                          if policy.spec.match_constraints else ()) for op in rule.operations})
+            when.append(f"on {', '.join(ops)} of {kinds}")
+        if ev.generate_existing:
+            when.append(f"for the existing {kinds}")
+        what = "generates " + (" and ".join(when) if when else "nothing (admission and generateExisting are off)")
+        if ev.synchronize:
+            what += ", keeping its objects synchronized"
+        extra: list[tuple[str, bool, str, str, bool]] = []
+        if self.runner is None:
+            extra.append((GENERATING_CONDITION, False, "ScansDisabled", "nothing is generated: the operator runs "
+                                                                         "with --scan-interval=0 (no background work)",
+                          False))
+        else:
+            extra.append((GENERATING_CONDITION, True, "Active", what, False))
+            error = self.runner.generation.errors.get(policy.key, "")
+            extra.append((GENERATION_SUCCEEDED, not error, "Errors" if error else "Succeeded",
+                          f"the last generation failed: {error}" if error else "no generation has failed", True))
+        findings.extra = extra
+
+    def _deleting(self, name: str, body: dict[str, Any], findings: Findings) -> None:
+        policy, problems = parse_deleting_policy(body)
+        errors = [p.short() for p in problems if p.severity == "error"]
+        if policy is not None and not errors:
+            errors = [p.short() for p in compile_deleting_policy(policy).errors()]
+        findings.compile_errors = errors
+        findings.rbac_message = "the operator may list and delete every matched resource"
+        last_execution = str((body.get("status") or {}).get("lastExecutionTime") or "")
+        if policy is None or errors:
+            self._tell(DELETING, name, None, "")
+            findings.extra = [(SCHEDULED, False, "CompilationFailed", "nothing is deleted: the policy is invalid",
+                               False)]
+            return
+        self._tell(DELETING, name, policy, last_execution)
+        discovery = self.discovery.get()
+        resources = candidates(policy, discovery)
+        findings.missing_permissions = self._missing(resources, resources, ("delete",))
+        if self.runner is None:
+            findings.extra = [(SCHEDULED, False, "ScansDisabled", "nothing is deleted: the operator runs with "
+                                                                  "--scan-interval=0 (no background work)", False)]
+            return
+        due = self.runner.deletion.next_run(policy.key) or due_at(policy, last_execution)
+        kinds = ", ".join(sorted({i.kind for i in resources})) or "nothing (no matched resource is known)"
+        if due is None:
+            findings.extra = [(SCHEDULED, False, "NoFutureRun", f"the schedule {policy.spec.schedule!r} names no "
+                                                                f"future time", False)]
+        else:
+            when = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+            findings.extra = [(SCHEDULED, True, "Scheduled", f"deletes matching {kinds} on {policy.spec.schedule!r};"
+                                                             f" next run at {when}", False)]

@@ -1,0 +1,67 @@
+"""Watch events as the admission requests they stand for (the triggers of mutateExisting and of generation).
+
+vpol sees triggers through the scanner's watches rather than through admission requests (one replica does all the
+work, dry runs never trigger, and a watch started from a policy's resourceVersion replays what happened while no
+replica was watching): ADDED is a CREATE, MODIFIED an UPDATE, DELETED a DELETE. The trigger's ``request`` has no
+userInfo and no oldObject."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any
+
+from vpol.engine.request import ResourceType, Subject
+from vpol.engine.subjects import subject_for
+
+OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
+#: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).
+DELETING_KEPT = 100_000
+#: Metadata the API server adds when it accepts a delete that waits (finalizers, a grace period).
+DELETION_FIELDS = ("deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+class Operations:
+    """The admission operation each watch event stands for (one instance per consumer of the events)."""
+
+    def __init__(self) -> None:
+        #: uids of the objects whose DELETE came with their deletionTimestamp.
+        self._deleting: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def of(self, etype: str, obj: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """The operation of a watch event, and the trigger object (None: no trigger).
+
+        A delete the API server accepts but does not carry out at once (finalizers, a Pod's grace period) shows
+        as a change that sets ``deletionTimestamp``; the admission request Kyverno's webhook sees is the DELETE,
+        then, with the object as it was (no deletion fields), and the later removal is no request of its own. A
+        removal whose deletionTimestamp was not seen (a restart in between) is still the DELETE."""
+        operation = OPERATIONS.get(etype)
+        md = obj.get("metadata") or {}
+        uid = str(md.get("uid", ""))
+        if operation == "UPDATE" and md.get("deletionTimestamp") and uid and uid not in self._deleting:
+            self._deleting[uid] = None
+            while len(self._deleting) > DELETING_KEPT:
+                self._deleting.popitem(last=False)
+            before = {k: v for k, v in md.items() if k not in DELETION_FIELDS}
+            return "DELETE", {**obj, "metadata": before}
+        if operation == "DELETE" and uid in self._deleting:
+            del self._deleting[uid]
+            return None, obj
+        return operation, obj
+
+
+def trigger_subject(obj: dict[str, Any], operation: str, resolve: Callable[[str, str], ResourceType | None],
+                    namespaces: dict[str, dict[str, Any]]) -> Subject | None:
+    """The trigger subject of a watch event: ``object`` the object (the deleted one for DELETE), ``request`` as an
+    admission request of that operation would have it (no userInfo, no oldObject). None for an object of a kind
+    nobody can place."""
+    try:
+        subject = subject_for(obj, operation=operation, resolve=resolve, namespaces=namespaces, default_namespace="")
+    except Exception:  # noqa: BLE001 - an object of a kind we cannot place is no trigger
+        return None
+    request = subject.admission_request()
+    if operation == "DELETE":
+        subject = Subject(type=subject.type, object=obj, old_object=obj, operation=operation,
+                          namespace_object=subject.namespace_object)
+    return Subject(type=subject.type, object=subject.object, old_object=subject.old_object, operation=operation,
+                   namespace_object=subject.namespace_object, request=request)
