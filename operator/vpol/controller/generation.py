@@ -27,7 +27,9 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   Downstreams carry Kyverno's labels (vpol.engine.generate.downstream_labels), plus the policy's namespace for a
   namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
 - **Reports**: the trigger's report gets the policy's result: ``pass`` with the ``generated-resources`` property,
-  ``skip`` for an exception, ``error`` with the reason. Metrics: ``vpol_generation_total{policy, outcome}``.
+  ``skip`` for an exception, ``error`` with the reason. A failure is also a Warning Event on the policy (related:
+  the trigger) and the policy's GenerationSucceeded condition. Metrics: ``vpol_generations_total{policy,
+  outcome}`` and ``vpol_generated_objects_total{policy, action}`` (created, updated, deleted).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
 from vpol.controller.triggers import Operations, trigger_subject
+from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, compile_exception
 from vpol.engine.generate import (
@@ -73,7 +76,7 @@ from vpol.kube.errors import describe
 from vpol.kube.objects import FIELD_MANAGER
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.generating import GeneratingPolicy
-from vpol.model.policy import PolicyException
+from vpol.model.policy import GROUP, PolicyException
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ OWN_WRITES_KEPT = 100_000
 ATTEMPTS = 3
 #: What vpol remembers of a downstream it deleted (its DELETED event is then no edit to revert).
 DELETED_BY_US = "deleted"
+#: The source of generation's Events (Kyverno's is kyverno-generate).
+SOURCE = "vpol-generate"
 #: Kyverno's report process for generation results.
 PROCESS_ADMISSION = "admission review"
 
@@ -147,7 +152,8 @@ class Generation:
                  namespaces: dict[str, dict[str, Any]], discovery: Callable[[], Discovery],
                  store: Callable[[ResourceRef, str, ReportEntry | None], None],
                  reported: Callable[[str, str], bool], backend: Backend | None = None,
-                 writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None):
+                 writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None,
+                 events: Any = None):
         self.api = api
         self.resolve = resolve
         self.namespaces = namespaces
@@ -159,6 +165,8 @@ class Generation:
         self.backend = backend or Backend()
         #: Told the key of a policy whose generation failed somewhere (its status says so).
         self.on_error = on_error or (lambda key: None)
+        #: Where a failed generation's Warning Event goes (vpol.controller.events; None: off).
+        self.events = events
         self._bucket = TokenBucket(writes_per_second)
         self._lock = threading.Lock()
         self._policies: dict[str, GeneratingPolicy] = {}
@@ -477,6 +485,11 @@ class Generation:
         if outcome == ERROR:
             self._failed(policy, f"{trigger.type.kind} {trigger.namespace + '/' if trigger.namespace else ''}"
                                  f"{trigger.name}: {message}")
+            if self.events is not None:
+                regarding = ObjectRef(f"{GROUP}/v1", policy.kind, policy.name, policy.namespace, policy.uid)
+                related = ObjectRef(trigger.type.api_version, trigger.type.kind, trigger.name, trigger.namespace, uid)
+                self.events.record([EventSpec(SOURCE, "Resource Generated", regarding, related,
+                                              f"policy {policy.key} error: {message}", reason="PolicyError")])
         metrics.GENERATIONS.labels(policy.key, outcome).inc()
         # A deleted trigger has no report left to hold the result (the garbage collector takes it).
         if ref.uid and not policy.reports_disabled and trigger.operation != "DELETE":

@@ -215,7 +215,7 @@ class Scanner(threading.Thread):
         self.generation = Generation(api, resolve=self._resolve, namespaces=self._namespaces,
                                      discovery=self.discovery.get, store=self._store_one, reported=self._reported,
                                      backend=fresh, writes_per_second=self.options.generation_writes_per_second,
-                                     on_error=self._notify_generating)
+                                     on_error=self._notify_generating, events=events)
         self.deletion = Deletion(api, resolve=self._resolve, namespaces=self._namespaces,
                                  discovery=self.discovery.get, backend=fresh, access=AccessChecker(api),
                                  write_status=lambda key, status: Objects(api).patch_lifecycle_status(
