@@ -202,6 +202,8 @@ EFFECTS: dict[str, Check] = {
         "annotations"] == {"example.com/role": "policy-operator"},
     "rbac.scannedKinds": lambda c, v: rules(c, "vpol-scanned-kinds") == _values("rbac.scannedKinds"),
     "rbac.mutatedKinds": lambda c, v: rules(c, "vpol-mutated-kinds") == _values("rbac.mutatedKinds"),
+    "rbac.generatedKinds": lambda c, v: rules(c, "vpol-generated-kinds") == _values("rbac.generatedKinds"),
+    "rbac.deletedKinds": lambda c, v: rules(c, "vpol-deleted-kinds") == _values("rbac.deletedKinds"),
     "metrics.service.enabled": lambda c, v: (
         find(v["no-metrics-service"], "Service", "vpol-metrics") is None
         and find(c, "Service", "vpol-metrics") is not None),

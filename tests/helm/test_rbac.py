@@ -4,8 +4,10 @@ feature of the operator uses, named here rule by rule with the code that needs i
 A grant the table does not name fails the test (a new rule must say which feature needs it); so does a table
 entry no rendering grants (the table stays true). Secrets: only in the release namespace, only the webhook's own
 serving Secret by name (creating it is the one grant RBAC cannot limit by name), and only read access to a
-Secret vpol does not manage (webhook.certSecret, cert-manager's). The kinds policies scan and mutate are the
-user's choice (rbac.scannedKinds, rbac.mutatedKinds): their rules may only read, and only patch.
+Secret vpol does not manage (webhook.certSecret, cert-manager's). The kinds policies scan, mutate, generate and
+delete are the user's choice (rbac.scannedKinds, rbac.mutatedKinds, rbac.generatedKinds, rbac.deletedKinds):
+their rules may only read; only patch; only read and write; only read and delete. The last two reach the operator
+through aggregated ClusterRoles (vpol-generate, vpol-delete), which the user extends with labelled ClusterRoles.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ POLICY_KINDS = ("validatingpolicies", "namespacedvalidatingpolicies", "mutatingp
 GENERATED = ("validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies",
              "mutatingadmissionpolicybindings")
 WEBHOOKS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+LIFECYCLE_KINDS = ("generatingpolicies", "namespacedgeneratingpolicies", "deletingpolicies",
+                   "namespaceddeletingpolicies")
 
 #: (role, apiGroup, resource, verbs, resourceNames or None): the feature that needs it, and where.
 FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...] | None, str]] = [
@@ -27,6 +31,10 @@ FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]
      "reconciling policies: Kopf's watches, Objects.get_policy/list_policies, the scanner's and webhook's watches"),
     ("ClusterRole/vpol-operator", POLICIES, tuple(f"{k}/status" for k in POLICY_KINDS), ("patch",), None,
      "status conditions: Objects.patch_policy_status / patch_mutating_policy_status"),
+    ("ClusterRole/vpol-operator", POLICIES, LIFECYCLE_KINDS, ("get", "list", "watch"), None,
+     "GeneratingPolicies and DeletingPolicies: their watches, Objects.get_lifecycle_policy/list_lifecycle_policies"),
+    ("ClusterRole/vpol-operator", POLICIES, tuple(f"{k}/status" for k in LIFECYCLE_KINDS), ("patch",), None,
+     "their status (conditions, a DeletingPolicy's lastExecutionTime): Objects.patch_lifecycle_status"),
     ("ClusterRole/vpol-operator", POLICIES, ("policyexceptions",), ("get", "list", "watch"), None,
      "PolicyExceptions: Objects.list_exceptions, the webhook's watch (AdmissionPolicies)"),
     ("ClusterRole/vpol-operator", "kyverno.io", ("globalcontextentries",), ("get", "list", "watch"), None,
@@ -70,8 +78,17 @@ FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]
 ]
 #: Non-resource URLs: discovery and OpenAPI (vpol.kube.openapi), the version.
 URLS = {"/api", "/api/*", "/apis", "/apis/*", "/openapi/v3", "/openapi/v3/*", "/version"}
-#: Roles whose resources are the user's choice, and the only verbs they may grant.
-USER_KINDS = {"ClusterRole/vpol-scanned-kinds": {"get", "list", "watch"}, "ClusterRole/vpol-mutated-kinds": {"patch"}}
+#: Roles whose resources are the user's choice, and the only verbs they may grant: reading (scans), patching
+#: (mutateExisting), writing downstreams (generation: reading, creating, replacing, applying, deleting them, and
+#: watching synchronized ones), deleting (DeletingPolicies list what they match and delete it).
+USER_KINDS = {"ClusterRole/vpol-scanned-kinds": {"get", "list", "watch"}, "ClusterRole/vpol-mutated-kinds": {"patch"},
+              "ClusterRole/vpol-generated-kinds": {"get", "list", "watch", "create", "update", "patch", "delete"},
+              "ClusterRole/vpol-deleted-kinds": {"get", "list", "watch", "delete"}}
+#: Aggregated ClusterRoles (no rules of their own: the API server fills them from the ClusterRoles carrying the
+#: label) and the label; the user-kinds role that carries it by default, if any.
+AGGREGATED = {"vpol-global-context": ("vpol.kyverno.io/aggregate-to-global-context", None),
+              "vpol-generate": ("vpol.kyverno.io/aggregate-to-generate", "vpol-generated-kinds"),
+              "vpol-delete": ("vpol.kyverno.io/aggregate-to-delete", "vpol-deleted-kinds")}
 
 
 def grants(docs: list[Doc]) -> set[tuple[str, str, str, str, str | None]]:
@@ -102,10 +119,15 @@ def allowed() -> set[tuple[str, str, str, str, str | None]]:
     return out
 
 
+def render_all() -> dict[str, list[Doc]]:
+    """The chart with its defaults, every value changed, each variant, and cert-manager."""
+    return {"defaults": template(), "changed": template([CHANGED]),
+            **{name: template([path]) for name, path in VARIANTS.items()},
+            "cert-manager": template(sets=["webhook.certManager.enabled=true"])}
+
+
 def test_every_grant_is_a_features_and_secrets_are_narrow() -> None:
-    renderings = {"defaults": template(), "changed": template([CHANGED]),
-                  **{name: template([path]) for name, path in VARIANTS.items()},
-                  "cert-manager": template(sets=["webhook.certManager.enabled=true"])}
+    renderings = render_all()
     table = allowed()
     seen: set[tuple[str, str, str, str, str | None]] = set()
     for name, docs in renderings.items():
@@ -131,3 +153,40 @@ def test_every_grant_is_a_features_and_secrets_are_narrow() -> None:
     assert secrets(renderings["cert-secret"]) == {("get", "corp-webhook-tls")}
     assert secrets(renderings["cert-manager"]) == {("get", "vpol-webhook-cert")}
     assert secrets(renderings["webhook-off"]) == set()
+
+
+def test_every_role_reaches_the_operator_and_only_through_its_binding_or_aggregation() -> None:
+    """Each Role and ClusterRole is bound to vpol's ServiceAccount, or (vpol-generated-kinds, vpol-deleted-kinds)
+    carries the label of an aggregated ClusterRole that is; aggregated roles have no rules of their own (what the
+    API server aggregates is the user's choice: USER_KINDS and labelled ClusterRoles); nothing is bound twice."""
+    subject = [{"kind": "ServiceAccount", "name": "vpol", "namespace": "vpol-system"}]
+    for name, docs in render_all().items():
+        roles = {f"{d['kind']}/{d['metadata']['name']}": d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+        bound: list[str] = []
+        for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+            assert binding["subjects"] == subject, (name, binding["metadata"]["name"])
+            bound.append(f"{binding['roleRef']['kind']}/{binding['roleRef']['name']}")
+        assert len(bound) == len(set(bound)) and set(bound) <= set(roles), (name, bound)
+        for aggregated, (label, member) in AGGREGATED.items():
+            doc = roles[f"ClusterRole/{aggregated}"]
+            assert doc["aggregationRule"] == {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]}, aggregated
+            assert not doc.get("rules") and f"ClusterRole/{aggregated}" in bound, (name, aggregated)
+            if member is not None:
+                assert roles[f"ClusterRole/{member}"]["metadata"]["labels"][label] == "true", (name, member)
+        members = {f"ClusterRole/{m}" for _l, m in AGGREGATED.values() if m is not None}
+        for role, doc in roles.items():
+            labels = doc["metadata"].get("labels") or {}
+            aggregated_into = [a for a, (label, _m) in AGGREGATED.items() if labels.get(label) == "true"]
+            if role in members:
+                assert len(aggregated_into) == 1 and role not in bound, (name, role)
+            else:
+                assert not aggregated_into and role in bound, (name, role)
+                assert ("aggregationRule" in doc) == (doc["metadata"]["name"] in AGGREGATED), (name, role)
+
+
+def test_deleting_policies_delete_nothing_by_default() -> None:
+    """Least privilege: a DeletingPolicy deletes only what the cluster admin grants (rbac.deletedKinds, or a
+    ClusterRole labelled vpol.kyverno.io/aggregate-to-delete); generation writes no Secrets by default."""
+    docs = template()
+    assert {g for g in grants(docs) if g[0] == "ClusterRole/vpol-deleted-kinds"} == set()
+    assert not any(res == "secrets" for role, _g, res, _v, _n in grants(docs) if role.startswith("ClusterRole/"))

@@ -510,6 +510,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 policy_validation=args.policy_validation == "on",
                 events=args.events == "on", events_per_second=args.events_per_second,
                 mutate_existing_writes_per_second=args.mutate_existing_writes_per_second,
+                generation_writes_per_second=args.generation_writes_per_second,
+                deletions_per_second=args.deletions_per_second,
                 owner_cluster_role=args.owner_clusterrole,
                 global_context_max_objects=args.global_context_max_objects,
                 global_context_max_bytes=args.global_context_max_bytes,
@@ -640,6 +642,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "dropped and counted); default 5")
     p.add_argument("--mutate-existing-writes-per-second", type=float, default=50.0, metavar="N",
                    help="most writes per second of MutatingPolicies' mutation of existing objects (default 50)")
+    p.add_argument("--generation-writes-per-second", type=float, default=50.0, metavar="N",
+                   help="most writes per second of objects GeneratingPolicies generate (default 50)")
+    p.add_argument("--deletions-per-second", type=float, default=50.0, metavar="N",
+                   help="most deletions per second of DeletingPolicies (default 50)")
     p.add_argument("--owner-clusterrole", default="", metavar="NAME",
                    help="the installation's ClusterRole (the manifests and the Helm chart give theirs): it owns the "
                         "webhook configurations, so uninstalling vpol garbage-collects them (default: no owner)")

@@ -11,7 +11,8 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   policy was first seen at, so triggers that arrived before the watch (or while no replica led) are replayed.
 - **Existing triggers** (a pass): when a policy is created or changed, when scanning starts (a restart) and at
   every full scan. A trigger is *owed* a generation when the policy has ``generateExisting``, was created before
-  the trigger (the trigger's CREATE should have generated), already has a result of the policy in its report, or
+  the trigger (in an earlier second: the trigger's CREATE should have generated; one of the same second is left to
+  the watch, which replays it), already has a result of the policy in its report, or
   already has downstreams. Without ``synchronize`` an owed trigger is generated once (its report result records
   it; a restarted operator generates for the triggers created while it was away, and for no other); with
   ``synchronize`` every owed trigger is re-rendered, its downstreams written where they differ and those it no
@@ -408,7 +409,7 @@ class Generation:
                 continue  # being deleted: as good as gone
             seen.add(uid)
             owed = ev.generate_existing or bool(existing.get(uid)) or self.reported(uid, policy.key) or \
-                bool(created and str(md.get("creationTimestamp") or "") >= created)
+                bool(created and str(md.get("creationTimestamp") or "") > created)
             if not owed:
                 continue
             if not ev.synchronize and self.reported(uid, policy.key):

@@ -114,7 +114,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,
                              options=ScanOptions(scan_interval=options.scan_interval, limits=limits,
-                                                 mutation_writes_per_second=options.mutate_existing_writes_per_second),
+                                                 mutation_writes_per_second=options.mutate_existing_writes_per_second,
+                                                 generation_writes_per_second=options.generation_writes_per_second,
+                                                 deletes_per_second=options.deletions_per_second),
                              events=rt.events,
                              global_context=rt.global_context)
         rt.scanner.start()

@@ -63,6 +63,8 @@ class Options:
     events_per_second: float = 5.0
     #: Most writes per second of the mutation of existing objects (mutateExisting).
     mutate_existing_writes_per_second: float = 50.0
+    generation_writes_per_second: float = 50.0
+    deletions_per_second: float = 50.0
     #: The installation's ClusterRole: it owns the webhook configurations, so uninstalling vpol deletes them.
     owner_cluster_role: str = ""
     #: Bounds of one GlobalContextEntry's cached data (vpol.controller.global_context).

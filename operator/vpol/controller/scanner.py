@@ -211,13 +211,14 @@ class Scanner(threading.Thread):
         self.mutation.namespaces = self._namespaces
         #: GeneratingPolicies (vpol.controller.generation) and DeletingPolicies (vpol.controller.deletion): run
         #: here too, with this scanner's watches, namespaces and reports.
-        fresh = backend.fresh()
+        fresh = backend.fresh() if isinstance(backend, LiveBackend) else backend
         self.generation = Generation(api, resolve=self._resolve, namespaces=self._namespaces,
-                                     discovery=self.discovery.get, store=self._store_one, reported=self._reported,
+                                     discovery=lambda: self.discovery.get(), store=self._store_one,
+                                     reported=self._reported,
                                      backend=fresh, writes_per_second=self.options.generation_writes_per_second,
                                      on_error=self._notify_generating, events=events)
         self.deletion = Deletion(api, resolve=self._resolve, namespaces=self._namespaces,
-                                 discovery=self.discovery.get, backend=fresh, access=AccessChecker(api),
+                                 discovery=lambda: self.discovery.get(), backend=fresh, access=AccessChecker(api),
                                  write_status=lambda key, status: Objects(api).patch_lifecycle_status(
                                      "dpol", key, status),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
