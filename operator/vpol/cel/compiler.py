@@ -547,7 +547,9 @@ def compile_generating_policy(policy: GeneratingPolicy) -> CompiledGeneratingPol
             if placeholder.expression in programs:
                 continue
             prog, problems = compile_expression(placeholder.expression, path, "placeholder", frame.spec_now())
-            start = Position(*line_column(item.template, placeholder.offset + 2))
+            after = item.template[placeholder.offset + 2:]
+            # Positions in the expression count from its first character (spaces after `((` are not part of it).
+            start = Position(*line_column(item.template, placeholder.offset + 2 + len(after) - len(after.lstrip())))
             for problem in problems:
                 at = problem.expression_position or Position(1, 1)
                 line = start.line + at.line - 1

@@ -439,6 +439,21 @@ class ExceptionMatch(NamedTuple):
 _NO_EXCEPTION = ExceptionMatch()
 
 
+def exception_conditions(exc: CompiledException, data: SubjectData) -> tuple[str | None, list[tuple[str, str]]]:
+    """An exception's conditions on one subject, as a policy's matchConditions are evaluated (:func:`_first_false`):
+    the first false one ("" when it is; None when none is), and the errors."""
+
+    def evaluate(prog: Program) -> Any:
+        try:
+            return _value(prog.expression.eval(data.activation()))
+        except EvaluationError:
+            raise
+        except Exception as error:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
+            raise EvaluationError(_describe(error)) from None
+
+    return _first_false((("", prog) for prog in exc.conditions), evaluate)
+
+
 def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
                      failure_policy: str = "Fail") -> ExceptionMatch:
     """The PolicyExceptions of a policy on one subject, as Kyverno's engines evaluate them (in order): an
@@ -446,21 +461,12 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
     under failurePolicy Ignore); an error before an exemption is the policy's error, after one it is ignored."""
     if not exceptions:
         return _NO_EXCEPTION
-
-    def evaluate(prog: Program) -> Any:
-        try:
-            return _value(prog.expression.eval(data.activation()))
-        except EvaluationError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. cel-cpp's iteration limit raises
-            raise EvaluationError(_describe(exc)) from None
-
     partial_images: list[str] = []
     partial_values: list[str] = []
     for exc in exceptions:
         if exc.problems and any(p.severity == "error" for p in exc.problems):
             continue
-        false, errors = _first_false((("", prog) for prog in exc.conditions), evaluate)
+        false, errors = exception_conditions(exc, data)
         if false is not None:
             continue
         e = exc.exception

@@ -52,8 +52,7 @@ from vpol.engine.evaluate import (
     SubjectData,
     _PolicyRun,
     conditions_outcome,
-    exempted,
-    match_exceptions,
+    exception_conditions,
 )
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
@@ -158,6 +157,49 @@ def _expanded(objects: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class _GeneratingExceptions:
+    #: The exceptions that matched, when one of them exempts fully (none: no full exemption).
+    exempt: list[CompiledException] = field(default_factory=list)
+    partial: dict[str, Any] | None = None
+    error: str = ""
+
+
+def generating_exceptions(exceptions: Sequence[CompiledException], data: SubjectData) -> _GeneratingExceptions:
+    """The PolicyExceptions of a GeneratingPolicy on a trigger, as Kyverno's generating policies evaluate them: all
+    of them, in order; one whose conditions hold and that has neither images nor values exempts fully, and then
+    every one that matched is named; the others fill ``exceptions.allowedImages/allowedValues``; an error before
+    a full exemption is the generation's error, after one it is ignored."""
+    out = _GeneratingExceptions()
+    matched: list[CompiledException] = []
+    full = False
+    images: list[str] = []
+    values: list[str] = []
+    for exc in exceptions:
+        if exc.problems and any(p.severity == "error" for p in exc.problems):
+            continue
+        false, errors = exception_conditions(exc, data)
+        if false is not None:
+            continue
+        if errors:
+            if full:
+                continue
+            out.error = "; ".join(reason for _n, reason in errors)
+            return out
+        matched.append(exc)
+        e = exc.exception
+        if not e.allowed_images and not e.allowed_values:
+            full = True
+        elif not full:
+            images.extend(e.allowed_images)
+            values.extend(e.allowed_values)
+    if full:
+        out.exempt = matched
+    elif images or values:
+        out.partial = {"allowedImages": images, "allowedValues": values}
+    return out
+
+
 class Placement(enum.Enum):
     """How generated objects are placed, after whom.
 
@@ -212,14 +254,23 @@ class GeneratingPolicyEngine:
         if self.policy.namespace:
             data.data[GENERATOR_VARIABLE] = NamespacedGeneratorContext()  # its Apply(objects) overload
         base = self._result(subject, data)
-        match = match_exceptions(self.exceptions, data)
+        match = generating_exceptions(self.exceptions, data)
         if match.error:
             return Generation(dataclasses.replace(base, result=ERROR, message=f"failed to evaluate policy: "
                                                                                 f"{match.error}"))
-        if match.exempt is not None:
-            outcome, message, name = exempted(match.exempt)
-            return Generation(dataclasses.replace(base, result=outcome, message=message, exception=name,
-                                                  properties={"exceptions": name}))
+        if match.exempt:
+            # Every exception that matched is named; the one with the highest polex.kyverno.io/priority (the first
+            # when none has one) says pass or skip.
+            selected = match.exempt[0]
+            for exc in match.exempt:
+                if exc.exception.priority > max(selected.exception.priority, 0):
+                    selected = exc
+            outcome = PASS if selected.exception.report_result == "pass" else SKIP
+            keys = ", ".join(e.exception.key for e in match.exempt)
+            names = ",".join(e.exception.name for e in match.exempt)
+            message = f"rule is {'passed' if outcome == PASS else 'skipped'} due to policy exception: {keys}"
+            return Generation(dataclasses.replace(base, result=outcome, message=message, exception=names,
+                                                  properties={"exceptions": names}))
         run = _PolicyRun(self.compiled, data, match.partial)
         skipped = conditions_outcome(run, self.compiled.match_conditions, "Fail",
                                      error_prefix="failed to evaluate policy: ")
@@ -233,7 +284,11 @@ class GeneratingPolicyEngine:
         except (EvaluationError, GenerationError, TemplateError) as exc:
             return Generation(dataclasses.replace(base, result=ERROR, message=f"failed to evaluate policy: {exc}"),
                               downstreams)
-        properties = dict(self._audit(run))
+        try:
+            properties = dict(self._audit(run))
+        except EvaluationError as exc:
+            return Generation(dataclasses.replace(base, result=ERROR, message=f"failed to evaluate policy: {exc}"),
+                              downstreams)
         if downstreams:
             properties[GENERATED_RESOURCES] = "; ".join(d.ref for d in downstreams)
         return Generation(dataclasses.replace(base, result=PASS, message=GENERATED, properties=properties),
@@ -270,7 +325,11 @@ class GeneratingPolicyEngine:
 
         policy_ns = self.policy.namespace
         groups: dict[str, list[dict[str, Any]]] = {}
-        for obj in render(template, evaluate):
+        try:
+            rendered = render(template, evaluate)
+        except TemplateError as exc:
+            raise GenerationError(f"failed to render generation template: {exc}") from None
+        for obj in rendered:
             own = str((obj.get("metadata") or {}).get("namespace") or "")
             if policy_ns and not own:
                 own = policy_ns
@@ -294,9 +353,13 @@ class GeneratingPolicyEngine:
             if md.get("namespace") not in (None, "", namespace) and md.get("ownerReferences") is not None:
                 md.pop("ownerReferences")  # an owner in another namespace cannot own it
         source_uid = str(md.get("uid") or "") if md.get("resourceVersion") else ""
-        if self.placement is not Placement.KYVERNO_CLI:
+        if self.placement is Placement.CLUSTER:
             for key in SERVER_FIELDS:
                 md.pop(key, None)
+        elif self.placement is Placement.KYVERNO_CLI_CLUSTER:
+            for key in SERVER_FIELDS:
+                if key != "selfLink":  # Kyverno's CLI mode leaves it
+                    md.pop(key, None)
         if self.placement is Placement.KYVERNO_CLI_CLUSTER:
             md.pop("annotations", None)
         if namespace:
@@ -306,12 +369,14 @@ class GeneratingPolicyEngine:
         return Downstream(obj, source_uid)
 
     def _audit(self, run: _PolicyRun) -> dict[str, str]:
+        """The audit annotations that evaluate to a non-empty string; one that fails fails the generation, as in
+        Kyverno (it comes after the objects are generated)."""
         out: dict[str, str] = {}
         for key, prog in self.compiled.audit_annotations:
             try:
                 value = run.eval(prog)
-            except EvaluationError:
-                continue
+            except EvaluationError as exc:
+                raise EvaluationError(f'failed to evaluate auditAnnotation "{key}": {exc}') from None
             if isinstance(value, str) and value:
                 out[key] = value
         return out
@@ -367,13 +432,19 @@ class DeletingPolicyEngine:
         data = SubjectData(dataclasses.replace(subject, old_object=None), absent_as_empty=False)
         if subject.type.group == "" and subject.type.kind == "Namespace":
             data.data["namespaceObject"] = subject.object  # a Namespace is its own (Kyverno's namespace lister)
+        for unbound in ("oldObject", "request"):
+            data.data.pop(unbound, None)  # declared, never bound (Kyverno): reading them is an evaluation error
         api_version, kind, namespace, name, uid = data.identity()
         result = Result(self.policy.key, PASS, DELETE, api_version, kind, namespace, name, uid)
-        match = match_exceptions(self.exceptions, data)
-        if match.error:
-            return dataclasses.replace(result, result=ERROR, message=match.error)
-        if match.exempt is not None:
-            return dataclasses.replace(result, result="fail", message=KEEP, exception=match.exempt.exception.name)
+        for exc in self.exceptions:
+            # Any exception whose conditions hold keeps the object (its images, values and reportResult play no
+            # part); an error before one does is the object's error.
+            false, errors = exception_conditions(exc, data)
+            if false is not None:
+                continue
+            if errors:
+                return dataclasses.replace(result, result=ERROR, message="; ".join(r for _n, r in errors))
+            return dataclasses.replace(result, result="fail", message=KEEP, exception=exc.exception.name)
         run = _PolicyRun(self.compiled, data, None)
         outcome = conditions_outcome(run, self.compiled.match_conditions, "Fail", error_prefix=" ")
         if outcome is None:

@@ -454,7 +454,7 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
     if not isinstance(data, dict):
         r.problem("", f"an exception must be an object, not {_kind(data)}")
         return None, r.problems
-    name, namespace, *_ = _metadata(r, data, True)
+    name, namespace, labels, *_ = _metadata(r, data, True)
     r.object_ref = f"PolicyException/{name}"
     d = r.obj(data.get("spec"), "spec", ("policyRefs", "matchConditions", "images", "allowedValues",
                                          "reportResult", "background", "expiresAt"))
@@ -471,6 +471,7 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
         allowed_values=r.strings(d, "allowedValues", "spec"),
         report_result=r.str_(d, "reportResult", "spec", default="skip", choices=("skip", "pass")),
         expires_at=_timestamp(r, d, "expiresAt", "spec"),
+        labels=labels,
         source=doc.file if doc else "",
     )
     return (None if r.failed else exc), r.problems

@@ -251,7 +251,17 @@ class PolicyException:
     #: ``spec.expiresAt`` as POSIX seconds (None: never). In a cluster an expired exception exempts nothing (Kyverno
     #: leaves it out when it lists exceptions); offline it applies as written, as in Kyverno's CLI.
     expires_at: float | None = None
+    #: Its labels (``polex.kyverno.io/priority`` picks the exception whose reportResult a GeneratingPolicy uses).
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
+
+    @property
+    def priority(self) -> int:
+        """The integer of its ``polex.kyverno.io/priority`` label (0 when absent or not an integer)."""
+        try:
+            return int(self.labels.get("polex.kyverno.io/priority", ""))
+        except ValueError:
+            return 0
 
     @property
     def key(self) -> str:

@@ -17,6 +17,8 @@ YAML and ``((`` is text.
 
 from __future__ import annotations
 
+import decimal
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -141,14 +143,23 @@ def parse(text: str, interpolate: bool) -> Template:
                             mark.index if mark is not None else None) from None
     if not documents:
         raise TemplateError("template must contain at least one YAML document")
-    for n, doc in enumerate(documents, start=1):
-        if not isinstance(doc, dict):
-            raise TemplateError(f"document {n} must be a mapping describing a resource")
     template = Template(documents)
+    for n, doc in enumerate(documents, start=1):
+        if isinstance(doc, dict):
+            continue
+        whole = _placeholders_in(doc, max(text.find(doc), 0)) if interpolate and isinstance(doc, str) else []
+        if len(whole) == 1 and isinstance(whole[0], Placeholder):
+            # A document that is one placeholder: its value is the object (checked when rendered).
+            template.parts[doc] = whole
+            template.placeholders.append(whole[0])
+            continue
+        raise TemplateError(f"document {n} must be a mapping describing a resource")
     if not interpolate:
         return template
     cursor = 0
     for doc in documents:
+        if not isinstance(doc, dict):
+            continue
         for _path, container, key in _strings(doc):
             value = key if container is None else (container[int(key)] if isinstance(container, list)
                                                     else container[key])
@@ -171,54 +182,101 @@ def parse(text: str, interpolate: bool) -> Template:
     return template
 
 
-def _go_scalar(value: Any) -> str:
-    """A scalar as Go's ``%v`` writes it (the way Kyverno joins a placeholder into text)."""
-    if value is None:
-        return "<nil>"
+def _go_float(value: float) -> str:
+    """A float64 as Go's ``%v`` writes it: the shortest digits that read back as the value, with an exponent when it
+    is below -4 or from 6 on (``1e+06``, ``1.234567e+06``, ``1e-05``), else plainly (``123456``, ``0.0001``)."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    sign, digit_tuple, exponent = decimal.Decimal(repr(value)).as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(map(str, digit_tuple))
+    stripped = digits.rstrip("0") or "0"
+    exponent += len(digits) - len(stripped)
+    digits, negative = stripped, "-" if sign else ""
+    point = len(digits) + exponent  # the value is 0.<digits> x 10**point
+    scientific = point - 1
+    if scientific < -4 or scientific >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{negative}{mantissa}e{'-' if scientific < 0 else '+'}{abs(scientific):02d}"
+    if point <= 0:
+        return f"{negative}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{negative}{digits}{'0' * (point - len(digits))}"
+    return f"{negative}{digits[:point]}.{digits[point:]}"
+
+
+def _go_scalar(value: Any) -> str | None:
+    """A scalar as Go's ``%v`` writes it (the way Kyverno joins a placeholder into text); None for what Kyverno
+    does not join (null, maps, lists)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if math.isinf(value):
-            return "+Inf" if value > 0 else "-Inf"
-        if math.isnan(value):
-            return "NaN"
-        if value == int(value) and abs(value) < 1e21:
-            return str(int(value))
-        text = repr(value)
-        return text.replace("e+", "e+0") if "e+" in text and len(text.split("e+")[1]) == 1 else text
-    return str(value)
+        return _go_float(value)
+    if isinstance(value, (int, str)):
+        return str(value)
+    return None
+
+
+#: Go's %T of what a placeholder inside text may not be (Kyverno's message names the value's Go type).
+_GO_TYPES = {dict: "map[string]interface {}", list: "[]interface {}", type(None): "<nil>"}
 
 
 def render(template: Template, evaluate: Callable[[Placeholder], Any]) -> list[dict[str, Any]]:
-    """The template's objects, each placeholder replaced by ``evaluate(placeholder)``'s value (its exceptions are
-    the caller's); a placeholder inside text whose value is not a scalar is a :class:`TemplateError`."""
+    """The template's objects, each placeholder replaced by ``evaluate(placeholder)``'s value. A placeholder that
+    fails to evaluate, or one inside text whose value is not a scalar, is a :class:`TemplateError` worded as
+    Kyverno's (``document 1: field "metadata": field "name": failed to evaluate placeholder "x": ...``)."""
     if not template.parts:
         return [dict(doc) for doc in _copy(template.documents)]
 
+    def value_of(part: Placeholder) -> Any:
+        try:
+            return evaluate(part)
+        except TemplateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the evaluation's error, located
+            raise TemplateError(f'failed to evaluate placeholder "{part.expression}": {exc}', part.offset) from None
+
+    def located(prefix: str, fill_one: Callable[[], Any]) -> Any:
+        try:
+            return fill_one()
+        except TemplateError as exc:
+            raise TemplateError(f"{prefix}: {exc}", exc.offset) from None
+
     def fill(node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: fill(v) for k, v in node.items()}
+            return {k: located(f'field "{k}"', functools.partial(fill, v)) for k, v in node.items()}
         if isinstance(node, list):
-            return [fill(v) for v in node]
+            return [located(f"item {i}", functools.partial(fill, v)) for i, v in enumerate(node)]
         if isinstance(node, str) and node in template.parts:
             parts = template.parts[node]
             if len(parts) == 1 and isinstance(parts[0], Placeholder):
-                return evaluate(parts[0])
+                return value_of(parts[0])
             out: list[str] = []
             for part in parts:
                 if isinstance(part, str):
                     out.append(part)
                     continue
-                value = evaluate(part)
-                if isinstance(value, (dict, list)):
+                value = value_of(part)
+                text = _go_scalar(value)
+                if text is None:
+                    got = _GO_TYPES.get(type(value), type(value).__name__)
                     raise TemplateError(f'placeholder "{part.expression}" embedded in a string must evaluate to a '
-                                        f"scalar, got {type(value).__name__}; use a whole-value placeholder for "
-                                        "structured results", part.offset)
-                out.append(_go_scalar(value))
+                                        f"scalar, got {got}; use a whole-value placeholder for structured results",
+                                        part.offset)
+                out.append(text)
             return "".join(out)
         return node
 
-    return [fill(doc) for doc in template.documents]
+    out = [located(f"document {n}", functools.partial(fill, doc)) for n, doc in enumerate(template.documents, start=1)]
+    for n, obj in enumerate(out, start=1):
+        if not isinstance(obj, dict):
+            raise TemplateError(f"document {n}: expected a mapping describing a resource, got "
+                                f"{_GO_TYPES.get(type(obj), type(obj).__name__)}")
+    return out
 
 
 def _copy(value: Any) -> Any:

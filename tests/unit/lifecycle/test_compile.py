@@ -167,9 +167,6 @@ def test_a_placeholder_error_on_a_later_line() -> None:
     assert problem.expression_position == where(text, "nope")
 
 
-@pytest.mark.xfail(strict=True, reason="the error's column is counted from just after `((`, not from where the "
-                                       "trimmed expression starts: `name: (( nope ))` is reported at the space "
-                                       "before `nope` (3:11), not at `nope` (3:12)")
 def test_a_placeholder_error_after_spaces_is_located_at_the_expression() -> None:
     text = "kind: ConfigMap\nmetadata:\n  name: (( nope ))\n"
     [problem] = problems_of(template_spec(text))

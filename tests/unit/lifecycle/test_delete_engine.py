@@ -160,9 +160,6 @@ def test_exceptions_apply_to_the_policy_they_name() -> None:
         == ("fail", KEEP)
 
 
-@pytest.mark.xfail(strict=True, reason="for a DeletingPolicy any matching exception keeps the object, its images "
-                                       "and values ignored (docs, Exceptions; dpol policy.go); vpol treats an "
-                                       "exception with allowedValues or images as a partial one and deletes")
 @pytest.mark.parametrize("extra", [{"allowedValues": ["x"]}, {"images": ["nginx"]}])
 def test_an_exception_with_values_or_images_keeps_the_object_too(extra: dict[str, Any]) -> None:
     assert verdict(evaluate({}, exceptions=(keep(["true"], **extra),))) == ("fail", KEEP)
@@ -185,10 +182,6 @@ def test_namespace_object_is_the_objects_namespace() -> None:
     assert verdict(evaluate(spec)) == ("pass", DELETE)
 
 
-@pytest.mark.xfail(strict=True, reason="a DeletingPolicy's `oldObject` and `request` are declared but never bound: "
-                                       "using them is a run-time error (docs, DeletingPolicy; dpol policy.go binds "
-                                       "namespaceObject, object, resource and variables only); vpol binds oldObject "
-                                       "to null and request to a synthetic request, and the conditions hold")
 @pytest.mark.parametrize("expression", ["oldObject == null", "request.operation != ''"])
 def test_old_object_and_request_are_not_bound(expression: str) -> None:
     result = evaluate({"conditions": [{"name": "c", "expression": expression}]})

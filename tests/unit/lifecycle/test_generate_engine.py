@@ -116,10 +116,6 @@ def test_audit_annotations_are_properties() -> None:
                                             GENERATED_RESOURCES: "/v1, Kind=ConfigMap Name=a Namespace=team"}
 
 
-@pytest.mark.xfail(strict=True, reason="Kyverno evaluates the audit annotations after the generate items and an "
-                                       "error there fails the evaluation (gpol compiler policy.go, "
-                                       "evaluateAuditAnnotations: `failed to evaluate auditAnnotation \"k\": ...`); "
-                                       "GeneratingPolicyEngine._audit skips the annotation and passes")
 def test_an_audit_annotation_that_fails_is_an_error() -> None:
     generation = generate({"generate": [apply("team", cm("a"))],
                            "auditAnnotations": [{"key": "k", "valueExpression": "string(object.nope)"}]})
@@ -362,10 +358,6 @@ def test_kyverno_cli_with_cluster_resources_places_as_a_cluster_and_drops_annota
     assert names(cluster_scoped) == [("cr", None)]
 
 
-@pytest.mark.xfail(strict=True, reason="Kyverno's CLI evaluation mode clears uid, managedFields, annotations, "
-                                       "resourceVersion and creationTimestamp only (docs: \"uid, resourceVersion, "
-                                       "creationTimestamp, managedFields and all annotations cleared\"); "
-                                       "Placement.KYVERNO_CLI_CLUSTER also drops selfLink")
 def test_kyverno_cli_with_cluster_resources_keeps_self_link() -> None:
     generation = clone(Placement.KYVERNO_CLI_CLUSTER)
     assert objects(generation)[0]["metadata"].get("selfLink") == "/api/v1/namespaces/default/configmaps/source"
@@ -447,9 +439,6 @@ def test_an_embedded_structured_placeholder_is_an_error() -> None:
     assert "embedded in a string must evaluate to a scalar" in generation.result.message
 
 
-@pytest.mark.xfail(strict=True, reason="Kyverno wraps template render errors as `failed to render generation "
-                                       "template: document N: field \"<k>\": ...` (docs, Templates); vpol's "
-                                       "message carries the bare render error")
 def test_template_render_errors_name_the_document_and_field() -> None:
     value = ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: team}\n---\n"
              "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x-(( object.metadata ))\n")
@@ -573,8 +562,6 @@ def test_an_exception_with_allowed_values_only_fills_the_exceptions_variable() -
     assert generate(spec) is None
 
 
-@pytest.mark.xfail(strict=True, reason="Kyverno lists every exception that matched in the message (`rule is skipped "
-                                       "due to policy exception: <ns/name, ...>`); vpol names the first only")
 def test_every_matching_exception_is_named() -> None:
     generation = generate({"generate": [apply("team", cm("a"))]},
                           exceptions=[exempt(["true"], name="e1"), exempt(["true"], name="e2")])
@@ -582,9 +569,6 @@ def test_every_matching_exception_is_named() -> None:
     assert generation.result.message == "rule is skipped due to policy exception: default/e1, default/e2"
 
 
-@pytest.mark.xfail(strict=True, reason="Kyverno takes the result (pass/skip) from the matching exception with the "
-                                       "highest integer label polex.kyverno.io/priority; vpol takes the first "
-                                       "exception that matches (PolicyException keeps no labels)")
 def test_the_exception_with_the_highest_priority_decides_the_result() -> None:
     generation = generate({"generate": [apply("team", cm("a"))]},
                           exceptions=[exempt(["true"], name="low"),

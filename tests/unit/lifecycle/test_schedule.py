@@ -179,13 +179,9 @@ def test_last_weekday_of_the_month_lw_is_refused() -> None:
     assert schedule.next_run("0 0 LW * *", BASE) is None
 
 
-# --- divergences from Kyverno's dialect that croniter could express ---------------------------------------------
+# --- Kyverno's dialect where croniter spells or reads it otherwise --------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="a day of month together with an n-th weekday (`#`) is either of them in "
-                                       "cron (crontab(5); Kyverno's cronexpr); croniter finds no date for `0 0 1 * "
-                                       "1#2` (validate() says valid, next_run() None: the policy never runs) and "
-                                       "reads `0 0 12 * 1#2` as the 2nd Monday only")
 def test_day_of_month_or_nth_weekday() -> None:
     # The 1st of April (a Wednesday) comes before April's 2nd Monday (the 13th).
     assert schedule.validate("0 0 1 * 1#2") == ""
@@ -194,27 +190,19 @@ def test_day_of_month_or_nth_weekday() -> None:
     assert schedule.next_run("0 0 12 * 1#2", BASE) == at(2026, 3, 12)
 
 
-@pytest.mark.xfail(strict=True, reason="cronexpr's `<day>L` in the day of week (the last Friday: 5L) is refused; "
-                                       "croniter spells it L5, which vpol.model.schedule does not map to")
 def test_last_given_weekday_of_the_month() -> None:
     assert schedule.validate("0 0 * * 5L") == ""
     assert schedule.next_run("0 0 * * 5L", BASE) == at(2026, 3, 27)
 
 
-@pytest.mark.xfail(strict=True, reason="cronexpr accepts full month and day names (january, sunday); croniter only "
-                                       "the three-letter ones, and vpol.model.schedule does not map them")
 def test_full_month_and_day_names() -> None:
     assert schedule.next_run("0 0 * january *", BASE) == at(2027, 1, 1)
     assert schedule.next_run("0 0 * * sunday", BASE) == at(2026, 3, 15)
 
 
-@pytest.mark.xfail(strict=True, reason="cronexpr replaces the lower-case aliases only (`@HOURLY` is one field: "
-                                       "missing field(s)); vpol lower-cases the descriptor and accepts it")
 def test_aliases_are_lower_case_only() -> None:
     assert schedule.validate("@HOURLY") == "missing field(s)"
 
 
-@pytest.mark.xfail(strict=True, reason="cronexpr refuses a range whose end is before its start (invalid interval "
-                                       "10-5); croniter reads it as wrapping around, and vpol accepts it")
 def test_a_reversed_range_is_refused() -> None:
     assert schedule.validate("10-5 * * * *") != ""
