@@ -7,9 +7,10 @@ pass and fail the same checks, which pins the result each computes. Expectations
 are also run against a copy of their expected objects with one field changed (both must fail) and one with
 `generate.kyverno.io/` labels added (both must ignore them).
 
-Suites here: tests/differential/suites/{generating,deleting}. (generating-namespaced is compared with Kyverno's
-engine only, tests/differential/test_kyverno.py: Kyverno's CLI stops on a nil pointer for a
-NamespacedGeneratingPolicy.) Locally skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure.
+Suites here: tests/differential/suites/{generating,generating-more,generating-cluster,deleting} (generating-cluster
+with cluster resources: Kyverno's CLI then generates through its cluster context). generating-namespaced is compared
+with Kyverno's engine only (tests/differential/test_kyverno.py): Kyverno's CLI stops on a nil pointer for a
+NamespacedGeneratingPolicy. Locally skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from vpol.cli.kyverno_test import run_tests
 
 REPO = Path(__file__).resolve().parents[2]
 SUITES = Path(__file__).with_name("suites")
-CLI_SUITES = ("generating", "deleting")
+CLI_SUITES = ("generating", "generating-more", "generating-cluster", "deleting")
 RESULTS = ("pass", "fail", "skip", "error")
 
 

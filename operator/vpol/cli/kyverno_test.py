@@ -12,7 +12,7 @@ as failures of the engine.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,17 +400,28 @@ def _generated_identity(obj: Any) -> tuple[str, str, str, str]:
             str(meta.get("name", ""))) if isinstance(obj, dict) else ("", "", "", "")
 
 
-def _compare_generated(generated: dict[str, Any], files: list[str]) -> str:
+def _as_kyverno_reads(doc: Any, namespaced: Callable[[str, str], bool | None]) -> Any:
+    """An expected object as Kyverno's CLI reads a manifest: a namespaced kind (or one it does not know) without a
+    namespace is in ``default``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict) or doc["metadata"].get("namespace"):
+        return doc
+    if namespaced(str(doc.get("apiVersion") or ""), str(doc.get("kind") or "")) is False:
+        return doc
+    return {**doc, "metadata": {**doc["metadata"], "namespace": "default"}}
+
+
+def _compare_generated(generated: dict[str, Any], files: list[str],
+                       namespaced: Callable[[str, str], bool | None]) -> str:
     """"" when one of ``files`` holds an object equal to ``generated`` (found by apiVersion, kind, namespace and
     name; compared as Kyverno's CLI compares them), else why not."""
     why = ""
     for path in files:
         try:
-            docs = load_documents(Path(path))
+            docs = [_as_kyverno_reads(d.data, namespaced) for d in load_documents(Path(path))]
         except InputError as exc:
             why = why or exc.problem.render()
             continue
-        wanted = next((d.data for d in docs if _generated_identity(d.data) == _generated_identity(generated)), None)
+        wanted = next((d for d in docs if _generated_identity(d) == _generated_identity(generated)), None)
         if wanted is None:
             meta = generated.get("metadata") or {}
             why = why or f"resource with name {meta.get('name', '')} not found in {path}"
@@ -449,7 +460,7 @@ def _check_generation(test: str, expected: dict[str, Any], engine: GeneratingPol
             obj = downstream.object
             _av, obj_kind, obj_namespace, obj_name = _generated_identity(obj)
             where = f"{n} -> {obj_kind}/{obj_namespace + '/' if obj_namespace else ''}{obj_name}"
-            why = _compare_generated(obj, files) if files else ""
+            why = _compare_generated(obj, files, engine.namespaced) if files else ""
             out.append(Check(test, policy, where, kind, want, result.result, why, "disagree") if why else
                        _compare(test, policy, where, kind, want, result))
     return out
