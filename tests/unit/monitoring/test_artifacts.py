@@ -173,7 +173,8 @@ def test_dashboard_has_the_required_panels(needle: str) -> None:
 
 def test_alerts_cover_violations_scans_readiness_and_errors() -> None:
     assert set(ALERTS) == {"VpolNewPolicyViolations", "VpolScanStalled", "VpolPolicyNotReady",
-                           "VpolReconcileErrors", "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow"}
+                           "VpolReconcileErrors", "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow",
+                           "VpolGenerationErrors", "VpolDeletionFailing"}
     expected_series = {
         "VpolNewPolicyViolations": {"vpol_report_results"},
         "VpolScanStalled": {"vpol_scan_last_success_timestamp_seconds"},
@@ -182,6 +183,8 @@ def test_alerts_cover_violations_scans_readiness_and_errors() -> None:
         "VpolPolicyNotEnforced": {"vpol_policy_admission_enforced"},
         "VpolWebhookErrors": {"vpol_admission_decisions_total"},
         "VpolWebhookSlow": {"vpol_admission_duration_seconds_bucket"},
+        "VpolGenerationErrors": {"vpol_generations_total"},
+        "VpolDeletionFailing": {"vpol_deleting_policy_runs_total"},
     }
     for name, rule in ALERTS.items():
         assert metric_names(rule["expr"]) == expected_series[name], name
@@ -195,6 +198,8 @@ def test_alerts_cover_violations_scans_readiness_and_errors() -> None:
     assert 'path="None"' in normalized(ALERTS["VpolPolicyNotEnforced"]["expr"])
     assert ">1" in normalized(ALERTS["VpolWebhookSlow"]["expr"])
     assert "histogram_quantile(0.99," in normalized(ALERTS["VpolWebhookSlow"]["expr"])
+    assert 'outcome="error"' in normalized(ALERTS["VpolGenerationErrors"]["expr"])
+    assert 'outcome=~"failed|forbidden"' in normalized(ALERTS["VpolDeletionFailing"]["expr"])
 
 
 def test_alert_output_keeps_the_routing_severity() -> None:
