@@ -46,6 +46,8 @@ import kmock
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", singular="namespace", namespaced=False,
                                         verbs={"get", "list", "watch"}),
+    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", singular="configmap", namespaced=True,
+                                        verbs={"create", "delete", "get", "list", "patch", "update", "watch"}),
     "policies.kyverno.io/v1/validatingpolicies": kmock.ResourceInfo(
         kind="ValidatingPolicy", singular="validatingpolicy", namespaced=False, shortnames={"vpol"},
         verbs={"create", "delete", "get", "list", "patch", "update", "watch"}, subresources={"status"}),

@@ -217,7 +217,13 @@ class Deletion:
                                label_selector=selector)
             for items, _rv in pages:
                 for obj in items:
-                    self._consider(policy, engine, info, obj, outcome)
+                    try:
+                        self._consider(policy, engine, info, obj, outcome)
+                    except Exception as exc:  # noqa: BLE001 - one object's failure fails the run, not the others
+                        outcome.errors += 1
+                        metrics.DELETION_ERRORS.labels(policy.key).inc()
+                        logger.warning("deleting policy %s: %s %s: %s", policy.key, info.kind,
+                                       (obj.get("metadata") or {}).get("name"), describe(exc))
         except ApiException as exc:
             outcome.errors += 1
             metrics.DELETION_ERRORS.labels(policy.key).inc()

@@ -14,7 +14,8 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   the trigger (in an earlier second: the trigger's CREATE should have generated; one of the same second is left to
   the watch, which replays it), already has a result of the policy in its report, or
   already has downstreams. Without ``synchronize`` an owed trigger is generated once (its report result records
-  it; a restarted operator generates for the triggers created while it was away, and for no other); with
+  it; one that failed is tried again at each pass; a restarted operator generates for the triggers created while
+  it was away, and for no other); with
   ``synchronize`` every owed trigger is re-rendered, its downstreams written where they differ and those it no
   longer renders deleted.
 - **Synchronize**: a downstream edited or deleted by someone else is put back (its trigger re-rendered), a clone
@@ -152,7 +153,7 @@ class Generation:
     def __init__(self, api: client.ApiClient, *, resolve: Callable[[str, str], ResourceType | None],
                  namespaces: dict[str, dict[str, Any]], discovery: Callable[[], Discovery],
                  store: Callable[[ResourceRef, str, ReportEntry | None], None],
-                 reported: Callable[[str, str], bool], backend: Backend | None = None,
+                 reported: Callable[[str, str], str], backend: Backend | None = None,
                  writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None,
                  events: Any = None):
         self.api = api
@@ -161,7 +162,7 @@ class Generation:
         self.discovery = discovery
         #: store(trigger, policy key, entry or None): the scanner's report store for one policy's result.
         self.store = store
-        #: reported(trigger uid, policy key): whether the trigger's report holds a result of the policy.
+        #: reported(trigger uid, policy key): the policy's result in the trigger's report ("" when none).
         self.reported = reported
         self.backend = backend or Backend()
         #: Told the key of a policy whose generation failed somewhere (its status says so).
@@ -304,10 +305,14 @@ class Generation:
             if own == str(md.get("resourceVersion", "")) or (etype == "DELETED" and own == DELETED_BY_US):
                 continue  # our own write's (or deletion's) echo
             labels = md.get("labels") or {}
-            if labels.get(MANAGED_BY) == MANAGED_BY_VALUE and labels.get(POLICY_NAME):
-                count += self._downstream_changed(etype, raw, policies)
-            elif uid in self._sources:
-                count += self._source_changed(etype, raw)
+            try:
+                if labels.get(MANAGED_BY) == MANAGED_BY_VALUE and labels.get(POLICY_NAME):
+                    count += self._downstream_changed(etype, raw, policies)
+                elif uid in self._sources:
+                    count += self._source_changed(etype, raw)
+            except Exception as exc:  # noqa: BLE001 - retried by the next pass (synchronize)
+                logger.warning("generation: keeping %s %s in sync failed: %s", raw.get("kind"), md.get("name"),
+                               describe(exc))
             operation, obj = self._operations.of(etype, raw)
             if operation is None:
                 continue
@@ -315,7 +320,10 @@ class Generation:
             if trigger is None:
                 continue
             for policy in policies:
-                count += self._trigger_changed(policy, trigger)
+                try:
+                    count += self._trigger_changed(policy, trigger)
+                except Exception as exc:  # noqa: BLE001 - one trigger's failure never loses the others
+                    self._failed(policy, f"{trigger.type.kind} {trigger.name}: {describe(exc)}")
         return count
 
     # -- triggers ---------------------------------------------------------------------------------------------
@@ -408,12 +416,13 @@ class Generation:
             if md.get("deletionTimestamp"):
                 continue  # being deleted: as good as gone
             seen.add(uid)
-            owed = ev.generate_existing or bool(existing.get(uid)) or self.reported(uid, policy.key) or \
+            reported = self.reported(uid, policy.key)
+            owed = ev.generate_existing or bool(existing.get(uid)) or bool(reported) or \
                 bool(created and str(md.get("creationTimestamp") or "") > created)
             if not owed:
                 continue
-            if not ev.synchronize and self.reported(uid, policy.key):
-                continue  # generated once: without synchronize, nothing is kept up to date
+            if not ev.synchronize and reported and reported != ERROR:
+                continue  # generated once (an error is tried again): without synchronize, nothing is kept up to date
             # Policy-started generation is a CREATE without a request user (as Kyverno's background controller).
             trigger = trigger_subject(obj, "CREATE", self.resolve, self.namespaces)
             if trigger is None:
@@ -422,7 +431,11 @@ class Generation:
                 if ev.synchronize and existing.get(uid):
                     count += sum(self._delete(policy, ref) for ref in sorted(existing[uid]))
                 continue
-            outcome = self._generate(policy, trigger, sync=ev.synchronize, previous=existing.get(uid, {}))
+            try:
+                outcome = self._generate(policy, trigger, sync=ev.synchronize, previous=existing.get(uid, {}))
+            except Exception as exc:  # noqa: BLE001 - one trigger's failure never stops the pass
+                self._failed(policy, f"{trigger.type.kind} {trigger.name}: {describe(exc)}")
+                continue
             count += outcome != ""
             if outcome == PASS:
                 rendered.add(uid)

@@ -308,9 +308,10 @@ class Scanner(threading.Thread):
         """A DeletingPolicy to run on its schedule (None: no more), and its ``status.lastExecutionTime``."""
         self.deletion.set_policy(key, policy, last_execution)
 
-    def _reported(self, uid: str, policy: str) -> bool:
+    def _reported(self, uid: str, policy: str) -> str:
+        """The result of ``policy`` in the report of the object ``uid`` ("" when none)."""
         state = self._state.get(uid)
-        return state is not None and any(e.policy == policy for e in state.entries)
+        return next((e.result for e in state.entries if e.policy == policy), "") if state is not None else ""
 
     def _notify_generating(self, key: str) -> None:
         if self.notify is not None:
