@@ -42,7 +42,7 @@ from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
-from vpol.controller.triggers import Operations, trigger_subject
+from vpol.controller.triggers import Operations, trigger_subject, watch_start
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result
 from vpol.engine.match import constraints_match
@@ -143,19 +143,12 @@ class BackgroundMutation:
         return out
 
     def trigger_since(self, gvr: tuple[str, str, str], discovery: Discovery) -> str:
-        """Where a new watch of ``gvr`` starts so that no trigger of the policies reading it is missed: the oldest
-        resourceVersion their specs were seen at (a policy is Ready before the scanner watches its triggers;
-        the watch replays what changed since). "" (start from now) when one is not a number: resourceVersions
-        are opaque, only etcd's are ordered integers, and this is the only place vpol compares them."""
-        versions = []
-        for policy in self.policies():
-            if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(policy, discovery)):
-                with self._lock:
-                    seen = self._seen_at.get(policy.key, "")
-                if not seen.isdigit():
-                    return ""
-                versions.append(int(seen))
-        return str(min(versions)) if versions else ""
+        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.watch_start): a policy is Ready before the
+        scanner watches its triggers, and the watch replays what changed since it was seen."""
+        with self._lock:
+            seen = dict(self._seen_at)
+        return watch_start(seen.get(p.key, "") for p in self.policies()
+                           if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(p, discovery)))
 
     # -- when it runs ------------------------------------------------------------------------------------------
 

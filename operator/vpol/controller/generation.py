@@ -50,7 +50,7 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
-from vpol.controller.triggers import Operations, trigger_subject
+from vpol.controller.triggers import Operations, trigger_subject, watch_start
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, compile_exception
@@ -255,18 +255,13 @@ class Generation:
             known = self._known.get(key)
             return list(known.resources.values()) if known else []
 
-    def trigger_since(self, gvr: GVR, discovery: Discovery) -> str:
-        """Where a new watch of ``gvr`` starts so that no trigger is missed: the oldest resourceVersion the policies
-        reading it were first seen at ("" when one is not a number; see BackgroundMutation.trigger_since)."""
-        versions = []
-        for policy in self.policies():
-            if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(policy, discovery)):
-                with self._lock:
-                    seen = self._seen_at.get(policy.key, "")
-                if not seen.isdigit():
-                    return ""
-                versions.append(int(seen))
-        return str(min(versions)) if versions else ""
+    def trigger_since(self, gvr: tuple[str, str, str], discovery: Discovery) -> str:
+        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.watch_start): a policy is Ready before the
+        scanner watches its triggers, and the watch replays what changed since it was seen."""
+        with self._lock:
+            seen = dict(self._seen_at)
+        return watch_start(seen.get(p.key, "") for p in self.policies()
+                           if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(p, discovery)))
 
     # -- when it runs ------------------------------------------------------------------------------------------
 

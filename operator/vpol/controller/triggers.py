@@ -8,7 +8,7 @@ userInfo and no oldObject."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vpol.engine.request import ResourceType, Subject
@@ -65,3 +65,16 @@ def trigger_subject(obj: dict[str, Any], operation: str, resolve: Callable[[str,
                           namespace_object=subject.namespace_object)
     return Subject(type=subject.type, object=subject.object, old_object=subject.old_object, operation=operation,
                    namespace_object=subject.namespace_object, request=request)
+
+
+def watch_start(seen: Iterable[str]) -> str:
+    """Where a new watch starts so that no trigger of the policies reading it is missed: the oldest of the
+    resourceVersions they were first seen at ("" (start from now) when there is none, or one is not a number:
+    resourceVersions are opaque, only etcd's are ordered integers, and this is the only place vpol compares
+    them)."""
+    versions = []
+    for version in seen:
+        if not version.isdigit():
+            return ""
+        versions.append(int(version))
+    return str(min(versions)) if versions else ""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -454,6 +454,19 @@ def exception_conditions(exc: CompiledException, data: SubjectData) -> tuple[str
     return _first_false((("", prog) for prog in exc.conditions), evaluate)
 
 
+def exception_matches(exceptions: Sequence[CompiledException], data: SubjectData
+                      ) -> Iterator[tuple[CompiledException, list[tuple[str, str]]]]:
+    """The exceptions (in order, those that compile) none of whose conditions is false on one subject, each with
+    its conditions' errors (an exception with errors and none false is neither a match nor a miss: the caller
+    decides)."""
+    for exc in exceptions:
+        if exc.problems and any(p.severity == "error" for p in exc.problems):
+            continue
+        false, errors = exception_conditions(exc, data)
+        if false is None:
+            yield exc, errors
+
+
 def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
                      failure_policy: str = "Fail") -> ExceptionMatch:
     """The PolicyExceptions of a policy on one subject, as Kyverno's engines evaluate them (in order): an
@@ -463,12 +476,7 @@ def match_exceptions(exceptions: Sequence[CompiledException], data: SubjectData,
         return _NO_EXCEPTION
     partial_images: list[str] = []
     partial_values: list[str] = []
-    for exc in exceptions:
-        if exc.problems and any(p.severity == "error" for p in exc.problems):
-            continue
-        false, errors = exception_conditions(exc, data)
-        if false is not None:
-            continue
+    for exc, errors in exception_matches(exceptions, data):
         e = exc.exception
         if errors:
             if failure_policy == "Ignore":

@@ -52,7 +52,7 @@ from vpol.engine.evaluate import (
     SubjectData,
     _PolicyRun,
     conditions_outcome,
-    exception_conditions,
+    exception_matches,
 )
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
@@ -175,12 +175,7 @@ def generating_exceptions(exceptions: Sequence[CompiledException], data: Subject
     full = False
     images: list[str] = []
     values: list[str] = []
-    for exc in exceptions:
-        if exc.problems and any(p.severity == "error" for p in exc.problems):
-            continue
-        false, errors = exception_conditions(exc, data)
-        if false is not None:
-            continue
+    for exc, errors in exception_matches(exceptions, data):
         if errors:
             if full:
                 continue
@@ -436,12 +431,9 @@ class DeletingPolicyEngine:
             data.data.pop(unbound, None)  # declared, never bound (Kyverno): reading them is an evaluation error
         api_version, kind, namespace, name, uid = data.identity()
         result = Result(self.policy.key, PASS, DELETE, api_version, kind, namespace, name, uid)
-        for exc in self.exceptions:
+        for exc, errors in exception_matches(self.exceptions, data):
             # Any exception whose conditions hold keeps the object (its images, values and reportResult play no
             # part); an error before one does is the object's error.
-            false, errors = exception_conditions(exc, data)
-            if false is not None:
-                continue
             if errors:
                 return dataclasses.replace(result, result=ERROR, message="; ".join(r for _n, r in errors))
             return dataclasses.replace(result, result="fail", message=KEEP, exception=exc.exception.name)

@@ -16,7 +16,7 @@ from typing import Any
 from vpol.model import schedule
 from vpol.model.documents import Document
 from vpol.model.mutating import MUTATING_VERSIONS
-from vpol.model.parse import Reader, _head, _match_resources, _metadata, _named_expressions
+from vpol.model.parse import Reader, _match_resources, _named_expressions, parse_kind
 from vpol.model.policy import GROUP, MatchResources, NamedExpression, PolicyIdentity
 from vpol.model.problems import Position, Problem
 
@@ -92,18 +92,4 @@ def is_deleting_policy_document(data: Any) -> bool:
 def parse_deleting_policy(data: Any, doc: Document | None = None) -> tuple[DeletingPolicy | None, list[Problem]]:
     """Parse one DeletingPolicy or NamespacedDeletingPolicy document: the policy (None when invalid) and every
     problem."""
-    r, api_version, kind = _head(data, doc, DELETING_KINDS, DELETING_VERSIONS)
-    if api_version is None:
-        return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == NAMESPACED_DELETING_KIND)
-    if data.get("spec") is None:
-        r.problem("spec", "required field is missing")
-        return None, r.problems
-    spec = _deleting_spec(r, data.get("spec"))
-    if r.failed:
-        return None, r.problems
-    return DeletingPolicy(
-        name=name, spec=spec, kind=kind or DELETING_KIND, api_version=api_version, namespace=namespace, uid=uid,
-        generation=generation, labels=labels, annotations=annotations, raw=data, source=doc.file if doc else "",
-        positions=doc.positions if doc else {},
-    ), r.problems
+    return parse_kind(data, doc, DELETING_KINDS, DELETING_VERSIONS, _deleting_spec, DeletingPolicy)

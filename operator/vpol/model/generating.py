@@ -17,7 +17,7 @@ from typing import Any
 
 from vpol.model.documents import Document
 from vpol.model.mutating import MUTATING_VERSIONS
-from vpol.model.parse import Reader, _audit_annotation, _head, _match_resources, _metadata, _named_expressions
+from vpol.model.parse import Reader, _audit_annotation, _match_resources, _named_expressions, parse_kind
 from vpol.model.policy import GROUP, AuditAnnotation, MatchResources, NamedExpression, PolicyIdentity
 from vpol.model.problems import Position, Problem
 
@@ -173,19 +173,5 @@ def is_generating_policy_document(data: Any) -> bool:
 def parse_generating_policy(data: Any, doc: Document | None = None) -> tuple[GeneratingPolicy | None, list[Problem]]:
     """Parse one GeneratingPolicy or NamespacedGeneratingPolicy document: the policy (None when invalid) and every
     problem."""
-    r, api_version, kind = _head(data, doc, GENERATING_KINDS, GENERATING_VERSIONS)
-    if api_version is None:
-        return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == NAMESPACED_GENERATING_KIND)
-    if data.get("spec") is None:
-        r.problem("spec", "required field is missing")
-        return None, r.problems
-    spec = _generating_spec(r, data.get("spec"))
-    if r.failed:
-        return None, r.problems
-    return GeneratingPolicy(
-        name=name, spec=spec, kind=kind or GENERATING_KIND, api_version=api_version, namespace=namespace, uid=uid,
-        generation=generation, labels=labels, annotations=annotations, raw=data, source=doc.file if doc else "",
-        positions=doc.positions if doc else {},
-    ), r.problems
+    return parse_kind(data, doc, GENERATING_KINDS, GENERATING_VERSIONS, _generating_spec, GeneratingPolicy)
 

@@ -57,6 +57,7 @@ from vpol.model.mutating import (
 from vpol.model.problems import Problem
 
 T = TypeVar("T")
+_P = TypeVar("_P")
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CEL_IDENT = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
@@ -589,22 +590,27 @@ def is_mutating_policy_document(data: Any) -> bool:
         data.get("kind") in MUTATING_KINDS
 
 
+def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions: tuple[str, ...],
+               spec: Callable[[Reader, Any], Any], make: Callable[..., _P]) -> tuple[_P | None, list[Problem]]:
+    """Parse one document of a policy kind whose namespaced twin is ``kinds[1]``: its head and metadata as for every
+    kind, its spec with ``spec``; the policy ``make`` builds (None when invalid) and every problem."""
+    r, api_version, kind = _head(data, doc, kinds, versions)
+    if api_version is None:
+        return None, r.problems
+    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == kinds[1])
+    if data.get("spec") is None:
+        r.problem("spec", "required field is missing")
+        return None, r.problems
+    parsed = spec(r, data.get("spec"))
+    if r.failed:
+        return None, r.problems
+    return make(name=name, spec=parsed, kind=kind or kinds[0], api_version=api_version, namespace=namespace, uid=uid,
+                generation=generation, labels=labels, annotations=annotations, raw=data,
+                source=doc.file if doc else "", positions=doc.positions if doc else {}), r.problems
+
+
 def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
     """Parse one MutatingPolicy or NamespacedMutatingPolicy document. Returns the policy (None when invalid) and
     all problems."""
-    r, api_version, kind = _head(data, doc, MUTATING_KINDS, MUTATING_VERSIONS)
-    if api_version is None:
-        return None, r.problems
-    namespaced = kind == MUTATING_KINDS[1]
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, namespaced)
-    if "spec" not in data or data.get("spec") is None:
-        r.problem("spec", "required field is missing")
-        return None, r.problems
-    spec = _mutating_spec(r, data.get("spec"))
-    if r.failed:
-        return None, r.problems
-    return MutatingPolicy(
-        name=name, spec=spec, kind=kind or MUTATING_KINDS[0], api_version=api_version, namespace=namespace, uid=uid,
-        generation=generation, labels=labels, annotations=annotations, raw=data, source=doc.file if doc else "",
-        positions=doc.positions if doc else {},
-    ), r.problems
+    return parse_kind(data, doc, (MUTATING_KINDS[0], MUTATING_KINDS[1]), MUTATING_VERSIONS, _mutating_spec,
+                      MutatingPolicy)
