@@ -58,7 +58,7 @@ class Runner(Protocol):
     generation: Any
     deletion: Any
 
-    def set_generating(self, key: str, policy: GeneratingPolicy | None) -> None: ...
+    def set_generating(self, key: str, policy: GeneratingPolicy | None, *, gone: bool = False) -> None: ...
 
     def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None: ...
 
@@ -98,7 +98,7 @@ class LifecycleReconciler:
         result = ReconcileResult(key)
         body = self.objects.get_lifecycle_policy(kind, name)
         if body is None:
-            self._tell(kind, name, None, "")
+            self._tell(kind, name, None, "", gone=True)
             return result
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         findings = Findings(generation=generation, background_enabled=True,
@@ -117,11 +117,12 @@ class LifecycleReconciler:
             result.status_written = True
         return result
 
-    def _tell(self, kind: str, name: str, policy: Any, last_execution: str) -> None:
+    def _tell(self, kind: str, name: str, policy: Any, last_execution: str, *, gone: bool = False) -> None:
+        """Hand the scanner the policy (None: invalid, or ``gone``: deleted)."""
         if self.runner is None:
             return
         if kind == GENERATING:
-            self.runner.set_generating(name, policy)
+            self.runner.set_generating(name, policy, gone=gone)
         else:
             self.runner.set_deleting(name, policy, last_execution)
 

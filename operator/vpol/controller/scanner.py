@@ -225,6 +225,8 @@ class Scanner(threading.Thread):
                                  on_run=self._notify_deleting)
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
         self.notify: Any = None
+        #: GeneratingPolicies that became invalid: when deleted, their downstreams go as they said.
+        self._retired: dict[str, GeneratingPolicy] = {}
         self._ns_watcher: Watcher | None = None
         #: While active: the scanner's own watches of the policies it evaluates (see _watch_policies).
         self._policy_watchers: list[Watcher] = []
@@ -291,18 +293,31 @@ class Scanner(threading.Thread):
                 self._meta_cache = None
             self._events.put(("mutating", key))
 
-    def set_generating(self, key: str, policy: GeneratingPolicy | None) -> None:
+    def set_generating(self, key: str, policy: GeneratingPolicy | None, *, gone: bool = False) -> None:
         """A GeneratingPolicy to generate with (None: no more); created or changed, its existing triggers are
-        generated for as its settings say; gone, its downstreams go as its settings say."""
+        generated for as its settings say; deleted (``gone``), its downstreams go as its settings say (a policy
+        that became invalid only stops: what it generated stays)."""
         changed = self.generation.set_policy(key, policy)
-        if changed is False:
+        if policy is not None:
+            self._retired.pop(key, None)
+            if changed is True:
+                self._forget_meta()
+                self._events.put(("generating", key))
             return
+        held = changed if isinstance(changed, GeneratingPolicy) else None
+        if not gone:
+            if held is not None:
+                self._retired[key] = held  # invalid now: its downstreams go only when it is deleted
+                self._forget_meta()
+            return
+        held = self._retired.pop(key, None) or held
+        if held is not None:
+            self._forget_meta()
+            self._events.put(("generating-removed", held))
+
+    def _forget_meta(self) -> None:
         with self._lock:
             self._meta_cache = None
-        if isinstance(changed, GeneratingPolicy):
-            self._events.put(("generating-removed", changed))
-        else:
-            self._events.put(("generating", key))
 
     def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None:
         """A DeletingPolicy to run on its schedule (None: no more), and its ``status.lastExecutionTime``."""

@@ -1,0 +1,61 @@
+"""What the scanner does with a GeneratingPolicy that goes: deleted, its downstreams go as its settings say (the
+"generating-removed" work); made invalid, it only stops, and what it generated stays (bad input never destroys what
+was written), until it is deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from vpol.controller.scanner import Scanner
+from vpol.model.generating import parse_generating_policy
+
+
+def _policy() -> Any:
+    policy, problems = parse_generating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "p"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                 "evaluation": {"synchronize": {"enabled": True}},
+                 "generate": [{"expression": "generator.Apply(object.metadata.name, [])"}]}})
+    assert policy is not None, problems
+    return policy
+
+
+def _queued(scanner: Scanner) -> list[tuple[Any, ...]]:
+    return scanner._queued()
+
+
+def test_a_deleted_policy_is_removed_with_its_downstreams() -> None:
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    policy = _policy()
+    scanner.set_generating("p", policy)
+    assert _queued(scanner) == [("generating", "p")]
+    scanner.set_generating("p", policy)  # the same spec again: nothing to do
+    assert _queued(scanner) == []
+    scanner.set_generating("p", None, gone=True)
+    assert _queued(scanner) == [("generating-removed", policy)]
+
+
+def test_an_invalid_policy_only_stops_until_it_is_deleted() -> None:
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    policy = _policy()
+    scanner.set_generating("p", policy)
+    _queued(scanner)
+    scanner.set_generating("p", None)  # invalid now
+    assert _queued(scanner) == [] and scanner.generation.get("p") is None
+    scanner.set_generating("p", None, gone=True)  # then deleted: its downstreams go as it said
+    assert _queued(scanner) == [("generating-removed", policy)]
+
+
+def test_an_invalid_policy_made_valid_again_generates_again() -> None:
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    policy = _policy()
+    scanner.set_generating("p", policy)
+    scanner.set_generating("p", None)
+    _queued(scanner)
+    scanner.set_generating("p", policy)
+    assert _queued(scanner) == [("generating", "p")]
+    scanner.set_generating("p", None, gone=True)
+    assert _queued(scanner) == [("generating-removed", policy)]
