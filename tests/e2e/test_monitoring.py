@@ -52,7 +52,8 @@ from tests.unit.monitoring.promql_refs import metric_names
 
 JOB = "vpol-metrics"  # the Prometheus Operator names a ServiceMonitor's job after the Service
 ALERT_NAMES = {"VpolNewPolicyViolations", "VpolScanStalled", "VpolPolicyNotReady", "VpolReconcileErrors",
-               "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow"}
+               "VpolPolicyNotEnforced", "VpolWebhookErrors", "VpolWebhookSlow", "VpolGenerationErrors",
+               "VpolDeletionFailing"}
 CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
 
 
@@ -138,6 +139,12 @@ while True:
     m.ADMISSION_DECISIONS.labels("require-owner", "error").inc()
     m.ADMISSION_LATENCY.labels("fail").observe(2.5)  # slow: VpolWebhookSlow
     m.ADMISSION_POLICY_LATENCY.labels("require-owner").observe(0.002)
+    m.GENERATIONS.labels("make-quota", "pass").inc()
+    m.GENERATIONS.labels("make-quota", "error").inc()  # VpolGenerationErrors
+    m.GENERATED_OBJECTS.labels("make-quota", "created").inc()
+    m.DELETING_RUNS.labels("expire-pods", "succeeded").inc()
+    m.DELETING_RUNS.labels("expire-pods", "forbidden").inc()  # VpolDeletionFailing
+    m.DELETED_OBJECTS.labels("expire-pods", "pods").inc()
     time.sleep(0.5)
 """
 
@@ -217,6 +224,8 @@ def test_every_expression_returns_data_for_unhealthy_series(synthetic_prometheus
     assert [lb["policy"] for lb in by_name["VpolPolicyNotEnforced"]] == ["broken"]
     assert [lb["policy"] for lb in by_name["VpolWebhookErrors"]] == ["require-owner"]
     assert len(by_name["VpolWebhookSlow"]) == 1
+    assert [lb["policy"] for lb in by_name["VpolGenerationErrors"]] == ["make-quota"]
+    assert [(lb["policy"], lb["outcome"]) for lb in by_name["VpolDeletionFailing"]] == [("expire-pods", "forbidden")]
     assert all(lb["severity"] == ("critical" if name == "VpolPolicyNotEnforced" else "warning")
                for name, labels in by_name.items() for lb in labels)
 
@@ -288,8 +297,18 @@ def unexported(op: OperatorProcess, answers: dict[str, list[dict[str, Any]] | Ex
             "label value is used, so create its known label values at startup (e.g. COUNTER.labels(kind))")
 
 
+@pytest.fixture
+def lifecycle(operator: OperatorProcess, policies: Policies, cluster: Any, namespace: str
+              ) -> Iterator["LifecycleActivity"]:
+    activity = LifecycleActivity(cluster, namespace, policies.unique("mon", "life"))
+    activity.start()
+    yield activity
+    activity.stop()
+
+
 def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer, policies: Policies, cluster: Any,
-                                                    namespace: str, operator: OperatorProcess) -> None:
+                                                    namespace: str, operator: OperatorProcess,
+                                                    lifecycle: "LifecycleActivity") -> None:
     prom = prometheus
     # The resources exist before the policies (the background scan must find them): one violates
     # the owner policy, one passes it.
@@ -328,6 +347,10 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
                   f'count_over_time(vpol_policy_results_total{{resource_namespace="{namespace}"}}[1m]) >= 2',
                   timeout=30)
 
+    prom.wait_for("a generation and a deletion",
+                  f'count(count_over_time(vpol_generations_total{{policy="{lifecycle.generating}"}}[1m]) >= 2)'
+                  f' + count(count_over_time(vpol_deleted_objects_total{{policy="{lifecycle.deleting}"}}[1m]) >= 2)'
+                  ' >= 2', timeout=120)
     prom.wait_for("webhook decisions of both webhook policies",
                   f'count(count_over_time(vpol_admission_decisions_total{{policy=~"{webhook_deny}|{webhook_error}"}}[1m])'
                   f' >= 2) >= 2', timeout=120)
@@ -362,6 +385,50 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
 
     wait_for("the seeded alerts to be pending or firing", ours, timeout=30)
     traffic.stop()
+
+
+class LifecycleActivity:
+    """A GeneratingPolicy that copies a trigger ConfigMap's data into a new one, and a DeletingPolicy that deletes
+    expired ConfigMaps every five seconds (as the aggregated ClusterRole vpol-delete lets it), both confined to the
+    test namespace, so the generation and deletion series exist and have rates."""
+
+    def __init__(self, cluster: Any, namespace: str, hint: str):
+        self.cluster, self.namespace = cluster, namespace
+        self.generating, self.deleting, self.role = f"{hint}-gen", f"{hint}-del", f"{hint}-delete-configmaps"
+        self.core = client.CoreV1Api(cluster.api_client)
+
+    def start(self) -> None:
+        in_namespace = {"matchLabels": {"kubernetes.io/metadata.name": self.namespace}}
+        rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}
+        self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": self.role, "labels": {"vpol.kyverno.io/aggregate-to-delete": "true"}},
+             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "delete"]}]},
+            {"apiVersion": f"{GROUP}/v1", "kind": "GeneratingPolicy", "metadata": {"name": self.generating},
+             "spec": {"matchConstraints": {"resourceRules": [{**rule, "operations": ["CREATE", "UPDATE"]}],
+                                           "namespaceSelector": in_namespace,
+                                           "objectSelector": {"matchLabels": {"vpol-e2e/trigger": "monitoring"}}},
+                      "generate": [{"expression": 'generator.Apply(object.metadata.namespace, [{"apiVersion": "v1", '
+                                                  '"kind": "ConfigMap", "metadata": {"name": "copy-" + '
+                                                  'object.metadata.name}, "data": object.data}])'}]}},
+            {"apiVersion": f"{GROUP}/v1", "kind": "DeletingPolicy", "metadata": {"name": self.deleting},
+             "spec": {"schedule": "*/5 * * * * * *",  # seconds first: every five seconds
+                      "matchConstraints": {"resourceRules": [{**rule, "operations": ["*"]}],
+                                           "namespaceSelector": in_namespace,
+                                           "objectSelector": {"matchLabels": {"vpol-e2e/expired": "true"}}},
+                      "conditions": [{"name": "here",
+                                      "expression": f'object.metadata.namespace == "{self.namespace}"'}]}},
+        ]))
+        self.core.create_namespaced_config_map(self.namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="trigger", labels={"vpol-e2e/trigger": "monitoring"}),
+            data={"copied": "yes"}))
+        self.core.create_namespaced_config_map(self.namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="expired", labels={"vpol-e2e/expired": "true"})))
+
+    def stop(self) -> None:
+        for kind, name in (("generatingpolicy", self.generating), ("deletingpolicy", self.deleting),
+                           ("clusterrole", self.role)):
+            self.cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false")
 
 
 class AdmissionTraffic(threading.Thread):
