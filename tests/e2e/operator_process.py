@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,17 @@ class OperatorProcess:
         query = "?" + urllib.parse.urlencode([("name[]", n) for n in names]) if names else ""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics{query}", timeout=5) as r:
             return r.read().decode()
+
+    def metric_value(self, name: str, labels: Mapping[str, str]) -> float:
+        """The sum of the operator's samples of ``name`` carrying ``labels`` (0 when there is none)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for family in text_string_to_metric_families(self.metrics([name])):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
 
     def log(self) -> str:
         try:

@@ -40,7 +40,7 @@ from vpol.controller.reconcile_lifecycle import key_for as lifecycle_key
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
-from vpol.controller.scanner import ScanOptions, Scanner
+from vpol.controller.scanner import ScanOptions, Scanner, StartupPolicies
 from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
@@ -194,14 +194,14 @@ async def _resync(rt: Runtime) -> None:
         try:
             assert rt.reconciler is not None and rt.queue is not None
             objects = rt.reconciler.objects
-            names = await asyncio.to_thread(lambda: [policy_key(p["metadata"]) for p in objects.list_policies()])
+            listed = await asyncio.to_thread(StartupPolicies.read, objects)
             if rt.scanner is not None:
-                rt.scanner.expect(names)
-            mutating = await asyncio.to_thread(
-                lambda: [mutating_key(policy_key(p["metadata"])) for p in objects.list_mutating_policies()])
-            lifecycle = await asyncio.to_thread(
-                lambda: [lifecycle_key(kind, policy_key(p["metadata"])) for kind in (GENERATING, DELETING)
-                         for p in objects.list_lifecycle_policies(kind)])
+                rt.scanner.expect(listed.expected())
+            names = [policy_key(p["metadata"]) for p in listed.validating]
+            mutating = [mutating_key(policy_key(p["metadata"])) for p in listed.mutating]
+            deleting = await asyncio.to_thread(objects.list_lifecycle_policies, DELETING)
+            lifecycle = [lifecycle_key(kind, policy_key(p["metadata"]))
+                         for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting)) for p in bodies]
             for name in [*names, *mutating, *lifecycle]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period

@@ -62,6 +62,7 @@ from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
+from vpol.controller.reconcile_lifecycle import GENERATING
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, Result
@@ -172,6 +173,33 @@ def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
     if policy is None or not background_scanned(policy):
         return None
     return policy if compile_verdict(policy).ok else None
+
+
+#: How the scanner counts a MutatingPolicy or a GeneratingPolicy seen (Scanner.expect): their results are in the
+#: reports too, and a first scan without them would take those results for stale and rewrite every such report.
+MUTATING_SEEN = "MutatingPolicy:"
+GENERATING_SEEN = "GeneratingPolicy:"
+
+
+@dataclass(frozen=True)
+class StartupPolicies:
+    """The policies whose results the reports hold, as listed at one moment."""
+
+    validating: list[dict[str, Any]]
+    mutating: list[dict[str, Any]]
+    generating: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, objects: Objects) -> "StartupPolicies":
+        return cls(objects.list_policies(), objects.list_mutating_policies(),
+                   objects.list_lifecycle_policies(GENERATING))
+
+    def expected(self) -> list[str]:
+        """The names Scanner.expect waits for: every ValidatingPolicy's, and every MutatingPolicy's and
+        GeneratingPolicy's (cluster-wide and namespaced), whose results are in the reports too."""
+        return ([policy_key(b.get("metadata") or {}) for b in self.validating]
+                + [MUTATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.mutating]
+                + [GENERATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.generating])
 
 
 class Scanner(threading.Thread):
@@ -285,9 +313,15 @@ class Scanner(threading.Thread):
             self._policies_changed = time.monotonic()
         self._events.put(("policy", name))
 
+    def _seen(self, name: str) -> None:
+        with self._lock:
+            self._seen_policies.add(name)
+            self._check_primed()
+
     def set_mutating(self, key: str, policy: MutatingPolicy | None) -> None:
         """A MutatingPolicy that mutates existing objects (None: no more); its created or changed spec mutates
         every target at once."""
+        self._seen(MUTATING_SEEN + key)
         if self.mutation.set_policy(key, policy):
             with self._lock:
                 self._meta_cache = None
@@ -297,6 +331,7 @@ class Scanner(threading.Thread):
         """A GeneratingPolicy to generate with (None: no more); created or changed, its existing triggers are
         generated for as its settings say; deleted (``gone``), its downstreams go as its settings say (a policy
         that became invalid only stops: what it generated stays)."""
+        self._seen(GENERATING_SEEN + key)
         changed = self.generation.set_policy(key, policy)
         if policy is not None:
             self._retired.pop(key, None)
@@ -439,22 +474,20 @@ class Scanner(threading.Thread):
         """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now."""
         objects = Objects(self.api)
         try:
-            bodies = objects.list_policies()
+            listed = StartupPolicies.read(objects)
             exceptions, _next = active_exceptions(objects.policy_exceptions(), time.time())
         except Exception as exc:  # noqa: BLE001 - the operator's watches and reconciles tell them as well
             logger.warning("background scans: listing policies failed (%s); waiting for the operator's watch",
                            describe(exc))
             return
         self.set_exceptions(exceptions)
-        names = []
-        for body in bodies:
+        for body in listed.validating:
             key = policy_key(body.get("metadata") or {})
             try:
                 self.set_policy(key, scanned_policy(body))
             except Exception:  # noqa: BLE001 - one unreadable policy does not stop the others
                 logger.exception("background scans: could not read policy %s", key)
-            names.append(key)
-        self.expect(names)
+        self.expect(listed.expected())
 
     def _watch_policies(self) -> None:
         """Watch the ValidatingPolicies and NamespacedValidatingPolicies directly (from before _prime lists them,

@@ -283,7 +283,10 @@ def entries_from_report(report: Mapping[str, Any]) -> dict[str, ReportEntry]:
     for item in report.get("results") or []:
         if not isinstance(item, Mapping) or item.get("source") != SOURCE:
             continue
-        props = {k: v for k, v in (item.get("properties") or {}).items() if k != PROCESS}
+        # The writer adds process: background scan to every result that names no other (a generation's says
+        # admission review, and is kept as it was held).
+        props = {k: v for k, v in (item.get("properties") or {}).items()
+                 if not (k == PROCESS and v == BACKGROUND_SCAN)}
         ts = (item.get("timestamp") or {}).get("seconds", 0)
         policy = sys.intern(str(item.get("policy", "")))
         out[policy] = ReportEntry(

@@ -59,3 +59,36 @@ def test_an_invalid_policy_made_valid_again_generates_again() -> None:
     assert _queued(scanner) == [("generating", "p")]
     scanner.set_generating("p", None, gone=True)
     assert _queued(scanner) == [("generating-removed", policy)]
+
+
+def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypatch: Any) -> None:
+    """Their results are in the reports too: a first scan before they are known would take those results for stale
+    and rewrite every such report (bench/generate.py found it: a restarted operator, nothing changed, deleted the
+    ClusterPolicyReport of every generated-for Namespace and wrote each again)."""
+    import vpol.controller.scanner as scanner_module
+
+    def body(kind: str, name: str, namespace: str = "") -> dict[str, Any]:
+        md = {"name": name, **({"namespace": namespace} if namespace else {})}
+        return {"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": md}
+
+    listed = scanner_module.StartupPolicies([], [body("MutatingPolicy", "m")],
+                                            [body("GeneratingPolicy", "p"),
+                                             body("NamespacedGeneratingPolicy", "q", "team-a")])
+
+    class NoExceptions:
+        def __init__(self, _api: Any) -> None:
+            pass
+
+        def policy_exceptions(self) -> list[Any]:
+            return []
+
+    monkeypatch.setattr(scanner_module.StartupPolicies, "read", classmethod(lambda cls, objects: listed))
+    monkeypatch.setattr(scanner_module, "Objects", NoExceptions)
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    scanner._prime()
+    assert not scanner._primed.is_set()
+    scanner.set_mutating("m", None)  # one without mutateExisting is seen all the same
+    scanner.set_generating("p", _policy())
+    assert not scanner._primed.is_set()
+    scanner.set_generating("team-a/q", None)  # an invalid one too
+    assert scanner._primed.is_set()

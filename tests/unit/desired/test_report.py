@@ -51,6 +51,18 @@ def test_empty_and_false_fields_are_left_out_as_kyvernos_omitempty():
     assert entries_from_report(r) == entries  # read back alike
 
 
+def test_a_result_naming_its_own_process_reads_back_alike():
+    # A generation's result says process: admission review (as Kyverno's background controller writes it); read
+    # back at start-up it must be the entry held before, or every such report is rewritten after a restart.
+    generated = ReportEntry("gen", "pass", "policy evaluated successfully",
+                            (("generated-resources", "/v1, Kind=ConfigMap Name=c Namespace=n"),
+                             ("process", "admission review")), 100)
+    scanned = entry("val", "fail", "bad")
+    r = report_for(POD, {"gen": generated, "val": scanned}, {})
+    assert [res["properties"]["process"] for res in r["results"]] == ["admission review", "background scan"]
+    assert entries_from_report(r) == {"gen": generated, "val": scanned}
+
+
 def test_result_properties_carry_validation_index_and_audit_annotations():
     res = Result(policy="p", result="fail", message="x", validation=2, properties={"team": "a"})
     e = ReportEntry.of(res, 5)
