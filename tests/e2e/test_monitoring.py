@@ -347,10 +347,13 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
                   f'count_over_time(vpol_policy_results_total{{resource_namespace="{namespace}"}}[1m]) >= 2',
                   timeout=30)
 
-    prom.wait_for("a generation and a deletion",
-                  f'count(count_over_time(vpol_generations_total{{policy="{lifecycle.generating}"}}[1m]) >= 2)'
-                  f' + count(count_over_time(vpol_deleted_objects_total{{policy="{lifecycle.deleting}"}}[1m]) >= 2)'
-                  ' >= 2', timeout=120)
+    for series in (f'vpol_generations_total{{policy="{lifecycle.generating}"}}',
+                   f'vpol_deleted_objects_total{{policy="{lifecycle.deleting}"}}'):
+        try:
+            prom.wait_for(f"two samples of {series}", f"count_over_time({series}[1m]) >= 2", timeout=120)
+        except AssertionError:
+            raise AssertionError(f"{series}: the operator exports {operator.metrics([series.split('{')[0]])!r};"
+                                 f"\n{operator.log()}") from None
     prom.wait_for("webhook decisions of both webhook policies",
                   f'count(count_over_time(vpol_admission_decisions_total{{policy=~"{webhook_deny}|{webhook_error}"}}[1m])'
                   f' >= 2) >= 2', timeout=120)

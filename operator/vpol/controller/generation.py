@@ -11,8 +11,10 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   policy was first seen at, so triggers that arrived before the watch (or while no replica led) are replayed.
 - **Existing triggers** (a pass): when a policy is created or changed, when scanning starts (a restart) and at
   every full scan. A trigger is *owed* a generation when the policy has ``generateExisting``, was created before
-  the trigger (in an earlier second: the trigger's CREATE should have generated; one of the same second is left to
-  the watch, which replays it), already has a result of the policy in its report, or
+  the trigger or in the same second (creation times are in seconds: a trigger made just after the policy may have
+  been seen by a watch that was already running before the scanner knew the policy; one made just before it, in
+  the same second, is generated for too, which Kyverno would not do), already has a result of the policy in its
+  report, or
   already has downstreams. Without ``synchronize`` an owed trigger is generated once (its report result records
   it; one that failed is tried again at each pass; a restarted operator generates for the triggers created while
   it was away, and for no other); with
@@ -355,7 +357,9 @@ class Generation:
             if trigger.operation == "UPDATE" and ev.synchronize and self._has(policy, uid):
                 return self._forget_trigger(policy, uid)  # no longer selected: its downstreams go
             return 0
-        return int(self._generate(policy, trigger, sync=ev.synchronize) != "")
+        # A trigger just created (its creation not seen before: see above) has no downstreams yet.
+        fresh = trigger.operation == "CREATE" and not self._has(policy, uid)
+        return int(self._generate(policy, trigger, sync=ev.synchronize, fresh=fresh) != "")
 
     def _has(self, policy: GeneratingPolicy, trigger_uid: str) -> bool:
         with self._lock:
@@ -431,7 +435,7 @@ class Generation:
             seen.add(uid)
             reported = self.reported(uid, policy.key)
             owed = ev.generate_existing or bool(existing.get(uid)) or bool(reported) or \
-                bool(created and str(md.get("creationTimestamp") or "") > created)
+                bool(created and str(md.get("creationTimestamp") or "") >= created)
             if not owed:
                 continue
             if not ev.synchronize and reported and reported != ERROR:
@@ -473,9 +477,10 @@ class Generation:
     # -- generating -------------------------------------------------------------------------------------------
 
     def _generate(self, policy: GeneratingPolicy, trigger: Subject, *, sync: bool,
-                  previous: Mapping[DownRef, str] | None = None) -> str:
+                  previous: Mapping[DownRef, str] | None = None, fresh: bool = False) -> str:
         """Evaluate ``policy`` for ``trigger``, write what it generates, report the result; the outcome ("" when
-        the policy does not apply to it)."""
+        the policy does not apply to it). ``fresh``: the trigger was just created, so its downstreams are most
+        likely not there (see _write)."""
         engine = self._engine(policy)
         with using(self.backend):
             generation = engine.generate(trigger)
@@ -488,7 +493,7 @@ class Generation:
         message = result.message
         outcome = result.result
         for downstream in generation.downstreams:
-            status, detail = self._write(policy, trigger, downstream)
+            status, detail = self._write(policy, trigger, downstream, fresh=fresh)
             if status == "ok" and isinstance(detail, DownRef):
                 written.append((detail, downstream.source_uid))
             elif outcome != ERROR:
@@ -545,8 +550,10 @@ class Generation:
     def _info(self, obj: Mapping[str, Any]) -> ResourceInfo | None:
         return self.discovery().resource_for_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
 
-    def _write(self, policy: GeneratingPolicy, trigger: Subject, downstream: Downstream) -> tuple[str, Any]:
-        """("ok", its DownRef) or ("error", why)."""
+    def _write(self, policy: GeneratingPolicy, trigger: Subject, downstream: Downstream, *,
+               fresh: bool = False) -> tuple[str, Any]:
+        """("ok", its DownRef) or ("error", why). ``fresh``: created without reading it first (a conflict reads it
+        then, as every other write does): a new trigger's downstreams cost one request each, not two."""
         desired = labelled(downstream, policy, trigger)
         info = self._info(desired)
         md = _md(desired)
@@ -566,9 +573,11 @@ class Generation:
                 if policy.spec.evaluation.synchronize:
                     self.watches_changed.set()
         trigger_uid = str(_md(trigger.current).get("uid", ""))
-        for _attempt in range(ATTEMPTS):
+        blind = fresh and not policy.spec.use_server_side_apply
+        for attempt in range(ATTEMPTS + blind):
             try:
-                existing = get_object(self.api, info.group, info.version, info.resource, namespace, name)
+                existing = None if blind and attempt == 0 else \
+                    get_object(self.api, info.group, info.version, info.resource, namespace, name)
                 if existing is not None:
                     labels = _md(existing).get("labels") or {}
                     ours = labels.get(MANAGED_BY) == MANAGED_BY_VALUE and labels.get(POLICY_NAME) == policy.name \

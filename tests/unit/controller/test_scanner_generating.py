@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller.scanner import Scanner
+from vpol.desired.report import PolicyMeta
 from vpol.model.generating import parse_generating_policy
 
 
@@ -92,3 +93,28 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
     assert not scanner._primed.is_set()
     scanner.set_generating("team-a/q", None)  # an invalid one too
     assert scanner._primed.is_set()
+
+
+def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) -> None:
+    """Three GeneratingPolicies selecting one new Namespace give its report one write (a create, with the three
+    results), not a create and two updates."""
+    from vpol.desired.report import ReportEntry, ResourceRef
+
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    submitted: list[Any] = []
+
+    class Now:
+        def result(self) -> None:
+            return None
+
+    monkeypatch.setattr(scanner._writers, "submit", lambda fn, w: submitted.append(w) or Now())
+    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in ("a", "b", "c")})
+    ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
+    other = ResourceRef("v1", "Namespace", "other", "", "uid-other")
+    for policy in ("a", "b", "c"):
+        scanner._store_one(ns, policy, ReportEntry(policy, "pass", "ok", (), 1))
+    scanner._store_one(other, "a", ReportEntry("a", "pass", "ok", (), 1))
+    assert submitted == []  # held until the drain
+    scanner._drain()
+    assert [(w.ref.uid, [e.policy for e in w.entries], w.create) for w in submitted] == [
+        ("uid-team", ["a", "b", "c"], True), ("uid-other", ["a"], True)]
