@@ -108,6 +108,26 @@ def test_scan_bench_measures_kyvernos_reports_controller_on_the_same_pods(contro
 
 
 @pytest.mark.slow
+def test_generate_bench_measures_kyvernos_background_controller_on_the_same_policies(controlplane_binary: str
+                                                                                     ) -> None:
+    """The kyverno phase of the generation bench: Kyverno's admission controller (queueing an UpdateRequest per
+    trigger and policy) and background controller (processing them), built from its module, generate the same
+    downstreams, once each, for Namespaces created after the policies."""
+    go_built(BUILD_SCRIPT, "Kyverno's admission controller (the generation bench's peer)", args=["kyverno"])
+    go_built(BUILD_SCRIPT, "Kyverno's background controller (the generation bench's peer)",
+             args=["background-controller"])
+    namespaces = 6
+    out = run_bench("generate.py", "--namespaces", str(namespaces), "--peer", "kyverno", "--peer-timeout", "300")
+    rows = dict(table_rows(out))
+    peer = next(v for k, v in rows.items() if k.startswith("Kyverno v1.19.1 (admission + background controllers)"))
+    assert re.match(r"[\d.]+ s$", peer[0]), out[-4000:]
+    assert rows["Kyverno: writes of the three kinds (API server)"][0].startswith(
+        f"{3 * namespaces} (1.00 per downstream"), out[-4000:]
+    assert f"POST updaterequests {3 * namespaces}" in rows["Kyverno: UpdateRequest requests"][0], out[-4000:]
+    assert re.match(r"[\d.]+x$", rows["vpol's converge <= 0.5x Kyverno's"][0]), out[-4000:]
+
+
+@pytest.mark.slow
 def test_report_writes_bench_measures_every_way(controlplane_binary: str) -> None:
     out = run_bench("report_writes.py", "--writes", "10", "--rounds", "1", "--threads", "4")
     ways = [(k, v) for k, v in table_rows(out) if k in ("new report", "one result added")]
@@ -129,6 +149,10 @@ OTHER_BENCHES = [
     ("apply_bulk.py", ("--pods", "100"), r"vpol apply -o json: [\d.]+ s wall, \d+ results"),
     ("cel_core.py", ("--quick",), r"ratio: vpol is [\d.]+x faster"),
     ("controlplane_start.py", ("--runs", "1"), r"run 1: start->ready [\d.]+s"),
+    ("generate.py", ("--namespaces", "10"),
+     r"vpol: writes of the three kinds \(API server\)\s*\|\s*30 \(1\.00 per downstream"),
+    ("delete.py", ("--pods", "40", "--namespaces", "2"),
+     r"exactly the matching Pods deleted, once each\s*\|\s*20 deleted, 0 wrongly\s*\|\s*PASS"),
 ]
 
 

@@ -13,7 +13,7 @@ stores them (its defaults applied, nothing persisted), with everything but the s
 resourceVersion, timestamps, managedFields) and vpol's own label (``vpol.kyverno.io/policy``). Kyverno's objects
 must be accepted whenever vpol generates; where vpol does not, the API server must refuse Kyverno's objects, or
 vpol's reason must be one of the documented classes where Kyverno's object would decide otherwise than the
-policy (README, "Where vpol differs"). The documented differences of vpol's objects are applied to Kyverno's
+policy (docs/kyverno-compatibility.md). The documented differences of vpol's objects are applied to Kyverno's
 before comparing, each by the policy field that causes it (never by a policy's name).
 """
 
@@ -41,7 +41,7 @@ from vpol.model.parse import parse_exception, parse_mutating_policy, parse_polic
 KINDS = {"ValidatingPolicy": "validating", "MutatingPolicy": "mutating"}
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 #: Why vpol leaves a policy to its webhook although the API server accepts Kyverno's objects: each a class
-#: where those objects would decide otherwise than the policy does in Kyverno's own engine (README).
+#: where those objects would decide otherwise than the policy does in Kyverno's own engine (docs/kyverno-compatibility.md).
 SEMANTIC_REASONS = (
     r"JSON mode policies are evaluated by vpol only",  # a VAP would validate Kubernetes objects
     r"admission evaluation is disabled",  # a VAP would enforce at admission

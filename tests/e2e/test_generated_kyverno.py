@@ -8,7 +8,7 @@ bench/kyverno/peer.py) runs with its generators on (``--generateValidatingAdmiss
 tests/differential/suites/native-objects, opted in, and their PolicyExceptions are applied; once Kyverno has
 decided every policy, the VAPs, MAPs and bindings it wrote are read back and deleted, Kyverno is stopped, and vpol's
 operator (in Kyverno's opt-in mode, as the chart's ServiceAccount) generates its own for the same policies: both
-sets are compared field for field, vpol's documented differences applied (README, "Where vpol differs"). This also
+sets are compared field for field, vpol's documented differences applied (docs/kyverno-compatibility.md). This also
 checks the Kyverno oracle's model of the generator in a cluster (tests/e2e/test_generated_differential.py): the
 ownerReferences Kyverno writes, for one, come from its informers.
 """

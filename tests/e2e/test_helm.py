@@ -238,7 +238,7 @@ def test_install_upgrade_uninstall_with_the_operator_running(own_cluster: KubeCl
 
         # Upgrade: Kyverno's opt-in VAP generation. The new Deployment's container replaces the old one
         # (the rollout); the native policy moves to vpol's webhook and stays enforced.
-        # (the README's upgrade: vpol's CRDs first, over those Helm created)
+        # (docs/install.md's upgrade: vpol's CRDs first, over those Helm created)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(REPO / "crds"))
         helm_on(cluster, "upgrade", RELEASE, *common, "--set", "operator.vapGeneration=opt-in")
         upgraded = find(installed(cluster), "Deployment", "vpol")

@@ -14,7 +14,7 @@ does not enforce at all (a mutation that cannot apply to the kind: its operator 
 
 Every admission policy is created before a last *sentinel* MAP and VAP, and samples are sent once the sentinels
 act: the API server's policy plugins load definitions in resourceVersion order, so every shape is loaded by then
-(the argument vpol's own enforcement proof rests on, see the README).
+(the argument vpol's own enforcement proof rests on, see docs/kyverno-compatibility.md).
 """
 
 from __future__ import annotations

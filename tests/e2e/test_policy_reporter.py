@@ -5,7 +5,7 @@ reports and metrics: its Prometheus metrics (one series per result, as for Kyver
 counts, categories, reports with their summaries, results with their messages and properties).
 
 Two Policy Reporters read the same cluster: one as it starts without configuration (it must show exactly
-what vpol reports), and one with examples/policy-reporter/values.yaml, the configuration the README
+what vpol reports), and one with examples/policy-reporter/values.yaml, the configuration docs/operator.md
 documents for showing vpol beside Kyverno (it leaves out results about Pods and ReplicaSets that a
 controller owns, and shows a report Kyverno wrote about the same resource under Kyverno's source).
 

@@ -2,7 +2,7 @@
 vpol's operator and by Kyverno's own reports controller (bench/kyverno/peer.py: ``cmd/reports-controller`` of
 Kyverno's module, built with Go and run out of cluster), and every report compared, resource by resource.
 
-The reports must be the same except where vpol differs on purpose, as README.md's "Differences from Kyverno"
+The reports must be the same except where vpol differs on purpose, as docs/kyverno-compatibility.md's "Where vpol differs from Kyverno"
 says: the name (``vpol-<uid>``, Kyverno's is the bare UID), the managed-by label, vpol's scan-key annotation, the
 ``source`` of each result (``vpol``, Kyverno's ``KyvernoValidatingPolicy``), the ``autogen`` property of a result
 about a pod controller, and the timestamps (each tool's own scan time). Everything else (which resources are
@@ -40,7 +40,7 @@ SELECTED = {"matchLabels": LABEL}
 PODS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
 CONFIGMAPS = {**PODS, "resources": ["configmaps"]}
 NAMESPACES = {**PODS, "resources": ["namespaces"]}
-#: What vpol writes differently on purpose (README.md, "Differences from Kyverno").
+#: What vpol writes differently on purpose (docs/kyverno-compatibility.md).
 OWN_PROPERTIES = ("autogen",)
 
 
@@ -75,7 +75,7 @@ POLICIES = [
     policy("diff-audit-annotations", PODS, [{"expression": "!object.spec.containers[0].image.endsWith(':latest')",
                                              "message": "the latest tag is not allowed"}],
            # Typed string for cel-go: Kyverno refuses an audit annotation whose value is dyn, as
-           # object.spec.containers[0].image alone is (README.md, "Differences from Kyverno").
+           # object.spec.containers[0].image alone is (docs/kyverno-compatibility.md).
            # failMessage replaces the message of a failing result in Kyverno's reports.
            auditAnnotations=[{"key": "image", "valueExpression": "'image ' + object.spec.containers[0].image"},
                              {"key": "failMessage", "valueExpression": "'pin a tag other than latest, not ' + "

@@ -44,7 +44,7 @@ T = cel.Type
 #: Deepest nesting the CEL parser accepts: cel-cpp (under cel-expr-python) stops at 32
 #: recursion levels, counting brackets and the operands of a chain of binary operators
 #: (``1 + 2 + ... + 33``). The API server's cel-go parser allows 250: vpol is stricter
-#: here, and says so with the position where the limit is crossed (the README documents it).
+#: here, and says so with the position where the limit is crossed (docs/cli.md documents it).
 MAX_NESTING = 32
 #: What the parser reports when that limit is crossed (without a usable position).
 _RECURSION_RX = re.compile(r"Exceeded max recursion depth|Expression recursion limit exceeded")

@@ -9,7 +9,7 @@ mutations copied verbatim, failurePolicy copied; reinvocationPolicy ``Never`` un
 a MAP refuses), as in Kyverno.
 
 Beyond Kyverno, as for ValidatingAdmissionPolicies (see vpol.desired.vap and
-the README): the whole matchConstraints is copied (Kyverno keeps only the
+docs/kyverno-compatibility.md): the whole matchConstraints is copied (Kyverno keeps only the
 resource rules, so a namespace or object selector would be lost), and a pod
 policy gets one MAP + binding per pod-controller autogen config
 (``mpol-<policy>-autogen-defaults``, ``...-autogen-cronjobs``) where Kyverno

@@ -10,7 +10,7 @@ one matchCondition per condition of the exception, named as the condition and ``
 values become the variables ``allowedImages`` / ``allowedValues`` (``['a', 'b']``) after the policy's variables,
 and ``exceptions.allowedImages``/``allowedValues`` read them.
 
-vpol's additions (documented in the README): the label ``vpol.kyverno.io/policy`` (and the annotation
+vpol's additions (documented in docs/kyverno-compatibility.md): the label ``vpol.kyverno.io/policy`` (and the annotation
 ``vpol.kyverno.io/generated-digest`` at apply time) by which the operator finds its objects; failurePolicy is
 copied (Kyverno leaves the API server's default, Fail, also for an Ignore policy); a pod policy with
 pod-controller autogen also gets one VAP + binding per autogen config (``vpol-<policy>-autogen-defaults``,

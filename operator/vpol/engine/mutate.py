@@ -2,7 +2,7 @@
 
 Per policy and subject, as Kyverno's engine does (the CLI and scans follow
 Kyverno; the generated MutatingAdmissionPolicy follows the API server, see
-the README for where the two differ):
+docs/kyverno-compatibility.md for where the two differ):
 
 1. matchConstraints on the object as the previous policies left it (no
    match: no result); each autogen variant right after its policy;

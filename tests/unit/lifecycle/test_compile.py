@@ -89,7 +89,7 @@ def test_a_generate_expression_must_be_a_bool(expression: str, type_name: str) -
 
 def test_a_dyn_generate_expression_is_checked_at_run_time() -> None:
     # Kyverno refuses any type but exactly bool (cel-go sees `object...` as dyn); vpol accepts dyn where a bool is
-    # required and checks the value at run time (README, "Where vpol differs from Kyverno"). The current
+    # required and checks the value at run time (docs/kyverno-compatibility.md). The current
     # behaviour, pinned here; the run-time check is in test_generate_engine.
     assert problems_of({"generate": [{"expression": "object.spec.enabled"}]}) == []
 

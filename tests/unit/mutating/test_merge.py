@@ -1,8 +1,8 @@
 """Apply configurations merged as the API server merges them (structured-merge-diff semantics).
 
 The expected orders and errors are the API server's, measured with Kubernetes
-1.37's ApplyConfiguration patcher on the same inputs (see the README's
-MutatingPolicy section for how they were obtained).
+1.37's ApplyConfiguration patcher on the same inputs (see docs/mutating-policies.md
+for how they were obtained).
 """
 
 from __future__ import annotations
