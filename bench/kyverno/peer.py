@@ -27,6 +27,13 @@ Not part of vpol: a benchmark fixture. What it does, in order (bench/README.md s
 runs Kyverno's background scans and writes its PolicyReports: the peer of vpol's scanner (bench/scan.py's
 ``kyverno`` phase). Installed the same way under its own ServiceAccount, with the Helm chart's settings for its
 scans (2 background scan workers, a scan an hour, PolicyApplied and PolicySkipped events omitted).
+
+:class:`KyvernoBackgroundPeer` is Kyverno's background controller (``cmd/background-controller``), which processes
+the UpdateRequests the admission controller queues for GeneratingPolicies (and mutateExisting) and writes the
+downstreams: with a :class:`KyvernoPeer`, the peer of vpol's generation (bench/generate.py --peer kyverno).
+Installed the same way under its own ServiceAccount, ``kyverno-background-controller`` (the name the admission
+controller is told with ``--backgroundServiceAccountName``), with the Helm chart's settings (10 workers, the
+chart's resync period and omitted events).
 """
 
 from __future__ import annotations
@@ -96,8 +103,11 @@ class KyvernoPeer:
     command_name = "kyverno"
 
     def __init__(self, kube: Any, workdir: Path, *, binary: Path | None = None,
-                 webhook_namespace_selector: Mapping[str, Any] | None = None, log_name: str = "kyverno.log"):
+                 webhook_namespace_selector: Mapping[str, Any] | None = None, log_name: str = "kyverno.log",
+                 extra_args: Sequence[str] = ()):
         self.kube = kube
+        #: More flags for the process (e.g. bench/generate.py raises Kyverno's client rate limits).
+        self.extra_args = list(extra_args)
         self.workdir = workdir
         self.binary = binary
         self.selector = dict(webhook_namespace_selector) if webhook_namespace_selector else None
@@ -229,8 +239,18 @@ class KyvernoPeer:
         if self.binary is None:
             self.binary = build(self.command_name)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen([*self.command(), *self.extra_args], stdout=self._log, stderr=subprocess.STDOUT,
                                      env=self.environment(), cwd=self.workdir, start_new_session=True)
+
+    def relaunch(self) -> None:
+        """Start the process again after it exited, leaving what it registered in place (as its Deployment restarts
+        it: Kyverno's controllers exit when they lose their leader lease)."""
+        if self.proc is not None:
+            self.proc.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.launch()
 
     def start(self, timeout: float = 300) -> "KyvernoPeer":
         """Start it and wait until it has registered its resource webhook configuration with a CA bundle and
@@ -271,6 +291,9 @@ class KyvernoPeer:
         proc = self.kube.kubectl("get", "validatingwebhookconfiguration", RESOURCE_CONFIGURATION, "-o", "json",
                                  check=False)
         return list(json.loads(proc.stdout).get("webhooks") or []) if proc.returncode == 0 else []
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def log(self, lines: int = 60) -> str:
         try:
@@ -328,5 +351,56 @@ class KyvernoReportsPeer(KyvernoPeer):
         self.launch()
         return self
 
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+
+class KyvernoBackgroundPeer(KyvernoPeer):
+    """Kyverno's background controller for one cluster: the UpdateRequests of GeneratingPolicies (queued by the
+    admission controller, :class:`KyvernoPeer`, which must run too) and the downstreams they make."""
+
+    service_account = "kyverno-background-controller"
+    command_name = "background-controller"
+    #: Its leader election Lease (in NAMESPACE): it starts its controllers only once it leads.
+    lease = "kyverno-background-controller"
+
+    def __init__(self, kube: Any, workdir: Path, *, binary: Path | None = None,
+                 webhook_namespace_selector: Mapping[str, Any] | None = None,
+                 log_name: str = "kyverno-background.log", extra_args: Sequence[str] = ()):
+        # The selector only keeps install() from writing the shared ``kyverno`` ConfigMap without the admission
+        # controller's (both read the same one).
+        super().__init__(kube, workdir, binary=binary, webhook_namespace_selector=webhook_namespace_selector,
+                         log_name=log_name, extra_args=extra_args)
+
+    def command(self) -> list[str]:
+        assert self.binary is not None and self.kubeconfig is not None, "install() first"
+        return [
+            str(self.binary),
+            f"--kubeconfig={self.kubeconfig}",
+            # The Helm chart's values for the background controller (its default workers, resync period and
+            # features.omitEvents).
+            "--genWorkers=10",
+            "--resyncPeriod=15m",
+            "--omitEvents=PolicyApplied,PolicySkipped",
+            "--metricsHost=127.0.0.1",
+            f"--metricsPort={self.metrics_port}",
+            "--controllerRuntimeMetricsAddress=0",
+            "--disableLogColor",
+        ]
+
+    def start(self, timeout: float = 300) -> "KyvernoBackgroundPeer":
+        """Start it (not waiting: see wait_leading)."""
+        self.launch()
+        return self
+
+    def wait_leading(self, timeout: float = 120) -> bool:
+        """Whether it holds its leader Lease within ``timeout`` seconds (its controllers start then)."""
+        pod = self.environment()["KYVERNO_POD_NAME"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise RuntimeError(f"{self.command_name} exited with {self.proc and self.proc.returncode}:\n"
+                                   f"{self.log()}")
+            proc = self.kube.kubectl("get", "lease", self.lease, "-n", NAMESPACE, "-o",
+                                     "jsonpath={.spec.holderIdentity}", check=False)
+            if proc.returncode == 0 and proc.stdout.strip() == pod:
+                return True
+            time.sleep(0.5)
+        return False
