@@ -331,6 +331,7 @@ def test_dashboard_and_alerts_on_a_seeded_violation(prometheus: PrometheusServer
         {"expression": "sha256(object.data['missing']) == ''"}]}, {})
     traffic = AdmissionTraffic(cluster, namespace)
     traffic.start()
+    lifecycle.act()
 
     prom.wait_for(f"pass, fail, warn and error results in {namespace}",
                   f'sum by (result) (vpol_report_results{{namespace="{namespace}"}})',
@@ -422,6 +423,10 @@ class LifecycleActivity:
                       "conditions": [{"name": "here",
                                       "expression": f'object.metadata.namespace == "{self.namespace}"'}]}},
         ]))
+
+    def act(self) -> None:
+        """A trigger to generate for and a ConfigMap to delete (made once the operator whose metrics are read runs:
+        a restarted one starts its counters from zero, and has nothing left to do for what is done)."""
         self.core.create_namespaced_config_map(self.namespace, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="trigger", labels={"vpol-e2e/trigger": "monitoring"}),
             data={"copied": "yes"}))

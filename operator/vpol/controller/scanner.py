@@ -910,12 +910,17 @@ class Scanner(threading.Thread):
         write = self._store(ref, [entry] if entry is not None else [], [policy])
         if write is None:
             return
-        held = self._deferred.pop(ref.uid, None)
-        if held is not None and held.create and write.entries is not None:
-            write = dataclasses.replace(write, create=True)  # the report was not written yet
-        self._deferred[ref.uid] = write
+        self._deferred[ref.uid] = self._superseding(write)
         if len(self._deferred) >= CHUNK:
             self._flush_deferred()
+
+    def _superseding(self, write: "_Write") -> "_Write":
+        """``write``, taking the place of the write _store_one holds for the same report (if any): a create still,
+        when the held one was to create the report."""
+        held = self._deferred.pop(write.ref.uid, None)
+        if held is not None and held.create and write.entries is not None and not write.create:
+            return dataclasses.replace(write, create=True)  # the report was not written yet
+        return write
 
     def _flush_deferred(self) -> None:
         writes, self._deferred = list(self._deferred.values()), {}
@@ -978,6 +983,9 @@ class Scanner(threading.Thread):
         retried at the next scan. Waits only when too many are queued (see _drain)."""
         self._publish_counts()
         for w in writes:
+            # A newer write of a report _store_one holds replaces the held one (written after it, the held one
+            # would put older results back).
+            w = self._superseding(w)
             self._pending.append((w, self._writers.submit(self._write, w)))
         if len(self._pending) > MAX_PENDING_WRITES:
             self._drain(MAX_PENDING_WRITES // 2)

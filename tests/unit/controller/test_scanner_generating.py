@@ -118,3 +118,27 @@ def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) ->
     scanner._drain()
     assert [(w.ref.uid, [e.policy for e in w.entries], w.create) for w in submitted] == [
         ("uid-team", ["a", "b", "c"], True), ("uid-other", ["a"], True)]
+
+
+def test_a_newer_write_of_a_held_report_replaces_it(monkeypatch: Any) -> None:
+    """A full evaluation's write of a report whose generation result is still held goes out alone, as a create (the
+    held one, written after it, would put the older results back)."""
+    from vpol.desired.report import ReportEntry, ResourceRef
+
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+    submitted: list[Any] = []
+
+    class Now:
+        def result(self) -> None:
+            return None
+
+    monkeypatch.setattr(scanner._writers, "submit", lambda fn, w: submitted.append(w) or Now())
+    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in ("gen", "val")})
+    ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
+    scanner._store_one(ns, "gen", ReportEntry("gen", "pass", "ok", (), 1))
+    newer = scanner._store(ns, [ReportEntry("val", "fail", "bad", (), 2)], ["val"])
+    assert newer is not None and not newer.create
+    scanner._flush([newer])
+    scanner._drain()
+    assert [(w.ref.uid, [e.policy for e in w.entries], w.create) for w in submitted] == [
+        ("uid-team", ["gen", "val"], True)]
