@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller.scanner import Scanner
-from vpol.desired.report import PolicyMeta
+from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef
 from vpol.model.generating import parse_generating_policy
 
 
@@ -95,20 +95,28 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
     assert scanner._primed.is_set()
 
 
-def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) -> None:
-    """Three GeneratingPolicies selecting one new Namespace give its report one write (a create, with the three
-    results), not a create and two updates."""
-    from vpol.desired.report import ReportEntry, ResourceRef
-
+def _writing_scanner(monkeypatch: Any, *policies: str) -> tuple[Scanner, list[Any]]:
+    """A scanner whose report writes are recorded (in the order they are queued), not sent; ``policies`` known."""
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     submitted: list[Any] = []
 
-    class Now:
+    class Done:
         def result(self) -> None:
             return None
 
-    monkeypatch.setattr(scanner._writers, "submit", lambda fn, w: submitted.append(w) or Now())
-    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in ("a", "b", "c")})
+    def submit(_fn: Any, write: Any) -> Done:
+        submitted.append(write)
+        return Done()
+
+    monkeypatch.setattr(scanner._writers, "submit", submit)
+    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in policies})
+    return scanner, submitted
+
+
+def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) -> None:
+    """Three GeneratingPolicies selecting one new Namespace give its report one write (a create, with the three
+    results), not a create and two updates."""
+    scanner, submitted = _writing_scanner(monkeypatch, "a", "b", "c")
     ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
     other = ResourceRef("v1", "Namespace", "other", "", "uid-other")
     for policy in ("a", "b", "c"):
@@ -123,17 +131,7 @@ def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) ->
 def test_a_newer_write_of_a_held_report_replaces_it(monkeypatch: Any) -> None:
     """A full evaluation's write of a report whose generation result is still held goes out alone, as a create (the
     held one, written after it, would put the older results back)."""
-    from vpol.desired.report import ReportEntry, ResourceRef
-
-    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
-    submitted: list[Any] = []
-
-    class Now:
-        def result(self) -> None:
-            return None
-
-    monkeypatch.setattr(scanner._writers, "submit", lambda fn, w: submitted.append(w) or Now())
-    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in ("gen", "val")})
+    scanner, submitted = _writing_scanner(monkeypatch, "gen", "val")
     ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
     scanner._store_one(ns, "gen", ReportEntry("gen", "pass", "ok", (), 1))
     newer = scanner._store(ns, [ReportEntry("val", "fail", "bad", (), 2)], ["val"])
