@@ -207,7 +207,7 @@ class BackgroundMutation:
     # -- triggers ---------------------------------------------------------------------------------------------
 
     def _trigger(self, obj: dict[str, Any], operation: str) -> Subject | None:
-        return trigger_subject(obj, operation, self.resolve, self.namespaces)
+        return trigger_subject(obj, operation, self.resolve, self.namespaces, api=self.api)
 
     def _triggers(self, policy: MutatingPolicy, trigger: Subject) -> bool:
         if policy.namespace and trigger.namespace != policy.namespace:

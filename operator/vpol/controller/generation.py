@@ -321,7 +321,7 @@ class Generation:
             operation, obj = self._operations.of(etype, raw)
             if operation is None:
                 continue
-            trigger = trigger_subject(obj, operation, self.resolve, self.namespaces)
+            trigger = trigger_subject(obj, operation, self.resolve, self.namespaces, api=self.api)
             if trigger is None:
                 continue
             for policy in policies:
@@ -441,7 +441,7 @@ class Generation:
             if not ev.synchronize and reported and reported != ERROR:
                 continue  # generated once (an error is tried again): without synchronize, nothing is kept up to date
             # Policy-started generation is a CREATE without a request user (as Kyverno's background controller).
-            trigger = trigger_subject(obj, "CREATE", self.resolve, self.namespaces)
+            trigger = trigger_subject(obj, "CREATE", self.resolve, self.namespaces, api=self.api)
             if trigger is None:
                 continue
             if not engine.selects(trigger):
@@ -675,9 +675,9 @@ class Generation:
             return 0
         live.setdefault("apiVersion", ref.api_version)
         live.setdefault("kind", ref.kind)
-        trigger = trigger_subject(live, "UPDATE", self.resolve, self.namespaces)
+        trigger = trigger_subject(live, "UPDATE", self.resolve, self.namespaces, api=self.api)
         if trigger is None or not self._engine(policy).selects(trigger):
-            trigger = trigger_subject(live, "CREATE", self.resolve, self.namespaces)
+            trigger = trigger_subject(live, "CREATE", self.resolve, self.namespaces, api=self.api)
         if trigger is None:
             return 0
         return int(self._generate(policy, trigger, sync=True) != "")

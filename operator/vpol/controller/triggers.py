@@ -11,8 +11,11 @@ import collections
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kubernetes import client
+
 from vpol.engine.request import ResourceType, Subject
 from vpol.engine.subjects import subject_for
+from vpol.kube.dynamic import get_object
 
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
 #: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).
@@ -51,10 +54,24 @@ class Operations:
 
 
 def trigger_subject(obj: dict[str, Any], operation: str, resolve: Callable[[str, str], ResourceType | None],
-                    namespaces: dict[str, dict[str, Any]]) -> Subject | None:
+                    namespaces: dict[str, dict[str, Any]], *, api: client.ApiClient | None = None) -> Subject | None:
     """The trigger subject of a watch event: ``object`` the object (the deleted one for DELETE), ``request`` as an
     admission request of that operation would have it (no userInfo, no oldObject). None for an object of a kind
-    nobody can place."""
+    nobody can place.
+
+    ``namespaces`` is the scanner's cache, filled by its watch of the Namespaces; an object of a Namespace created
+    just before it may come before that Namespace's event, and would be matched without its labels (a
+    namespaceSelector on them would pass it over, until the next full scan): with ``api``, such a Namespace is read
+    and cached."""
+    md = obj.get("metadata")
+    namespace = md.get("namespace") if isinstance(md, dict) else None
+    if api is not None and isinstance(namespace, str) and namespace and namespace not in namespaces:
+        try:
+            found = get_object(api, "", "v1", "namespaces", "", namespace)
+        except Exception:  # noqa: BLE001 - matched without its labels, as before; the next full scan sees them
+            found = None
+        if found is not None:
+            namespaces.setdefault(namespace, found)
     try:
         subject = subject_for(obj, operation=operation, resolve=resolve, namespaces=namespaces, default_namespace="")
     except Exception:  # noqa: BLE001 - an object of a kind we cannot place is no trigger
