@@ -12,6 +12,7 @@ Not a test module: nothing here asserts; the benchmarks print what they measure.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
@@ -197,6 +198,26 @@ class BenchRun:
         return (f"\n{self.load.stop()}\n"
                 f"busiest processes at the end (pcpu rss comm): {other_load()}\n"
                 f"total benchmark time {time.monotonic() - self.started:.0f}s; logs in {self.work}")
+
+
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every cluster benchmark takes (BenchRun.begin, start_operator)."""
+    parser.add_argument("--kubeconfig", help="an existing cluster (default: a local control plane of the bench's)")
+    parser.add_argument("--kubectl", help="the kubectl to use with --kubeconfig")
+    parser.add_argument("--workdir", help="where logs and the control plane's state go (default: a new temp dir)")
+    parser.add_argument("--operator-arg", action="append", default=[], help="one more `vpol run` flag (repeatable)")
+
+
+def print_results(rows: Sequence[Sequence[str]] | None, targets: Sequence[Sequence[str]], run: BenchRun) -> None:
+    """The measures (None: printed already), the targets with PASS/FAIL and how many were met, and the run's
+    closing lines."""
+    if rows is not None:
+        print()
+        print(table(rows, ["measure", "value"]))
+        print()
+    print(table(targets, ["target", "measured", ""]))
+    print(f"{sum(t[2] == 'PASS' for t in targets)} of {len(targets)} targets met")
+    print(run.end())
 
 
 def install_vpol(kube: KubeCluster) -> None:

@@ -40,14 +40,15 @@ from common import (  # noqa: E402
     BenchRun,
     MemorySampler,
     apiserver_requests,
+    cluster_arguments,
     control_plane_cpu,
     cpu_seconds,
     install_vpol,
     metric_sum,
     pooled_client,
+    print_results,
     scrape,
     start_operator,
-    table,
     wait_until,
 )
 from kubernetes.client.rest import ApiException  # noqa: E402
@@ -206,17 +207,13 @@ def main() -> int:
     parser.add_argument("--deletions-per-second", type=float, default=100_000,
                         help="the operator's --deletions-per-second (high: not the limit measured)")
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--kubectl")
-    parser.add_argument("--workdir")
-    parser.add_argument("--operator-arg", action="append", default=[])
+    cluster_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.pods = 2000
     matching = (args.pods + 1) // 2
     run = BenchRun.begin(args.workdir, "vpol-bench-delete-", args.kubeconfig, args.kubectl)
     op = sampler = watch = None
-    failed = False
     try:
         kube = run.cluster.kube
         install_vpol(kube)
@@ -327,14 +324,8 @@ def main() -> int:
                                                              f"{len(deleted_kept)} wrongly",
              "PASS" if right else "FAIL"],
         ]
-        failed = not right
-        print()
-        print(table(rows, ["measure", "value"]))
-        print()
-        print(table(targets, ["target", "measured", ""]))
-        print(f"{sum(t[2] == 'PASS' for t in targets)} of {len(targets)} targets met")
-        print(run.end())
-        return 1 if failed else 0
+        print_results(rows, targets, run)
+        return 0 if right else 1
     finally:
         if sampler is not None:
             sampler.stop()

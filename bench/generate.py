@@ -45,12 +45,14 @@ from common import (  # noqa: E402
     BenchRun,
     MemorySampler,
     apiserver_requests,
+    cluster_arguments,
     control_plane_cpu,
     cpu_seconds,
     ensure_namespaces,
     install_vpol,
     metric_sum,
     pooled_client,
+    print_results,
     scrape,
     start_operator,
     table,
@@ -276,10 +278,7 @@ def main() -> int:
                         help="the kyverno phase ends after this long without a new downstream (s)")
     parser.add_argument("--kyverno-qps", type=float, default=10_000,
                         help="Kyverno's --clientRateLimitQPS and --clientRateLimitBurst (its default: 100 and 200)")
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--kubectl")
-    parser.add_argument("--workdir")
-    parser.add_argument("--operator-arg", action="append", default=[])
+    cluster_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.namespaces = 200
@@ -447,9 +446,7 @@ def main() -> int:
             if peer_time and converge:
                 targets.append(["vpol's converge <= 0.5x Kyverno's", f"{converge / peer_time:.2f}x",
                                 "PASS" if converge / peer_time <= 0.5 else "FAIL"])
-        print(table(targets, ["target", "measured", ""]))
-        print(f"{sum(t[2] == 'PASS' for t in targets)} of {len(targets)} targets met")
-        print(run.end())
+        print_results(None, targets, run)
         return 1 if failed else 0
     finally:
         if sampler is not None:

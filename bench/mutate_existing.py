@@ -26,7 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchRun, MemorySampler, ensure_namespaces, install_vpol, metric_sum, scrape, start_operator, table  # noqa: E402
+from common import (  # noqa: E402
+    BenchRun,
+    MemorySampler,
+    cluster_arguments,
+    ensure_namespaces,
+    install_vpol,
+    metric_sum,
+    scrape,
+    start_operator,
+    table,
+)
 from kubernetes import client  # noqa: E402
 
 from vpol.kube.dynamic import list_pages  # noqa: E402
@@ -65,10 +75,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configmaps", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="--configmaps 1000")
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--kubectl")
-    parser.add_argument("--workdir")
-    parser.add_argument("--operator-arg", action="append", default=[])
+    cluster_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.configmaps = 1000

@@ -31,7 +31,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchRun, install_vpol, ms, percentile, start_operator, table, wait_until  # noqa: E402
+from common import (  # noqa: E402
+    BenchRun,
+    cluster_arguments,
+    install_vpol,
+    ms,
+    percentile,
+    start_operator,
+    table,
+    wait_until,
+)
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
@@ -123,10 +132,7 @@ def main() -> int:
     parser.add_argument("--poll", type=float, default=0.02)
     parser.add_argument("--compare", action="store_true", help="also measure create -> enforced without Ready")
     parser.add_argument("--quick", action="store_true", help="--policies 12")
-    parser.add_argument("--kubeconfig")
-    parser.add_argument("--kubectl")
-    parser.add_argument("--workdir")
-    parser.add_argument("--operator-arg", action="append", default=[])
+    cluster_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.policies = 12
