@@ -474,7 +474,9 @@ class Scanner(threading.Thread):
             self._generating_changed({p.key for p in self.generation.policies()}, [])
 
     def _prime(self) -> None:
-        """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now."""
+        """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now, and
+        have the first scan wait until the operator's reconciles have told it every MutatingPolicy and
+        GeneratingPolicy too (StartupPolicies)."""
         objects = Objects(self.api)
         try:
             listed = StartupPolicies.read(objects)
