@@ -24,9 +24,7 @@ Usage: crds/generate-lifecycle.py [--check]
 
 from __future__ import annotations
 
-import copy
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,46 +58,9 @@ NDPOL_HEADER = """\
 # crds/generate-lifecycle.py: do not edit by hand.
 """
 
-STORAGE = "v1beta1"
-NAMESPACED_VERSIONS = ("v1", "v1beta1")
-AGE = {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-READY = {"name": "READY", "type": "string", "jsonPath": ".status.conditionStatus.ready",
-         "description": "Whether the policy is ready"}
 #: The rule Kyverno puts on every generate[] item, and its message.
 ONE_OF_RULE = "(has(self.expression) && !has(self.template)) || (!has(self.expression) && has(self.template))"
 ONE_OF_MESSAGE = "exactly one of expression or template must be set"
-
-
-# --- pieces shared with the ValidatingPolicy CRD -------------------------------------------------------------
-
-def _shared(props: Schema, name: str, description: str) -> Schema:
-    """A copy of the ValidatingPolicy's spec field ``name`` with this kind's description."""
-    out: Schema = copy.deepcopy(props[name])
-    out["description"] = description
-    return out
-
-
-def _conditions(props: Schema, description: str, expression: str) -> Schema:
-    """matchConditions' schema (a list keyed by name, at most 64) with this kind's wording."""
-    out = _shared(props, "matchConditions", description)
-    out["items"]["properties"]["expression"]["description"] = expression
-    return out
-
-
-def _match_constraints(props: Schema, description: str) -> Schema:
-    return _shared(props, "matchConstraints", description)
-
-
-def _variables(props: Schema, description: str) -> Schema:
-    return _shared(props, "variables", description)
-
-
-def _condition_status(vp_status: Schema) -> Schema:
-    out: Schema = copy.deepcopy(vp_status["properties"]["conditionStatus"])
-    out["description"] = "Readiness summary of the policy (the same shape for every policy kind)."
-    out["properties"]["message"]["description"] = "A note about the policy's state; empty when there is none."
-    out["properties"]["ready"]["description"] = "True when every condition is True."
-    return out
 
 
 # --- GeneratingPolicy ----------------------------------------------------------------------------------------
@@ -188,23 +149,23 @@ def _generate() -> Schema:
 def _gpol_spec(vp_spec: Schema) -> Schema:
     props = vp_spec["properties"]
     out: Schema = {
-        "matchConstraints": _match_constraints(
+        "matchConstraints": derived_crd.match_constraints(
             props, "Which requests trigger the policy (and, with generateExisting, which existing objects, "
                    "evaluated as CREATE requests); a request must satisfy every part."),
-        "matchConditions": _conditions(
+        "matchConditions": derived_crd.conditions(
             props, "CEL conditions a matched trigger must meet. All must be true; any false skips the policy; an "
                    "error (none false) makes the evaluation an error. At most 64, names unique.",
             "CEL expression returning bool, with object, oldObject, request, namespaceObject and exceptions "
             "available (variables are not yet bound)."),
-        "variables": _variables(
+        "variables": derived_crd.variables(
             props, "Named CEL expressions, each evaluated at most once, on first use, and reachable as "
                    "variables.<name> from later variables, generate entries, template placeholders and "
                    "auditAnnotations (not from matchConditions). At most 256, names unique."),
-        "auditAnnotations": _shared(
+        "auditAnnotations": derived_crd.shared(
             props, "auditAnnotations",
             "Values computed after generation, recorded as properties of the trigger's report result (a key message "
             "or passMessage replaces the result's message). At most 20, keys unique."),
-        "webhookConfiguration": _shared(
+        "webhookConfiguration": derived_crd.shared(
             props, "webhookConfiguration", "Settings of the admission webhook that receives the triggers."),
         "evaluation": _gpol_evaluation(),
         "generate": _generate(),
@@ -225,18 +186,10 @@ def _gpol_spec(vp_spec: Schema) -> Schema:
     return spec
 
 
-def _conditions_copy(vp_status: Schema) -> Schema:
-    """status.conditions (a vpol addition, as on the other kinds: `kubectl wait --for=condition=Ready`)."""
-    out: Schema = copy.deepcopy(vp_status["properties"]["conditions"])
-    out["description"] = ("The conditions of status.conditionStatus.conditions, also here, where `kubectl wait "
-                          "--for=condition=...` reads them.")
-    return out
-
-
 def _gpol_status(vp_status: Schema) -> Schema:
     return {"type": "object", "description": "The policy's state, written by the controllers.",
-            "properties": {"conditionStatus": _condition_status(vp_status),
-                           "conditions": _conditions_copy(vp_status)}}
+            "properties": {"conditionStatus": derived_crd.condition_status(vp_status),
+                           "conditions": derived_crd.conditions_copy(vp_status)}}
 
 
 # --- DeletingPolicy ------------------------------------------------------------------------------------------
@@ -244,17 +197,17 @@ def _gpol_status(vp_status: Schema) -> Schema:
 def _dpol_spec(vp_spec: Schema) -> Schema:
     props = vp_spec["properties"]
     out: Schema = {
-        "matchConstraints": _match_constraints(
+        "matchConstraints": derived_crd.match_constraints(
             props, "Which existing objects each run lists and considers for deletion; an object must satisfy every "
                    "part. Operations play no part (all are accepted); resources are taken literally, without "
                    "wildcard or subresource expansion. Needed for the policy to delete anything."),
-        "conditions": _conditions(
+        "conditions": derived_crd.conditions(
             props, "CEL conditions an object matched by matchConstraints must meet to be deleted. All must be "
                    "true; any false keeps the object; an error (none false) fails the run. At most 64, names "
                    "unique.",
             "CEL expression returning bool, with object (the listed object), namespaceObject and the policy's "
             "variables available."),
-        "variables": _variables(
+        "variables": derived_crd.variables(
             props, "Named CEL expressions, each evaluated at most once per object, on first use, and reachable as "
                    "variables.<name> from later variables and from conditions. At most 256, names unique."),
         "schedule": {
@@ -279,8 +232,8 @@ def _dpol_spec(vp_spec: Schema) -> Schema:
 def _dpol_status(vp_status: Schema) -> Schema:
     return {"type": "object", "description": "The policy's state, written by the controller that runs it.",
             "properties": {
-                "conditionStatus": _condition_status(vp_status),
-                "conditions": _conditions_copy(vp_status),
+                "conditionStatus": derived_crd.condition_status(vp_status),
+                "conditions": derived_crd.conditions_copy(vp_status),
                 "lastExecutionTime": {"type": "string", "format": "date-time",
                                       "description": "When the policy last ran successfully."},
             }}
@@ -288,75 +241,34 @@ def _dpol_status(vp_status: Schema) -> Schema:
 
 # --- the CRDs ------------------------------------------------------------------------------------------------
 
-def _ordered(schema: Any) -> Any:
-    """The schema with description, then type, first in every node, as in the ValidatingPolicy CRD."""
-    if isinstance(schema, list):
-        return [_ordered(each) for each in schema]
-    if not isinstance(schema, dict):
-        return schema
-    first = [k for k in ("description", "type") if k in schema]
-    return {k: _ordered(schema[k]) for k in [*first, *(k for k in schema if k not in first)]}
-
-
-def _names(kind: str, short: str) -> Schema:
-    plural = kind.lower().removesuffix("y") + "ies"
-    return {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
-            "shortNames": [short], "categories": ["kyverno"]}
-
-
-def _derive(source: Schema, *, kind: str, short: str, namespaced: bool, description: str,
-            spec: Callable[[Schema], Schema], status: Callable[[Schema], Schema],
-            columns: list[Schema]) -> Schema:
-    crd = copy.deepcopy(source)
-    names = _names(kind, short)
-    crd["metadata"]["name"] = f"{names['plural']}.policies.kyverno.io"
-    crd["spec"]["names"] = names
-    crd["spec"]["scope"] = "Namespaced" if namespaced else "Cluster"
-    if namespaced:
-        crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] in NAMESPACED_VERSIONS]
-    for version in crd["spec"]["versions"]:
-        version["storage"] = version["name"] == STORAGE
-        if version.get("deprecated"):
-            version["deprecationWarning"] = (f"policies.kyverno.io/{version['name']} {kind} is deprecated; use "
-                                             "policies.kyverno.io/v1")
-        root = version["schema"]["openAPIV3Schema"]
-        root["description"] = description
-        root["properties"]["kind"]["description"] = f"{kind}."
-        root["properties"]["spec"] = _ordered(spec(root["properties"]["spec"]))
-        root["properties"]["status"] = _ordered(status(root["properties"]["status"]))
-        version["subresources"] = {"status": {}}
-        version["additionalPrinterColumns"] = copy.deepcopy(columns)
-    return crd
-
-
 def derive_gpol(source: Schema) -> Schema:
-    return _derive(
+    return derived_crd.derive(
         source, kind="GeneratingPolicy", short="gpol", namespaced=False, spec=_gpol_spec, status=_gpol_status,
-        columns=[AGE],
+        columns=[derived_crd.AGE],
         description="A GeneratingPolicy creates Kubernetes objects with CEL when a request it matches (the trigger) "
                     "is admitted, or for existing triggers, and can keep them in sync afterwards.")
 
 
 def derive_ngpol(source: Schema) -> Schema:
-    return _derive(
+    return derived_crd.derive(
         source, kind="NamespacedGeneratingPolicy", short="ngpol", namespaced=True, spec=_gpol_spec,
-        status=_gpol_status, columns=[AGE],
+        status=_gpol_status, columns=[derived_crd.AGE],
         description="A NamespacedGeneratingPolicy generates objects for the triggers of its own namespace, only "
                     "into that namespace. Same spec as a GeneratingPolicy.")
 
 
 def derive_dpol(source: Schema) -> Schema:
-    return _derive(
+    return derived_crd.derive(
         source, kind="DeletingPolicy", short="dpol", namespaced=False, spec=_dpol_spec, status=_dpol_status,
-        columns=[AGE, READY],
+        columns=[derived_crd.AGE, derived_crd.READY],
         description="A DeletingPolicy deletes, on a cron schedule, the existing Kubernetes objects it matches and "
                     "whose CEL conditions hold.")
 
 
 def derive_ndpol(source: Schema) -> Schema:
-    return _derive(
+    return derived_crd.derive(
         source, kind="NamespacedDeletingPolicy", short="ndpol", namespaced=True, spec=_dpol_spec,
-        status=_dpol_status, columns=[AGE, READY],
+        status=_dpol_status, columns=[derived_crd.AGE, derived_crd.READY],
         description="A NamespacedDeletingPolicy deletes, on a cron schedule, the matching objects of its own "
                     "namespace. Same spec as a DeletingPolicy.")
 

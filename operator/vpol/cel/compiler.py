@@ -33,6 +33,7 @@ from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.deleting import DeletingPolicy
 from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import NamedExpression, ValidatingPolicy
 from vpol.model.problems import Position, Problem
@@ -60,6 +61,8 @@ RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "generate": (("bool",), "bool"),
     "messageExpression": (("string",), "string"),
     "auditAnnotation": (("string", "null_type"), "string or null"),
+    "imageReference": (("bool",), "bool"),
+    "imageExtractor": (("list<string>", "list<dyn>"), "a list of image references"),
 }
 
 #: Roles whose expressions build typed literals (``Object{...}``, ``JSONPatch{...}``): compiled as
@@ -343,17 +346,20 @@ class _Frame:
     """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
 
     def __init__(self, out: Any, mode: str, kubernetes_only: bool, *, evaluated: bool = True,
-                 generating: str = "") -> None:
+                 generating: str = "", image_validating: bool = False, kind: str = "ValidatingPolicy") -> None:
         self.out = out
         self.mode = mode
         self.kubernetes_only = kubernetes_only
         self.evaluated = evaluated
         self.generating = generating
+        self.image_validating = image_validating
+        self.kind = kind
         self.declared: list[tuple[str, str]] = []
 
     def spec_now(self) -> EnvSpec:
         return EnvSpec(mode=self.mode, kubernetes_only=self.kubernetes_only,
-                       variables_type=typed_variables_message(self.declared), generating=self.generating)
+                       variables_type=typed_variables_message(self.declared), generating=self.generating,
+                       image_validating=self.image_validating)
 
     def add(self, src: str, path: str, role: str, env_spec: EnvSpec | None = None) -> Program | None:
         prog, problems = compile_expression(src, path, role, env_spec or self.spec_now(), evaluated=self.evaluated)
@@ -378,7 +384,8 @@ class _Frame:
                 name = sorted(prog.uses)[0]
                 at = next((m for m in _VAR_REF_RX.finditer(mc.expression) if name in m.groups()), None)
                 self.out.problems.append(Problem(
-                    f"undefined field '{name}': a ValidatingPolicy's matchConditions cannot read variables (Kyverno "
+                    f"undefined field '{name}': {'an' if self.kind[0] in 'AEIOU' else 'a'} {self.kind}'s "
+                    "matchConditions cannot read variables (Kyverno "
                     "compiles them before the variables)", path=path,
                     expression_position=Position(*line_column(mc.expression, at.start())) if at else None))
                 continue
@@ -591,6 +598,67 @@ def compile_deleting_policy(policy: DeletingPolicy) -> CompiledDeletingPolicy:
         prog = frame.add(condition.expression, f"spec.conditions[{i}].expression", "matchCondition")
         if prog:
             out.match_conditions.append((condition.name, prog))
+    if policy.namespace:
+        out.problems.extend(namespaced_forbidden(policy.expressions()))
+    out.problems = [policy.locate(p) for p in out.problems]
+    return out
+
+
+@dataclass
+class CompiledImageValidatingPolicy(CompiledOutcome):
+    policy: ImageValidatingPolicy
+    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
+    variables: list[tuple[str, Program]] = field(default_factory=list)
+    #: Per matchImageReferences[] entry: its glob, or its compiled expression over ``ref``.
+    image_references: list[str | Program] = field(default_factory=list)
+    #: (name, expression) of the user's image extractors (the defaults are the engine's).
+    extractors: list[tuple[str, Program]] = field(default_factory=list)
+    #: (attestor index, field path under it, expression) of the attestors' CEL fields.
+    attestors: list[tuple[int, str, Program]] = field(default_factory=list)
+    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
+    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
+
+
+def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledImageValidatingPolicy:
+    """Compile every expression of a (Namespaced)ImageValidatingPolicy (all errors), with Kyverno's environment for
+    the kind (vpol.cel.environment, ``image_validating``) and its result types: matchConditions, validations and
+    matchImageReferences expressions (over ``ref`` alone) are bools, image extractors lists of image references,
+    messageExpressions strings, auditAnnotations strings or null. The attestors' expressions must compile; Kyverno
+    checks no result type for them and fails at verification when one is not a string, which vpol warns about."""
+    out = CompiledImageValidatingPolicy(policy)
+    s = policy.spec
+    frame = _Frame(out, s.evaluation.mode, False, image_validating=True, kind=policy.kind)
+    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
+    reference_env = EnvSpec(image_reference=True)
+    for i, ref in enumerate(s.match_image_references):
+        if ref.glob:
+            out.image_references.append(ref.glob)
+        elif (prog := frame.add(ref.expression, f"spec.matchImageReferences[{i}].expression", "imageReference",
+                                reference_env)):
+            out.image_references.append(prog)
+    for i, (name, expression) in enumerate(s.images):
+        if (prog := frame.add(expression, f"spec.images[{i}].expression", "imageExtractor")):
+            out.extractors.append((name, prog))
+    for path, src, _role in policy.attestor_expressions():
+        index = int(path.split("[", 1)[1].split("]", 1)[0])
+        if not (prog := frame.add(src, path, "attestor")):
+            continue
+        if prog.result_type not in ("string", "dyn"):
+            out.problems.append(Problem(f"expression must evaluate to string, not {spelled(prog.result_type)}: "
+                                        "every verification with this attestor fails", path=path,
+                                        expression_position=Position(1, 1), severity="warning"))
+        out.attestors.append((index, path.split("]", 1)[1].lstrip("."), prog))
+    for i, val in enumerate(s.validations):
+        prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
+        msg = None
+        if val.message_expression:
+            msg = frame.add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression")
+        if prog:
+            out.validations.append((i, prog, msg))
+    for i, aa in enumerate(s.audit_annotations):
+        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
+        if prog:
+            out.audit_annotations.append((aa.key, prog))
     if policy.namespace:
         out.problems.extend(namespaced_forbidden(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]

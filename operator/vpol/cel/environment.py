@@ -79,6 +79,28 @@ class EnvSpec:
     #: ``generator`` variable is declared only there, as in Kyverno, with ``Apply(namespace, objects)`` in the
     #: first and ``Apply(objects)`` in the second.
     generating: str = ""
+    #: An ImageValidatingPolicy's environment: ``images``, ``attestors`` and ``attestations`` declared, the
+    #: imageverify functions added, no ``exceptions`` and no x509 library, as in Kyverno's ivpol compiler.
+    image_validating: bool = False
+    #: The environment of an ImageValidatingPolicy's ``matchImageReferences[].expression``: only ``ref`` (the
+    #: image reference, a string), as in Kyverno.
+    image_reference: bool = False
+
+
+#: Libraries declared only in (or left out of) an ImageValidatingPolicy's environments.
+IMAGE_ONLY_LIBRARIES = frozenset({"kyverno.imageverify"})
+NOT_IN_IMAGE_LIBRARIES = frozenset({"kyverno.x509"})
+#: The variables an ImageValidatingPolicy's expressions have besides the policy's (Kyverno's types: each
+#: extractor's image list, the attestors as written, each attestation's name).
+IMAGE_VARIABLES: dict[str, cel.Type] = {
+    "images": T.Map(T.STRING, T.List(T.STRING)),
+    "attestors": T.Map(T.STRING, T.DYN),
+    "attestations": T.Map(T.STRING, T.STRING),
+}
+#: An ImageValidatingPolicy's own variables: no ``exceptions``; in JSON mode only the payload (Kyverno declares
+#: request, oldObject, namespaceObject and variables in Kubernetes mode only).
+IMAGE_POLICY_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables")
+IMAGE_JSON_VARIABLES = ("object",)
 
 
 _LOCK = threading.Lock()
@@ -89,9 +111,11 @@ def _libraries(kubernetes_only: bool) -> Sequence[Library]:
 
 
 @functools.cache
-def _function_decls(kubernetes_only: bool) -> tuple[cel.FunctionDecl, ...]:
+def _function_decls(kubernetes_only: bool, image_validating: bool = False) -> tuple[cel.FunctionDecl, ...]:
     decls: list[cel.FunctionDecl] = []
     for lib in _libraries(kubernetes_only):
+        if lib.name in (NOT_IN_IMAGE_LIBRARIES if image_validating else IMAGE_ONLY_LIBRARIES):
+            continue
         decls.extend(lib.functions())
     return tuple(decls)
 
@@ -105,8 +129,14 @@ def library_variables(kubernetes_only: bool = False) -> Mapping[str, tuple[cel.T
 
 
 def variable_types(spec: EnvSpec) -> dict[str, cel.Type]:
+    if spec.image_reference:
+        return {"ref": T.STRING}
     obj = T(spec.object_type) if spec.object_type else T.DYN
-    names = JSON_VARIABLES if spec.mode == "JSON" else POLICY_VARIABLES
+    names: tuple[str, ...]
+    if spec.image_validating:
+        names = IMAGE_JSON_VARIABLES if spec.mode == "JSON" else IMAGE_POLICY_VARIABLES
+    else:
+        names = JSON_VARIABLES if spec.mode == "JSON" else POLICY_VARIABLES
     declared: dict[str, cel.Type] = {
         "object": obj,
         "oldObject": obj,
@@ -116,6 +146,8 @@ def variable_types(spec: EnvSpec) -> dict[str, cel.Type]:
         "exceptions": T.DYN,
     }
     out = {name: declared[name] for name in names}
+    if spec.image_validating:
+        out.update(IMAGE_VARIABLES)
     for name, (typ, _value) in library_variables(spec.kubernetes_only).items():
         if name != GENERATOR_VARIABLE:
             out[name] = typ
@@ -147,5 +179,5 @@ def environment(spec: EnvSpec = EnvSpec()) -> cel.Env:
             # on lists...) can only come through an extension; new functions come through
             # `functions=`.
             extensions=kubernetes.extensions() + ([] if spec.kubernetes_only else kyverno_extensions()),
-            functions=list(_function_decls(spec.kubernetes_only)),
+            functions=list(_function_decls(spec.kubernetes_only, spec.image_validating)),
         )

@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from vpol.model.deleting import DELETING_KINDS, DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
+from vpol.model.image_validating import (
+    IMAGE_VALIDATING_KINDS,
+    ImageValidatingPolicy,
+    is_image_validating_policy_document,
+    parse_image_validating_policy,
+)
 from vpol.model.documents import Document, iter_documents, parse_documents
 from vpol.model.generating import (
     GENERATING_KINDS,
@@ -89,6 +95,7 @@ class Loaded:
     mutating: list[MutatingPolicy] = field(default_factory=list)
     generating: list[GeneratingPolicy] = field(default_factory=list)
     deleting: list[DeletingPolicy] = field(default_factory=list)
+    image_validating: list[ImageValidatingPolicy] = field(default_factory=list)
     exceptions: list[PolicyException] = field(default_factory=list)
     resources: list[Document] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -98,7 +105,7 @@ class Loaded:
     @property
     def any_policy(self) -> bool:
         """Whether any policy (of any kind) was loaded."""
-        return bool(self.policies or self.mutating or self.generating or self.deleting)
+        return bool(self.policies or self.mutating or self.generating or self.deleting or self.image_validating)
 
     @property
     def has_errors(self) -> bool:
@@ -114,8 +121,15 @@ def _readable_documents(paths: Iterable[str], out: Loaded) -> Iterator[Document]
             out.unreadable.append(exc.problem)
 
 
-def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True) -> Loaded:
-    """Load the policies of every kind (and PolicyExceptions found beside them)."""
+#: What evaluating commands say of an ImageValidatingPolicy (vpol validates the kind, cannot evaluate it yet).
+IMAGE_POLICIES_NOT_EVALUATED = ("verifying images is not supported by vpol yet: `vpol check` validates this policy, "
+                                "`vpol apply` and `vpol test` cannot evaluate it")
+
+
+def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True,
+                  evaluating: bool = True) -> Loaded:
+    """Load the policies of every kind (and PolicyExceptions found beside them). ``evaluating``: the caller
+    evaluates them, and each ImageValidatingPolicy is an error (IMAGE_POLICIES_NOT_EVALUATED)."""
     out = out or Loaded()
     for doc in _readable_documents(paths, out):
         if is_policy_document(doc.data):
@@ -138,6 +152,13 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.extend(problems)
             if dpol is not None:
                 _add_unique(dpol, out.deleting, out)
+        elif is_image_validating_policy_document(doc.data):
+            ivpol, problems = parse_image_validating_policy(doc.data, doc)
+            out.problems.extend(problems)
+            if ivpol is not None:
+                _add_unique(ivpol, out.image_validating, out)
+                if evaluating:
+                    out.problems.append(ivpol.locate(Problem(IMAGE_POLICIES_NOT_EVALUATED, path="kind")))
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)
@@ -163,7 +184,7 @@ def _add_unique(policy: Any, into: list[Any], out: Loaded) -> None:
 def _names_a_policy_kind(data: Any) -> bool:
     """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
     return isinstance(data, dict) and data.get("kind") in (*KINDS, *MUTATING_KINDS, *GENERATING_KINDS, *DELETING_KINDS,
-                                                          "PolicyException")
+                                                          *IMAGE_VALIDATING_KINDS, "PolicyException")
 
 
 def _claims_policy_group(data: Any) -> bool:
@@ -174,8 +195,8 @@ def _not_a_policy(doc: Document) -> Problem:
     data = doc.data
     what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
     reason = f"unsupported policies.kyverno.io object ({what}); expected apiVersion policies.kyverno.io/v1 " \
-             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy " \
-             f"(each also Namespaced) or PolicyException"
+             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy, " \
+             f"ImageValidatingPolicy (each also Namespaced) or PolicyException"
     return Problem(reason, file=doc.file, path="apiVersion", position=doc.position("apiVersion"))
 
 

@@ -46,17 +46,19 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from vpol.engine.policy_validation import AnyPolicy, exception_problems, policy_problems
 
-    loaded = load_policies(args.paths)
+    loaded = load_policies(args.paths, evaluating=False)
     # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
     if loaded.unreadable:
         _print_problems(loaded.unreadable, sys.stdout)
     problems = list(loaded.problems)
     entries = _global_context_problems(args.paths)
     if not loaded.any_policy and not loaded.problems and not loaded.unreadable and not entries:
-        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy or GlobalContextEntry found "
+        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy, ImageValidatingPolicy or "
+              f"GlobalContextEntry found "
               f"in {' '.join(args.paths)}", file=sys.stderr)
         return EXIT_FAIL
-    policies: list[AnyPolicy] = [*loaded.policies, *loaded.mutating, *loaded.generating, *loaded.deleting]
+    policies: list[AnyPolicy] = [*loaded.policies, *loaded.mutating, *loaded.generating, *loaded.deleting,
+                                 *loaded.image_validating]
     for policy in policies:
         problems.extend(policy_problems(policy, typecheck=not args.no_typecheck))
     for exc in loaded.exceptions:
@@ -462,7 +464,7 @@ def cmd_generate_map(args: argparse.Namespace) -> int:
 
 def _generate(paths: list[str], kind: str, select: Any, build: Any) -> int:
     """Print the native admission objects ``build`` makes of every policy ``select`` picks from ``paths``."""
-    loaded = load_policies(paths)
+    loaded = load_policies(paths, evaluating=False)
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT

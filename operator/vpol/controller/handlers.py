@@ -35,7 +35,13 @@ from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.events import EventRecorder
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
-from vpol.controller.reconcile_lifecycle import DELETING, GENERATING, LifecycleReconciler, is_lifecycle_key
+from vpol.controller.reconcile_lifecycle import (
+    DELETING,
+    GENERATING,
+    IMAGE_VALIDATING,
+    LifecycleReconciler,
+    is_lifecycle_key,
+)
 from vpol.controller.reconcile_lifecycle import key_for as lifecycle_key
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
@@ -63,6 +69,8 @@ GENERATING_POLICIES = "generatingpolicies.policies.kyverno.io"
 NAMESPACED_GENERATING_POLICIES = "namespacedgeneratingpolicies.policies.kyverno.io"
 DELETING_POLICIES = "deletingpolicies.policies.kyverno.io"
 NAMESPACED_DELETING_POLICIES = "namespaceddeletingpolicies.policies.kyverno.io"
+IMAGE_VALIDATING_POLICIES = "imagevalidatingpolicies.policies.kyverno.io"
+NAMESPACED_IMAGE_VALIDATING_POLICIES = "namespacedimagevalidatingpolicies.policies.kyverno.io"
 #: vpol's own objects (its webhook configurations).
 OWN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 #: The admission policies and bindings generated from policies (labelled managed-by Kyverno, as Kyverno's are).
@@ -200,8 +208,10 @@ async def _resync(rt: Runtime) -> None:
             names = [policy_key(p["metadata"]) for p in listed.validating]
             mutating = [mutating_key(policy_key(p["metadata"])) for p in listed.mutating]
             deleting = await asyncio.to_thread(objects.list_lifecycle_policies, DELETING)
+            image = await asyncio.to_thread(objects.list_lifecycle_policies, IMAGE_VALIDATING)
             lifecycle = [lifecycle_key(kind, policy_key(p["metadata"]))
-                         for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting)) for p in bodies]
+                         for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting),
+                                              (IMAGE_VALIDATING, image)) for p in bodies]
             for name in [*names, *mutating, *lifecycle]:
                 rt.queue.add(name)
         except Exception as exc:  # noqa: BLE001 - try again at the next period
@@ -268,6 +278,12 @@ async def generating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_:
 @kopf.on.event(NAMESPACED_DELETING_POLICIES)
 async def deleting_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     _lifecycle_event(DELETING, meta, memo)
+
+
+@kopf.on.event(IMAGE_VALIDATING_POLICIES)
+@kopf.on.event(NAMESPACED_IMAGE_VALIDATING_POLICIES)
+async def image_validating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _lifecycle_event(IMAGE_VALIDATING, meta, memo)
 
 
 def _lifecycle_event(kind: str, meta: Mapping[str, Any], memo: Any) -> None:

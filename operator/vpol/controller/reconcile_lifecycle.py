@@ -1,4 +1,5 @@
-"""Reconciling one GeneratingPolicy or DeletingPolicy (cluster-wide or namespaced): read, call the core, write.
+"""Reconciling one GeneratingPolicy, DeletingPolicy or ImageValidatingPolicy (cluster-wide or namespaced): read,
+call the core, write.
 
 Reads the policy and the cluster's discovery; the core parses and compiles it; a valid one is handed to the
 scanner, which generates (vpol.controller.generation) or deletes on schedule (vpol.controller.deletion); the status
@@ -11,9 +12,12 @@ says what it does and what it lacks, written only when it changed:
 - ``Generating`` (False when the operator runs no background work) and ``GenerationSucceeded`` (informational:
   False with the last error while generating for a trigger fails, for example a namespaced policy generating
   into another namespace); ``Scheduled`` (when a DeletingPolicy runs next);
+- an ImageValidatingPolicy's ``Verifying``: False, reason ``NotSupported``, since vpol validates the kind (it is
+  compiled and refused at apply time when broken) but does not verify images yet: nothing enforces the policy, so
+  it is never Ready;
 - ``Ready`` when every condition but the informational ones is True.
 
-Queue keys are ``gpol:<key>`` and ``dpol:<key>`` (``<key>``: ``name`` or ``namespace/name``).
+Queue keys are ``gpol:<key>``, ``dpol:<key>`` and ``ivpol:<key>`` (``<key>``: ``name`` or ``namespace/name``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy
+from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy, compile_image_validating_policy
 from vpol.controller.deletion import candidates, due_at
 from vpol.controller.reconcile import DiscoveryCache, ReconcileResult
 from vpol.desired.status import Findings, lifecycle_status, status_changed
@@ -32,12 +36,14 @@ from vpol.kube.objects import Objects
 from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.generating import GeneratingPolicy, parse_generating_policy
+from vpol.model.image_validating import parse_image_validating_policy
 from vpol.model.templates import parse as parse_template
 
 logger = logging.getLogger(__name__)
 
-GENERATING, DELETING = "gpol", "dpol"
+GENERATING, DELETING, IMAGE_VALIDATING = "gpol", "dpol", "ivpol"
 GENERATING_CONDITION = "Generating"
+VERIFYING = "Verifying"
 GENERATION_SUCCEEDED = "GenerationSucceeded"
 SCHEDULED = "Scheduled"
 #: What generation needs on the kinds it writes (watch: synchronized downstreams are watched).
@@ -49,7 +55,7 @@ def key_for(kind: str, key: str) -> str:
 
 
 def is_lifecycle_key(key: str) -> bool:
-    return key.startswith((f"{GENERATING}:", f"{DELETING}:"))
+    return key.startswith((f"{GENERATING}:", f"{DELETING}:", f"{IMAGE_VALIDATING}:"))
 
 
 class Runner(Protocol):
@@ -106,6 +112,8 @@ class LifecycleReconciler:
                                             "not checked against the matched kinds' schemas)")
         if kind == GENERATING:
             self._generating(name, body, findings)
+        elif kind == IMAGE_VALIDATING:
+            self._image_validating(body, findings)
         else:
             self._deleting(name, body, findings)
         result.enforcement = "NotApplicable"
@@ -119,7 +127,7 @@ class LifecycleReconciler:
 
     def _tell(self, kind: str, name: str, policy: Any, last_execution: str, *, gone: bool = False) -> None:
         """Hand the scanner the policy (None: invalid, or ``gone``: deleted)."""
-        if self.runner is None:
+        if self.runner is None or kind == IMAGE_VALIDATING:
             return
         if kind == GENERATING:
             self.runner.set_generating(name, policy, gone=gone)
@@ -175,6 +183,19 @@ class LifecycleReconciler:
             extra.append((GENERATION_SUCCEEDED, not error, "Errors" if error else "Succeeded",
                           f"the last generation failed: {error}" if error else "no generation has failed", True))
         findings.extra = extra
+
+    @staticmethod
+    def _image_validating(body: dict[str, Any], findings: Findings) -> None:
+        """Compiled and said not to be enforced: vpol cannot verify images yet."""
+        policy, problems = parse_image_validating_policy(body)
+        errors = [p.short() for p in problems if p.severity == "error"]
+        if policy is not None and not errors:
+            errors = [p.short() for p in compile_image_validating_policy(policy).errors()]
+        findings.compile_errors = errors
+        findings.rbac_applicable = False
+        findings.extra = [(VERIFYING, False, "NotSupported",
+                           "nothing enforces this policy: vpol does not verify image signatures and attestations yet, "
+                           "so neither admission requests nor existing workloads are checked against it", False)]
 
     def _deleting(self, name: str, body: dict[str, Any], findings: Findings) -> None:
         policy, problems = parse_deleting_policy(body)

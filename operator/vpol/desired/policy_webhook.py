@@ -26,7 +26,8 @@ POLICY_VALIDATION_WEBHOOK = "policies.validate.vpol.kyverno.io"
 VALIDATED = (
     ("policies.kyverno.io", ("validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies",
                              "namespacedmutatingpolicies", "generatingpolicies", "namespacedgeneratingpolicies",
-                             "deletingpolicies", "namespaceddeletingpolicies", "policyexceptions")),
+                             "deletingpolicies", "namespaceddeletingpolicies", "imagevalidatingpolicies",
+                             "namespacedimagevalidatingpolicies", "policyexceptions")),
     ("kyverno.io", ("globalcontextentries",)),
 )
 

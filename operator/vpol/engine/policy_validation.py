@@ -17,6 +17,7 @@ from typing import Any
 from vpol.cel.compiler import (
     compile_deleting_policy,
     compile_generating_policy,
+    compile_image_validating_policy,
     compile_mutating_policy,
     compile_policy,
     compile_verdict,
@@ -26,6 +27,11 @@ from vpol.engine.evaluate import compile_exception
 from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
 from vpol.model.discovery import Discovery
 from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
+from vpol.model.image_validating import (
+    ImageValidatingPolicy,
+    is_image_validating_policy_document,
+    parse_image_validating_policy,
+)
 from vpol.model.global_context import is_global_context_document, parse_global_context_entry
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import (
@@ -57,7 +63,7 @@ class Verdict:
         return [p for p in self.problems if p.severity != "error"]
 
 
-AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy
+AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy | ImageValidatingPolicy
 
 
 def policy_problems(policy: AnyPolicy, *, typecheck: bool = True,
@@ -74,8 +80,11 @@ def policy_problems(policy: AnyPolicy, *, typecheck: bool = True,
     server, whose documents carry no source positions; the CLI locates each file's problems itself).
 
     A GeneratingPolicy's or DeletingPolicy's expressions are compiled and type-checked by CEL's checker (their
-    objects are typed ``dyn``, as in Kyverno); they are not checked against the matched kinds' schemas."""
+    objects are typed ``dyn``, as in Kyverno); they are not checked against the matched kinds' schemas. So are an
+    ImageValidatingPolicy's (whose expressions read images and attestations more than the object)."""
     problems: list[Problem]
+    if isinstance(policy, ImageValidatingPolicy):
+        return list(compile_image_validating_policy(policy).problems)
     if isinstance(policy, GeneratingPolicy):
         return list(compile_generating_policy(policy).problems)
     if isinstance(policy, DeletingPolicy):
@@ -102,13 +111,15 @@ def exception_problems(exc: PolicyException) -> list[Problem]:
 def is_validated_document(obj: Any) -> bool:
     """Whether ``obj`` is of a kind :func:`validate_document` answers for."""
     return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj) or \
-        is_global_context_document(obj) or is_generating_policy_document(obj) or is_deleting_policy_document(obj)
+        is_global_context_document(obj) or is_generating_policy_document(obj) or is_deleting_policy_document(obj) or \
+        is_image_validating_policy_document(obj)
 
 
 def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None, *, cached: bool = False) -> Verdict:
     """Every problem of one document of vpol's kinds (ValidatingPolicy, NamespacedValidatingPolicy,
     MutatingPolicy, NamespacedMutatingPolicy, GeneratingPolicy, NamespacedGeneratingPolicy, DeletingPolicy,
-    NamespacedDeletingPolicy, PolicyException, GlobalContextEntry), as apply-time validation sees
+    NamespacedDeletingPolicy, ImageValidatingPolicy, NamespacedImageValidatingPolicy, PolicyException,
+    GlobalContextEntry), as apply-time validation sees
     them: what does not parse or compile is an
     error, type-check findings are warnings."""
     data = dict(obj)
@@ -129,6 +140,8 @@ def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None
         policy, problems = parse_generating_policy(data)
     elif is_deleting_policy_document(data):
         policy, problems = parse_deleting_policy(data)
+    elif is_image_validating_policy_document(data):
+        policy, problems = parse_image_validating_policy(data)
     else:
         policy, problems = parse_policy(data)
     verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False,

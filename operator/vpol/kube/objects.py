@@ -39,9 +39,13 @@ GENERATING_POLICY_PLURAL = "generatingpolicies"
 NAMESPACED_GENERATING_POLICY_PLURAL = "namespacedgeneratingpolicies"
 DELETING_POLICY_PLURAL = "deletingpolicies"
 NAMESPACED_DELETING_POLICY_PLURAL = "namespaceddeletingpolicies"
-#: The (cluster, namespaced) plurals of GeneratingPolicies and DeletingPolicies, by the prefix of their queue keys.
+IMAGE_VALIDATING_POLICY_PLURAL = "imagevalidatingpolicies"
+NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL = "namespacedimagevalidatingpolicies"
+#: The (cluster, namespaced) plurals of GeneratingPolicies, DeletingPolicies and ImageValidatingPolicies, by the
+#: prefix of their queue keys.
 LIFECYCLE_PLURALS = {"gpol": (GENERATING_POLICY_PLURAL, NAMESPACED_GENERATING_POLICY_PLURAL),
-                     "dpol": (DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL)}
+                     "dpol": (DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL),
+                     "ivpol": (IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL)}
 STORAGE_VERSION = "v1"
 #: MutatingAdmissionPolicy kinds, each served by one API class per version.
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
@@ -194,7 +198,8 @@ class Objects:
                                                                     name, body)
         return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
 
-    # -- GeneratingPolicies and DeletingPolicies (``kind``: "gpol" or "dpol", LIFECYCLE_PLURALS)
+    # -- GeneratingPolicies, DeletingPolicies, ImageValidatingPolicies (``kind``: "gpol", "dpol" or "ivpol",
+    #    LIFECYCLE_PLURALS)
 
     def get_lifecycle_policy(self, kind: str, key: str) -> dict[str, Any] | None:
         """The policy of ``kind`` with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced)."""

@@ -270,7 +270,9 @@ def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident:
     return r.objects(d, key, path, each)
 
 
-def _validation(r: Reader, item: dict[str, Any], here: str) -> Validation | None:
+def _validation(r: Reader, item: dict[str, Any], here: str, any_reason: bool = False) -> Validation | None:
+    """One ``validations[]`` item; ``any_reason``: ``reason`` is free text (an ImageValidatingPolicy's, where
+    Kyverno does not restrict it), else one of the API server's reasons."""
     r.obj(item, here, ("expression", "message", "messageExpression", "reason"))
     expr = r.expression(item, "expression", here)
     message = r.str_(item, "message", here)
@@ -278,7 +280,8 @@ def _validation(r: Reader, item: dict[str, Any], here: str) -> Validation | None
     if "\n" in message.strip():
         r.problem(f"{here}.message", "must not contain line breaks")
     msg_expr = r.expression(item, "messageExpression", here, required=False)
-    reason = r.str_(item, "reason", here, choices=("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge"))
+    reason = r.str_(item, "reason", here,
+                    choices=None if any_reason else ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge"))
     return Validation(expr, message, msg_expr, reason) if expr else None
 
 
@@ -305,8 +308,10 @@ def _mode(r: Reader, ev: dict[str, Any]) -> str:
     return "Kubernetes"
 
 
-def _spec(r: Reader, data: Any) -> PolicySpec:
-    d = r.obj(data, "spec", _SPEC_FIELDS)
+def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reason: bool = False) -> PolicySpec:
+    """A ValidatingPolicy's spec, or (``fields``: the known fields, ``any_reason``: see _validation) the frame an
+    ImageValidatingPolicy shares with it."""
+    d = r.obj(data, "spec", fields)
     ev = r.obj(d.get("evaluation"), "spec.evaluation", ("admission", "background", "mode"))
     evaluation = Evaluation(
         admission_enabled=r.bool_(r.obj(ev.get("admission"), "spec.evaluation.admission", ("enabled",)),
@@ -342,7 +347,7 @@ def _spec(r: Reader, data: Any) -> PolicySpec:
     if ev.get("mode", "Kubernetes") == "Kubernetes" and (match is None or not match.resource_rules):
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
 
-    validations = r.objects(d, "validations", "spec", lambda i, h: _validation(r, i, h))
+    validations = r.objects(d, "validations", "spec", lambda i, h: _validation(r, i, h, any_reason))
     audits = r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h))
     if not d.get("validations") and not d.get("auditAnnotations"):
         r.problem("spec.validations", "validations and auditAnnotations may not both be empty")

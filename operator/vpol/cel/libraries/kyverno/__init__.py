@@ -29,6 +29,7 @@ from vpol.cel.libraries.kyverno import (
     http_lib,
     image_lib,
     imagedata_lib,
+    imageverify_lib,
     json_lib,
     math_lib,
     random_lib,
@@ -61,6 +62,7 @@ _MODULES: tuple[ModuleType, ...] = (
     globalcontext_lib,
     imagedata_lib,
     generator_lib,
+    imageverify_lib,
 )
 
 
