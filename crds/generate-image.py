@@ -231,7 +231,6 @@ def _ivpol_spec(vp_spec: Schema) -> Schema:
         "(extractor name to image list), attestors, attestations, verifyImageSignatures(image, [attestors]), "
         "verifyAttestationSignatures(image, attestation, [attestors]), extractPayload(image, attestation) and "
         "getImageData(image).")
-    out["validations"].pop("maxItems", None)
     out["matchImageReferences"] = {
         "type": "array",
         "description": "Which images the policy verifies: any entry may match; none given: every image.",

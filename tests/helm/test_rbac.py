@@ -23,7 +23,7 @@ GENERATED = ("validatingadmissionpolicies", "validatingadmissionpolicybindings",
              "mutatingadmissionpolicybindings")
 WEBHOOKS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
 LIFECYCLE_KINDS = ("generatingpolicies", "namespacedgeneratingpolicies", "deletingpolicies",
-                   "namespaceddeletingpolicies")
+                   "namespaceddeletingpolicies", "imagevalidatingpolicies", "namespacedimagevalidatingpolicies")
 
 #: (role, apiGroup, resource, verbs, resourceNames or None): the feature that needs it, and where.
 FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...] | None, str]] = [
@@ -32,7 +32,8 @@ FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]
     ("ClusterRole/vpol-operator", POLICIES, tuple(f"{k}/status" for k in POLICY_KINDS), ("patch",), None,
      "status conditions: Objects.patch_policy_status / patch_mutating_policy_status"),
     ("ClusterRole/vpol-operator", POLICIES, LIFECYCLE_KINDS, ("get", "list", "watch"), None,
-     "GeneratingPolicies and DeletingPolicies: their watches, Objects.get_lifecycle_policy/list_lifecycle_policies"),
+     "GeneratingPolicies, DeletingPolicies, ImageValidatingPolicies: their watches, "
+     "Objects.get_lifecycle_policy/list_lifecycle_policies"),
     ("ClusterRole/vpol-operator", POLICIES, tuple(f"{k}/status" for k in LIFECYCLE_KINDS), ("patch",), None,
      "their status (conditions, a DeletingPolicy's lastExecutionTime): Objects.patch_lifecycle_status"),
     ("ClusterRole/vpol-operator", POLICIES, ("policyexceptions",), ("get", "list", "watch"), None,
