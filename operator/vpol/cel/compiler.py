@@ -666,4 +666,5 @@ def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledIm
 
 
 #: Every compiled policy kind the engine's policy run evaluates (its variables and conditions).
-CompiledAny = CompiledPolicy | CompiledMutatingPolicy | CompiledGeneratingPolicy | CompiledDeletingPolicy
+CompiledAny = CompiledPolicy | CompiledMutatingPolicy | CompiledGeneratingPolicy | CompiledDeletingPolicy | \
+    CompiledImageValidatingPolicy

@@ -121,15 +121,15 @@ def _readable_documents(paths: Iterable[str], out: Loaded) -> Iterator[Document]
             out.unreadable.append(exc.problem)
 
 
-#: What evaluating commands say of an ImageValidatingPolicy (vpol validates the kind, cannot evaluate it yet).
-IMAGE_POLICIES_NOT_EVALUATED = ("verifying images is not supported by vpol yet: `vpol check` validates this policy, "
-                                "`vpol apply` and `vpol test` cannot evaluate it")
+#: What `vpol test` says of an ImageValidatingPolicy (it cannot evaluate the kind yet).
+IMAGE_POLICIES_NOT_EVALUATED = ("verifying images is not supported by vpol test yet: `vpol check` validates this "
+                                "policy and `vpol apply` evaluates it")
 
 
 def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True,
-                  evaluating: bool = True) -> Loaded:
-    """Load the policies of every kind (and PolicyExceptions found beside them). ``evaluating``: the caller
-    evaluates them, and each ImageValidatingPolicy is an error (IMAGE_POLICIES_NOT_EVALUATED)."""
+                  refuse_image_policies: bool = False) -> Loaded:
+    """Load the policies of every kind (and PolicyExceptions found beside them). ``refuse_image_policies``: the
+    caller cannot evaluate ImageValidatingPolicies, and each is an error (IMAGE_POLICIES_NOT_EVALUATED)."""
     out = out or Loaded()
     for doc in _readable_documents(paths, out):
         if is_policy_document(doc.data):
@@ -157,7 +157,7 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.extend(problems)
             if ivpol is not None:
                 _add_unique(ivpol, out.image_validating, out)
-                if evaluating:
+                if refuse_image_policies:
                     out.problems.append(ivpol.locate(Problem(IMAGE_POLICIES_NOT_EVALUATED, path="kind")))
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)

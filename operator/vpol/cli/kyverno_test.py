@@ -97,7 +97,7 @@ def run_test_document(doc: Document) -> TestOutcome:
         return outcome
     unsupported = [k for k in UNSUPPORTED_KEYS if spec.get(k)]
 
-    loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False)
+    loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False, refuse_image_policies=True)
     load_exceptions(_rel(base, spec.get("exceptions")), loaded)
     load_resources(_rel(base, spec.get("resources")), loaded)
     # Objects the MutatingPolicies with mutateExisting change (Kyverno's targetResources); they are cluster

@@ -46,7 +46,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from vpol.engine.policy_validation import AnyPolicy, exception_problems, policy_problems
 
-    loaded = load_policies(args.paths, evaluating=False)
+    loaded = load_policies(args.paths)
     # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
     if loaded.unreadable:
         _print_problems(loaded.unreadable, sys.stdout)
@@ -159,7 +159,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     #: The trigger subjects, kept only when target resources are given (mutateExisting needs every trigger) or
     #: GeneratingPolicies and DeletingPolicies are given.
     triggers: list[Subject] = []
-    keep_triggers = bool(args.target_resources or loaded.generating or loaded.deleting)
+    keep_triggers = bool(args.target_resources or loaded.generating or loaded.deleting or loaded.image_validating)
     target_rows: list[dict[str, Any]] = []
     # Resources stream: parsed, evaluated and dropped a batch at a time (memory bounded by the batch, not the
     # input). Each batch goes to a bounded worker in one round trip; with several workers (one per core by
@@ -239,6 +239,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if args.target_resources:
             target_rows = _apply_targets(args, loaded, triggers, sandboxes[0], resolve, values)
         lifecycle = _apply_lifecycle(loaded, triggers, exceptions, backend, resolve)
+        image_rows, images_ok = _apply_images(loaded, triggers, exceptions, args)
     finally:
         pool.shutdown(wait=True)
         for sandbox in sandboxes:
@@ -267,6 +268,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     for row in lifecycle.rows:
         if not row.get("deletion"):
             counts[row["result"]] += 1
+    rows.extend(image_rows)
+    for row in image_rows:
+        counts[row["result"]] += 1
     if args.output in ("json", "yaml"):
         for index, mutated_resource in patched_rows:
             mutating_row = rows[index]
@@ -286,7 +290,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
           (f"; {lifecycle.deletions} to delete" if loaded.deleting else ""), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT
-    if loaded.has_errors or any(not e.ok for e in engines) or not lifecycle.ok:
+    if loaded.has_errors or any(not e.ok for e in engines) or not lifecycle.ok or not images_ok:
         return EXIT_FAIL
     return EXIT_FAIL if counts["fail"] or counts["error"] else EXIT_OK
 
@@ -328,6 +332,46 @@ class _Lifecycle:
     generated: list[dict[str, Any]] = field(default_factory=list)
     deletions: int = 0
     ok: bool = True
+
+
+def _apply_images(loaded: Loaded, subjects: list[Any], exceptions: list[Any],
+                  args: argparse.Namespace) -> tuple[list[dict[str, Any]], bool]:
+    """ImageValidatingPolicies over the resources (in this process): a row per (policy, resource) it applies to,
+    the images read from their registries (credentials: ``--registry-credentials``), verifications cached for the
+    run; ``validationConfigurations.required`` decided across the policies of each resource, as at admission."""
+    import time
+
+    from vpol.engine.image_policy import ImagePolicyEngine, apply_required
+    from vpol.engine.image_verification import Outcomes, VerificationCache
+    from vpol.oci.registry import Credentials, RegistryClient
+
+    if not loaded.image_validating:
+        return [], True
+    engines = [ImagePolicyEngine(p, exceptions) for p in loaded.image_validating]
+    ok = True
+    for engine in engines:
+        _print_problems(engine.compiled.errors())
+        ok = ok and engine.ok
+    configs = []
+    for path in args.registry_credentials or []:
+        try:
+            with open(path, encoding="utf-8") as f:
+                configs.append(json.load(f))
+        except (OSError, ValueError) as exc:
+            _print_problems([Problem(f"cannot read registry credentials: {exc}", file=path)])
+            return [], False
+    registry = RegistryClient(Credentials(configs), timeout=args.registry_timeout)
+    cache = VerificationCache()
+    rows: list[dict[str, Any]] = []
+    for subject in subjects:
+        verified = Outcomes()
+        loaded_images: dict[str, Any] = {}
+        outcomes = [o for e in engines if (o := e.evaluate(
+            subject, registry=registry, outcomes=verified, cache=cache, loaded=loaded_images,
+            deadline=time.monotonic() + args.registry_timeout * 6)) is not None]
+        apply_required(outcomes, verified)
+        rows.extend(o.result.as_dict() for o in outcomes)
+    return rows, ok
 
 
 def _apply_lifecycle(loaded: Loaded, triggers: list[Any], exceptions: list[Any], backend: Any,
@@ -464,7 +508,7 @@ def cmd_generate_map(args: argparse.Namespace) -> int:
 
 def _generate(paths: list[str], kind: str, select: Any, build: Any) -> int:
     """Print the native admission objects ``build`` makes of every policy ``select`` picks from ``paths``."""
-    loaded = load_policies(paths, evaluating=False)
+    loaded = load_policies(paths)
     if loaded.unreadable:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
@@ -555,6 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GlobalContextEntry data for globalContext.Get: a globalContextEntries list as in a Kyverno "
                         "CLI test file, or GlobalContextEntry objects (kubernetesResource entries hold the given "
                         "resources of their kind; GlobalContextEntry objects among --resource files count too)")
+    p.add_argument("--registry-credentials", nargs="+", action="extend", metavar="FILE",
+                   help="Docker config JSON files (as image pull Secrets hold) with credentials for the registries "
+                        "ImageValidatingPolicies read")
+    p.add_argument("--registry-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long one registry request may take (ImageValidatingPolicies)")
     p.add_argument("--userinfo", "-u", metavar="FILE",
                    help="the requesting user (request.userInfo): a Kyverno CLI user-info file (kind UserInfo)")
     p.add_argument("--operation", default="CREATE", choices=["CREATE", "UPDATE", "DELETE", "CONNECT"],

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
-from collections.abc import Iterator, Callable, Iterable, Sequence
+from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -43,8 +43,8 @@ from cel_expr_python import cel
 
 from vpol.cel.cost import WorkPlan
 from vpol.cel.cost import plan as plan_work
-from vpol.cel.compiler import (CompiledAny, CompiledMutatingPolicy, CompiledPolicy, Program, compile_expression,
-                               compile_policy)
+from vpol.cel.compiler import (CompiledAny, CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledPolicy,
+                               Program, compile_expression, compile_policy)
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.fused import fused_program
 from vpol.cel.go_error_text import as_cel_go
@@ -206,6 +206,13 @@ class SubjectData:
                               kind or (subject.type.kind if not subject.json_payload else ""),
                               subject.namespace, subject.name, uid)
         return self._identity
+
+    def bind(self, values: Mapping[str, Any]) -> None:
+        """Add top-level inputs (an ImageValidatingPolicy's images, attestors and attestations, known once its
+        extractors ran): later Activations hold them."""
+        self.data.update(values)
+        self._base = None
+        self.activations.clear()
 
     def activation(self, variables: dict[str, Any] | None = None,
                    exceptions: dict[str, Any] | None = None, reads: frozenset[str] | None = None) -> cel.Activation:
@@ -507,7 +514,7 @@ EVALUATION_FAILED = "error: "
 LOAD_FAILED = "failed to load context: "
 
 
-def audit_annotations(compiled: CompiledPolicy, run: _PolicyRun) -> tuple[dict[str, str], str]:
+def audit_annotations(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: _PolicyRun) -> tuple[dict[str, str], str]:
     """(the audit annotations that evaluate to a non-empty string, by key; the error of the first that could not
     be evaluated, worded as Kyverno's engine words it, or "")."""
     properties: dict[str, str] = {}

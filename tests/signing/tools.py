@@ -1,0 +1,153 @@
+"""Real parts for the image verification tests: an OCI registry (go-containerregistry's, with the referrers API and
+optional token authentication: tests/signing/registry), images pushed with crane and signed and attested with cosign
+v3.1.2 (the version Kyverno 1.19.1 links), all built from Go modules by tests/signing/build and cached, all offline.
+
+``Signer`` drives cosign as a user does (NOTES.md section 14): a key pair from ``cosign generate-key-pair``, then
+``cosign sign`` / ``cosign attest`` with ``--tlog-upload=false`` (no Rekor here), in the Sigstore bundle format
+cosign v3 writes by default or the legacy ``.sig``/``.att`` tags (``bundle=False``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import go_built
+
+BUILD = Path(__file__).resolve().parent / "build"
+
+
+@dataclass(frozen=True)
+class Tools:
+    crane: str
+    cosign: str
+    registry: str
+
+
+@functools.cache
+def tools() -> Tools:
+    return Tools(go_built(BUILD, "crane", args=("crane",)), go_built(BUILD, "cosign", args=("cosign",)),
+                 go_built(BUILD, "the test registry", args=("registry",)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RegistryProcess:
+    """A registry on 127.0.0.1 (plain HTTP, as go-containerregistry and vpol use for loopback hosts)."""
+
+    def __init__(self, *, user: str = "", password: str = "", referrers: bool = True, port: int = 0):
+        self.user, self.password, self.referrers = user, password, referrers
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> RegistryProcess:
+        args = [tools().registry, "--address", self.host]
+        if self.user:
+            args += ["--user", self.user, "--password", self.password]
+        if not self.referrers:
+            args.append("--no-referrers")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on"), f"the test registry did not start: {line!r}"
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+
+class Signer:
+    """Pushes images and signs them with cosign, in a HOME of its own (keys, docker config for registry logins)."""
+
+    def __init__(self, home: Path, password: str = "vpol-test"):
+        self.home = home
+        self.password = password
+        (home / ".docker").mkdir(parents=True, exist_ok=True)
+        self._auths: dict[str, Any] = {}
+        self._write_docker_config()
+
+    def _write_docker_config(self) -> None:
+        (self.home / ".docker" / "config.json").write_text(json.dumps({"auths": self._auths}))
+
+    def login(self, host: str, user: str, password: str) -> None:
+        import base64
+
+        self._auths[host] = {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+        self._write_docker_config()
+
+    @property
+    def docker_config(self) -> Path:
+        return self.home / ".docker" / "config.json"
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "HOME": str(self.home), "DOCKER_CONFIG": str(self.home / ".docker"),
+                "COSIGN_PASSWORD": self.password, "COSIGN_YES": "true"}
+
+    def _run(self, *args: str, timeout: float = 120) -> str:
+        proc = subprocess.run(list(args), capture_output=True, text=True, env=self._env(), cwd=self.home,
+                              timeout=timeout)
+        assert proc.returncode == 0, f"{' '.join(args[:3])} failed:\n{proc.stderr[-2000:]}"
+        return proc.stdout
+
+    def key_pair(self, name: str) -> tuple[Path, str]:
+        """(private key file, public key PEM) of a new cosign key pair."""
+        self._run(tools().cosign, "generate-key-pair", "--output-key-prefix", name)
+        return self.home / f"{name}.key", (self.home / f"{name}.pub").read_text()
+
+    def push_image(self, host: str, repository: str, tag: str = "v1", content: str = "") -> str:
+        """Push a one-layer image (its digest unique to ``content``, random when empty); returns its digest."""
+        with tempfile.TemporaryDirectory() as tmp:
+            layer = Path(tmp) / "layer.tar"
+            payload = Path(tmp) / "app"
+            payload.write_text(content or secrets.token_hex(16))
+            with tarfile.open(layer, "w") as tar:
+                info = tar.gettarinfo(str(payload), arcname="app")
+                info.mtime = 0
+                with payload.open("rb") as f:
+                    tar.addfile(info, f)
+            image = f"{host}/{repository}:{tag}"
+            self._run(tools().crane, "append", "--oci-empty-base", "-f", str(layer), "-t", image)
+        return self._run(tools().crane, "digest", image).strip()
+
+    def sign(self, image: str, key: Path, *, bundle: bool = True, annotations: dict[str, str] | None = None) -> None:
+        args = [tools().cosign, "sign", "--key", str(key), "--yes", "--use-signing-config=false",
+                "--tlog-upload=false", f"--new-bundle-format={str(bundle).lower()}"]
+        for k, v in (annotations or {}).items():
+            args += ["-a", f"{k}={v}"]
+        self._run(*args, image)
+
+    def attest(self, image: str, key: Path, predicate: dict[str, Any], kind: str, *, bundle: bool = True) -> None:
+        path = self.home / f"predicate-{time.monotonic_ns()}.json"
+        path.write_text(json.dumps(predicate))
+        self._run(tools().cosign, "attest", "--key", str(key), "--yes", "--use-signing-config=false",
+                  "--tlog-upload=false", f"--new-bundle-format={str(bundle).lower()}", "--predicate", str(path),
+                  "--type", kind, image)
+
+    def verify(self, image: str, public_key: str) -> bool:
+        """What cosign itself says of the signature (the reference the tests compare vpol with)."""
+        path = self.home / f"verify-{time.monotonic_ns()}.pub"
+        path.write_text(public_key)
+        proc = subprocess.run([tools().cosign, "verify", "--key", str(path), "--insecure-ignore-tlog=true", image],
+                              capture_output=True, text=True, env=self._env(), timeout=120)
+        return proc.returncode == 0
