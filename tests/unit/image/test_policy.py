@@ -267,10 +267,16 @@ def test_vpol_check_locates_problems_in_the_file(tmp_path: Path, capsys: pytest.
     assert main(["check", str(path)]) == 0
 
 
-def test_vpol_apply_says_it_cannot_evaluate_the_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    policy, pod = tmp_path / "ivpol.yaml", tmp_path / "pod.yaml"
-    policy.write_text(yaml.safe_dump(document(SPEC)))
-    pod.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                   "spec": {"containers": [{"name": "c", "image": "registry.local/app:v1"}]}}))
-    assert main(["apply", "--policy", str(policy), "--resource", str(pod)]) != 0
-    assert "verifying images is not supported by vpol yet" in capsys.readouterr().err
+def test_vpol_test_says_it_cannot_evaluate_the_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ivpol.yaml").write_text(yaml.safe_dump(document(SPEC)))
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "registry.local/app:v1"}]}}))
+    (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "cli.kyverno.io/v1alpha1", "kind": "Test", "metadata": {"name": "images"},
+        "policies": ["ivpol.yaml"], "resources": ["pod.yaml"],
+        "results": [{"policy": "images", "resources": ["p"], "kind": "Pod", "result": "fail",
+                     "isImageValidatingPolicy": True}]}))
+    main(["test", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "UNSUPPORTED" in out and "1 unsupported" in out and "0 agreed" in out
