@@ -18,11 +18,13 @@ The rewrite is textual over every string of the spec, except that
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from vpol.cel.object_literals import literals
+from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.model.mutating import PATCH_APPLY_CONFIGURATION, MutatingPolicy
 from vpol.model.parse import parse_mutating_policy, parse_policy
 from vpol.model.policy import ValidatingPolicy
@@ -239,4 +241,39 @@ def mutating_autogen_configs(policy: MutatingPolicy) -> list[tuple[str, Mutating
             name=policy.name, spec=variant.spec, api_version=policy.api_version, uid=policy.uid,
             generation=policy.generation, labels=policy.labels, annotations=policy.annotations,
             raw=variant.raw, source=policy.source, positions=policy.positions)))
+    return out
+
+
+# --- ImageValidatingPolicy ---------------------------------------------------------------------------
+#
+# Kyverno's rule (pkg/cel/policies/ivpol/autogen, docs/image-validating-policy.md "Autogen"): the eligibility of a
+# ValidatingPolicy's with apiVersions exactly ["v1"]; the same two configs and the same textual rewrite of every
+# expression (images, attestors and matchConditions included); the variants keep the policy's name.
+
+
+def image_autogen_configs(policy: ImageValidatingPolicy) -> list[tuple[str, tuple[Target, ...], ImageValidatingPolicy]]:
+    """(config name, targets, variant) of every autogen variant of an ImageValidatingPolicy."""
+    m = policy.spec.match_constraints
+    if m is None or policy.json_mode or len(m.resource_rules) != 1 or m.exclude_resource_rules or \
+            (m.object_selector is not None and not m.object_selector.empty):
+        return []
+    rule = m.resource_rules[0]
+    if rule.api_groups != ("",) or rule.api_versions != ("v1",) or rule.resources != ("pods",) or \
+            rule.resource_names:
+        return []
+    raw_spec = policy.raw.get("spec", {})
+    rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
+    out = []
+    for name, targets in _config_targets(policy.spec.autogen.controllers()):
+        spec = _rewrite(copy.deepcopy(raw_spec), name)
+        constraints = spec.setdefault("matchConstraints", {})
+        constraints["resourceRules"] = _rules(targets, rule_template)
+        constraints.pop("objectSelector", None)
+        constraints.pop("matchPolicy", None)
+        spec.setdefault("autogen", {})["podControllers"] = {"controllers": []}
+        raw = {**policy.raw, "spec": spec}
+        variant, _problems = parse_image_validating_policy(raw)
+        if variant is not None:
+            out.append((name, targets, dataclasses.replace(variant, uid=policy.uid, generation=policy.generation,
+                                                           source=policy.source)))
     return out

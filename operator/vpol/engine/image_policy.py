@@ -29,6 +29,7 @@ from vpol.cel.compiler import CompiledImageValidatingPolicy, Program, compile_im
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
+from vpol.engine.autogen import image_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
     EVALUATION_FAILED,
@@ -95,23 +96,36 @@ class ImagePolicyEngine:
         self.policy = policy
         self.compiled: CompiledImageValidatingPolicy = compile_image_validating_policy(policy)
         self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
+        #: The policy and its pod-controller variants (autogen), each compiled when first needed.
+        self._variants: list[tuple[ImageValidatingPolicy, CompiledImageValidatingPolicy | None]] = [
+            (policy, self.compiled), *((variant, None) for _n, _t, variant in image_autogen_configs(policy))]
 
     @property
     def ok(self) -> bool:
         return self.compiled.ok
 
     def selects(self, subject: Subject) -> bool:
+        return self._variant(subject) is not None
+
+    def _variant(self, subject: Subject) -> CompiledImageValidatingPolicy | None:
+        """The compiled policy or autogen variant whose constraints select ``subject``."""
         policy = self.policy
         if policy.namespace and not (subject.type.namespaced and subject.namespace == policy.namespace):
-            return False
-        if subject.json_payload:
-            return policy.json_mode
-        match = policy.spec.match_constraints
-        return match is not None and rules_match(match, subject) and selectors_match(match, subject)
+            return None
+        for index, (variant, compiled) in enumerate(self._variants):
+            match = variant.spec.match_constraints
+            chosen = policy.json_mode if subject.json_payload else \
+                match is not None and rules_match(match, subject) and selectors_match(match, subject)
+            if chosen:
+                if compiled is None:
+                    compiled = compile_image_validating_policy(variant)
+                    self._variants[index] = (variant, compiled)
+                return compiled
+        return None
 
-    def image_selected(self, image: str, data: SubjectData | None = None) -> bool:
+    def image_selected(self, image: str, compiled: CompiledImageValidatingPolicy | None = None) -> bool:
         """Whether matchImageReferences select ``image`` (all images when there are none)."""
-        references = self.compiled.image_references
+        references = (compiled or self.compiled).image_references
         if not references:
             return True
         for reference in references:
@@ -132,15 +146,16 @@ class ImagePolicyEngine:
                  loaded: dict[str, Any] | None = None) -> ImageOutcome | None:
         """The policy's outcome on ``subject`` (None when it does not apply). ``outcomes``: the request's
         verification outcomes, shared by its policies; ``loaded``: images loaded for the request, shared too."""
-        if not self.selects(subject):
+        compiled = self._variant(subject)
+        if compiled is None:
             return None
-        spec = self.policy.spec
+        spec = compiled.policy.spec
         data = SubjectData(subject, spec.evaluation.mode)
-        if not self.compiled.ok:
+        if not compiled.ok:
             return ImageOutcome(self._result(data, ERROR, "failed to compile policy: " + "; ".join(
-                p.short() for p in self.compiled.errors())))
-        run = _PolicyRun(self.compiled, data, None)
-        stop = conditions_outcome(run, self.compiled.match_conditions, spec.failure_policy)
+                p.short() for p in compiled.errors())))
+        run = _PolicyRun(compiled, data, None)
+        stop = conditions_outcome(run, compiled.match_conditions, spec.failure_policy)
         if stop is not None:
             if stop[0] == SKIP:
                 return None  # Kyverno: no response for a policy whose conditions do not hold
@@ -157,7 +172,7 @@ class ImagePolicyEngine:
                                              exception=e.name), required=False)
 
         try:
-            images = self._images(subject, run)
+            images = self._images(compiled, subject, run)
         except EvaluationError as exc:
             return ImageOutcome(self._result(data, ERROR, f"failed to evaluate policy: {exc}"))
         selected = list(dict.fromkeys(i for found in images.values() for i in found))
@@ -174,7 +189,7 @@ class ImagePolicyEngine:
                     outcome.result = self._result(data, FAIL, f"image {image} does not have a digest")
                     return outcome
         verification = Verification(
-            registry=registry, matches=self.image_selected,
+            registry=registry, matches=lambda image: self.image_selected(image, compiled),
             attestations={a.name: a for a in spec.attestations}, outcomes=outcomes,
             policy_key=(self.policy.uid or self.policy.key, self.policy.generation), cache=cache, deadline=deadline,
             images=loaded)
@@ -185,7 +200,7 @@ class ImagePolicyEngine:
                 outcome.result = self._result(data, ERROR, f"failed to evaluate policy: {exc}")
                 return outcome
         try:
-            attestors = self._attestors(run)
+            attestors = self._attestors(compiled, run)
         except EvaluationError as exc:
             outcome.result = self._result(data, ERROR, f"failed to evaluate policy: {exc}")
             return outcome
@@ -193,26 +208,27 @@ class ImagePolicyEngine:
                    "attestations": {a.name: a.name for a in spec.attestations}})
         run.rebase(data)
         with verifying(verification):
-            outcome.result = self._validate(run, data, verification)
+            outcome.result = self._validate(compiled, run, data, verification)
         return outcome
 
     # -- steps ----------------------------------------------------------------------------------------------
 
-    def _images(self, subject: Subject, run: _PolicyRun) -> dict[str, list[str]]:
+    def _images(self, compiled: CompiledImageValidatingPolicy, subject: Subject,
+                run: _PolicyRun) -> dict[str, list[str]]:
         images = default_images(subject) if not subject.json_payload else {}
-        for name, prog in self.compiled.extractors:
+        for name, prog in compiled.extractors:
             value = run.eval(prog)
             if not isinstance(value, list):
                 raise EvaluationError(f"image extractor {name} returned {type(value).__name__}, not a list")
             images[name] = [str(v) for v in value]
-        return {name: [i for i in found if self.image_selected(i)] for name, found in images.items()}
+        return {name: [i for i in found if self.image_selected(i, compiled)] for name, found in images.items()}
 
-    def _attestors(self, run: _PolicyRun) -> dict[str, Any]:
+    def _attestors(self, compiled: CompiledImageValidatingPolicy, run: _PolicyRun) -> dict[str, Any]:
         """The attestors as written, their CEL fields replaced by their values (Kyverno: a key expression's value
         is the key's data, a StringOrExpression's its value)."""
-        out: dict[str, Any] = {a.name: copy.deepcopy(dict(a.raw)) for a in self.policy.spec.attestors}
-        names = [a.name for a in self.policy.spec.attestors]
-        for index, sub_path, prog in self.compiled.attestors:
+        out: dict[str, Any] = {a.name: copy.deepcopy(dict(a.raw)) for a in compiled.policy.spec.attestors}
+        names = [a.name for a in compiled.policy.spec.attestors]
+        for index, sub_path, prog in compiled.attestors:
             value = run.eval(prog)
             if not isinstance(value, str):
                 raise EvaluationError(f"failed to convert {sub_path.split('.')[1]} in compiled attestor: "
@@ -226,8 +242,8 @@ class ImagePolicyEngine:
             holder["data" if parts[-2] == "key" else "value"] = value
         return out
 
-    def _validate(self, run: _PolicyRun, data: SubjectData, verification: Verification) -> Result:
-        compiled = self.compiled
+    def _validate(self, compiled: CompiledImageValidatingPolicy, run: _PolicyRun, data: SubjectData,
+                  verification: Verification) -> Result:
         for index, prog, msg_prog in compiled.validations:
             try:
                 value = run.eval(prog)
@@ -238,7 +254,7 @@ class ImagePolicyEngine:
             if value is not False:
                 return self._result(data, ERROR, f"{EVALUATION_FAILED}expected a bool, got {type(value).__name__}",
                                     validation=index)
-            message = failure_message(self.policy.spec.validations[index], index, run, msg_prog)
+            message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
             reasons = [f"image {image}: attestor {attestor}{f' ({attestation})' if attestation else ''}: {why}"
                        for (image, attestor, attestation), why in verification.failures.items()]
             if reasons:
