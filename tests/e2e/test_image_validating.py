@@ -1,11 +1,20 @@
-"""ImageValidatingPolicy and NamespacedImageValidatingPolicy on the real control plane, before vpol verifies
-images: the kinds are served (every version, short names, printer columns), a valid policy is compiled into its
-status and says it is not enforced (Verifying=False, reason NotSupported, never Ready: a policy vpol does not
-enforce must not look enforced), and a broken one is refused at `kubectl apply` with `vpol check`'s messages."""
+"""ImageValidatingPolicy and NamespacedImageValidatingPolicy on the real control plane, with a real registry and
+signatures cosign made (tests/signing/tools.py), the operator running as its ServiceAccount:
+
+- the kinds are served (every version, short names, printer columns), a valid policy is compiled into its status
+  and becomes Ready once vpol's image webhooks serve it (AdmissionEnforced=True, reason Webhook), and a broken one
+  is refused at `kubectl apply` with `vpol check`'s messages (or, stored behind the webhook's back, said so in
+  status);
+- at admission: a Pod whose image the policy's key signed is admitted, one unsigned or signed by another key is
+  denied with a message naming the image and the attestor, a tag is pinned to the digest the registry resolves
+  (mutateDigest) and then verified, a Deployment is checked by the policy's autogen variant;
+- a stopped registry: requests are answered within the webhook timeout by the policy's failurePolicy, an image
+  verified before is still admitted from the cache, and a restarted registry is used again."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +26,7 @@ from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
 from tests.e2e.test_generate_delete import Kube
 from tests.e2e.test_policy_validation import served_by, vpol_check
 from tests.e2e.vpol_fixtures import vpol_installed, wait_for  # noqa: F401
+from tests.signing.tools import RegistryProcess, Signer
 
 GROUP = "policies.kyverno.io"
 KEY = ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEzJ2Wzd6cGaiU2Ef8b2XIbdmz4Iu2\n"
@@ -49,27 +59,29 @@ def kube(operator: OperatorProcess, cluster: Any) -> Iterator[Kube]:
 
 @pytest.mark.parametrize("kind,short,versions", [("ImageValidatingPolicy", "ivpol", ("v1", "v1beta1", "v1alpha1")),
                                                  ("NamespacedImageValidatingPolicy", "nivpol", ("v1", "v1beta1"))])
-def test_a_valid_policy_is_compiled_and_says_it_is_not_enforced(
+def test_every_version_is_compiled_and_ready_once_the_webhooks_serve_it(
         kind: str, short: str, versions: tuple[str, ...], kube: Kube, cluster: Any, namespace: str,
         unique_name: Callable[..., str]) -> None:
     names = []
+    where = namespace if kind.startswith("Namespaced") else ""
     for version in versions:
         metadata = {"name": unique_name("ivpol", version)}
-        if kind.startswith("Namespaced"):
-            metadata["namespace"] = namespace
+        if where:
+            metadata["namespace"] = where
         kube.apply({"apiVersion": f"{GROUP}/{version}", "kind": kind, "metadata": metadata, "spec": spec()})
         names.append(metadata["name"])
-    where = namespace if kind.startswith("Namespaced") else ""
     for name in names:
-        verifying = wait_for(f"{kind} {name}: Verifying", lambda: kube.condition(short, name, "Verifying", where))
-        assert verifying["status"] == "False" and verifying["reason"] == "NotSupported", verifying
-        assert "nothing enforces this policy" in verifying["message"]
-        compiled = kube.condition(short, name, "Compiled", where)
-        assert compiled is not None and compiled["status"] == "True", compiled
-        ready = kube.condition(short, name, "Ready", where)
-        assert ready is not None and ready["status"] == "False" and "Verifying is False" in ready["message"]
+        kube.wait_ready(short, name, where, timeout=90)
+        enforced = kube.condition(short, name, "AdmissionEnforced", where)
+        assert enforced is not None and enforced["status"] == "True" and enforced["reason"] == "Webhook", enforced
+        assert "vpol-validating" in enforced["message"] and "vpol-mutating" in enforced["message"]
+        scanned = kube.condition(short, name, "BackgroundScanned", where)
+        assert scanned is not None and scanned["status"] == "False" and scanned["reason"] == "NotSupported"
         body = kube.get(short, name, where)
-        assert body is not None and body["status"]["conditionStatus"]["ready"] is False
+        assert body is not None and body["status"]["conditionStatus"]["ready"] is True
+    config = json.loads(cluster.kubectl("get", "validatingwebhookconfiguration", "vpol-validating", "-o",
+                                        "json").stdout)
+    assert {"fail.images.validate.vpol.kyverno.io"} <= {w["name"] for w in config["webhooks"]}
     args = ["get", short, "-o", "json"] + (["-n", namespace] if where else [])
     listed = {i["metadata"]["name"] for i in json.loads(cluster.kubectl(*args).stdout)["items"]}
     assert set(names) <= listed
@@ -120,3 +132,110 @@ def test_invalid_policies_are_refused_with_vpol_checks_messages(
     assert proc.returncode != 0, f"{kind} admitted:\n{proc.stdout}"
     for line in expected:
         assert line in proc.stderr, (line, proc.stderr)
+
+
+# --- admission with a real registry and cosign's signatures ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[RegistryProcess]:
+    proc = RegistryProcess().start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def signed(registry: RegistryProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A key pair, another one, and images: signed by the first (by digest and by tag), by the other, unsigned."""
+    signer = Signer(tmp_path_factory.mktemp("cosign"))
+    key, public = signer.key_pair("trusted")
+    other, _other_public = signer.key_pair("other")
+    host = registry.host
+    out: dict[str, Any] = {"public": public, "signer": signer, "host": host, "key": key}
+    for name in ("good", "tagged", "unsigned", "stranger", "later"):
+        out[name] = f"{host}/{name}@{signer.push_image(host, name, tag='v1')}"
+    for name in ("good", "tagged", "later"):
+        signer.sign(out[name], key)
+    signer.sign(out["stranger"], other)
+    out["tag"] = f"{host}/tagged:v1"
+    return out
+
+
+def image_policy(name: str, public: str, host: str, failure_policy: str = "Fail") -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": name},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                             "operations": ["CREATE", "UPDATE"],
+                                                             "resources": ["pods"]}]},
+                     "failurePolicy": failure_policy,
+                     "webhookConfiguration": {"timeoutSeconds": 6},
+                     "matchImageReferences": [{"glob": f"{host}/*"}],
+                     "attestors": [{"name": "trusted", "cosign": {"key": {"data": public},
+                                                                  "ctlog": {"insecureIgnoreTlog": True}}}],
+                     "validations": [{"expression": "images.containers.map(i, verifyImageSignatures(i, "
+                                                    "[attestors.trusted])).all(n, n > 0)",
+                                      "message": "images must be signed"}]}}
+
+
+def pod_doc(name: str, namespace: str, image: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"containers": [{"name": "app", "image": image}]}}
+
+
+def create(cluster: Any, doc: dict[str, Any]) -> Any:
+    return cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(doc), check=False)
+
+
+def test_signed_images_are_admitted_others_denied_and_tags_pinned(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any]) -> None:
+    name = unique_name("ivpol", "admit")
+    kube.apply(image_policy(name, signed["public"], signed["host"]))
+    kube.wait_ready("ivpol", name, timeout=90)
+
+    proc = create(cluster, pod_doc("good", namespace, signed["good"]))
+    assert proc.returncode == 0, proc.stderr
+    for what in ("unsigned", "stranger"):
+        proc = create(cluster, pod_doc(what, namespace, signed[what]))
+        assert proc.returncode != 0, f"{what} admitted"
+        assert f"Policy {name} failed: images must be signed (image {signed[what]}: attestor trusted: " in \
+            proc.stderr, proc.stderr
+    # A tag: pinned to the digest the registry resolves, then verified.
+    proc = create(cluster, pod_doc("tagged", namespace, signed["tag"]))
+    assert proc.returncode == 0, proc.stderr
+    image = json.loads(proc.stdout)["spec"]["containers"][0]["image"]
+    assert image == f"{signed['tag']}@{signed['tagged'].split('@')[1]}"
+    # A Deployment: the autogen variant checks its pod template (verifyDigest: the tag is not pinned there).
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": namespace},
+                  "spec": {"selector": {"matchLabels": {"app": "web"}},
+                           "template": {"metadata": {"labels": {"app": "web"}},
+                                        "spec": {"containers": [{"name": "app", "image": signed["unsigned"]}]}}}}
+    proc = create(cluster, deployment)
+    assert proc.returncode != 0 and f"Policy {name} failed" in proc.stderr, proc.stderr
+    deployment["spec"]["template"]["spec"]["containers"][0]["image"] = signed["good"]
+    proc = create(cluster, deployment)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_stopped_registry_is_answered_by_the_failure_policy_within_the_timeout(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any],
+        registry: RegistryProcess) -> None:
+    name = unique_name("ivpol", "outage")
+    kube.apply(image_policy(name, signed["public"], signed["host"]))
+    kube.wait_ready("ivpol", name, timeout=90)
+    assert create(cluster, pod_doc("before", namespace, signed["good"])).returncode == 0  # verified: cached
+    registry.stop()
+    try:
+        started = time.monotonic()
+        proc = create(cluster, pod_doc("during", namespace, signed["later"]))
+        elapsed = time.monotonic() - started
+        assert proc.returncode != 0 and f"Policy {name} error: " in proc.stderr, proc.stderr
+        assert "connection refused" in proc.stderr
+        assert elapsed < 6, elapsed
+        # What was verified before the outage is still admitted (the cache), without the registry.
+        assert create(cluster, pod_doc("cached", namespace, signed["good"])).returncode == 0
+    finally:
+        registry.start()
+    # The restarted registry (in memory: its images are pushed and signed again) is used again.
+    signer: Signer = signed["signer"]
+    again = f"{signed['host']}/again@{signer.push_image(signed['host'], 'again')}"
+    signer.sign(again, signed["key"])
+    proc = create(cluster, pod_doc("after", namespace, again))
+    assert proc.returncode == 0, proc.stderr

@@ -29,7 +29,7 @@ import kopf
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
-from vpol.desired.webhook_coverage import covered
+from vpol.desired.webhook_coverage import IMAGE_PREFIX, covered
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
@@ -145,7 +145,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                      on_policy=rt.scanner.set_mutating if rt.scanner else None,
                                      scans=rt.scanner is not None)
     rt.lifecycle = LifecycleReconciler(rt.reconciler.objects, discovery, access=rt.reconciler.access,
-                                       runner=rt.scanner)
+                                       runner=rt.scanner, webhook=options.webhook, prover=rt.prover)
     if rt.scanner is not None:
         rt.scanner.notify = rt.queue.add  # thread-safe: the queue hands adds from other threads to its loop
     if options.webhook:
@@ -311,17 +311,19 @@ async def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any]
                labels=OWN_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
 async def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
                                                **_: Any) -> None:
-    """MutatingPolicies whose covered generation changed get their AdmissionEnforced condition rewritten."""
+    """MutatingPolicies (and ImageValidatingPolicies pinning digests, keyed ``ivpol:<key>`` there and in the queue)
+    whose covered generation changed get their AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
     rt.covered_mutating, changed = _coverage_changes(rt.covered_mutating, type, body)
     for key in changed:
-        _enqueue(memo, mutating_key(key))
+        _enqueue(memo, key if key.startswith(IMAGE_PREFIX) else mutating_key(key))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                labels=OWN_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
 async def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """Policies whose covered generation changed get their AdmissionEnforced condition rewritten."""
+    """Policies whose covered generation changed get their AdmissionEnforced condition rewritten (an
+    ImageValidatingPolicy's coverage key, ``ivpol:<key>``, is its queue key)."""
     rt = _runtime(memo)
     rt.covered, changed = _coverage_changes(rt.covered, type, body)
     for key in changed:
@@ -370,7 +372,8 @@ async def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) ->
             kind, name = str(ref.get("kind") or ""), str(ref["name"])
             key = mutating_key(name) if kind == "MutatingPolicy" else \
                 lifecycle_key(GENERATING, name) if kind == "GeneratingPolicy" else \
-                lifecycle_key(DELETING, name) if kind == "DeletingPolicy" else name
+                lifecycle_key(DELETING, name) if kind == "DeletingPolicy" else \
+                lifecycle_key(IMAGE_VALIDATING, name) if kind == "ImageValidatingPolicy" else name
             _enqueue(memo, key)
 
 

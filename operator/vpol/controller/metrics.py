@@ -65,6 +65,9 @@ ADMISSION_DECISIONS = Counter("vpol_admission_decisions_total",
 ADMISSION_LATENCY = Histogram("vpol_admission_duration_seconds", "Time to answer an admission request",
                               ["webhook"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                                                     5, 10))
+IMAGE_CACHE = Counter("vpol_image_verification_cache_total",
+                      "Image verifications of ImageValidatingPolicies at admission answered from the cache (hit) or "
+                      "from the registry (miss)", ["result"])
 ADMISSION_POLICY_LATENCY = Histogram("vpol_admission_policy_duration_seconds",
                                      "Evaluation time of an admission request, shared out evenly among the "
                                      "policies it evaluated (per policy)", ["policy"],

@@ -269,19 +269,7 @@ class Reconciler:
         return proof_of_native(self.prover, self.written_at, key, body, generation, kind, changed, reason)
 
     def _webhook_state(self, key: str, body: dict[str, Any], generation: int) -> WebhookState:
-        state = WebhookState(enabled=True, configuration=self.webhook_configuration)
-        try:
-            config = self.objects.get_webhook_configuration(self.webhook_configuration)
-        except ApiException as exc:
-            return WebhookState(enabled=True, configuration=self.webhook_configuration, error=api_message(exc))
-        if config is None:
-            return state
-        covered = covered_generation(config, key)
-        if covered is None or covered < generation:
-            return state
-        proof = proof_of_webhook(self.prover, key, body, generation, config, self.webhook_configuration, False)
-        return WebhookState(enabled=True, configuration=self.webhook_configuration, covered=True,
-                            pending="" if proof.proven else proof.waiting_for)
+        return webhook_state(self.objects, self.prover, self.webhook_configuration, key, body, generation)
 
     def _vap_warnings(self, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
         out = []
@@ -311,6 +299,27 @@ class Reconciler:
             self.written_versions[result.name] = self.objects.patch_policy_status(result.name, desired)
             result.status_written = True
         return result
+
+
+def webhook_state(objects: Objects, prover: EnforcementProver | None, configuration: str, key: str,
+                  body: dict[str, Any], generation: int, *, mutating: bool = False,
+                  coverage_key: str = "") -> WebhookState:
+    """Whether the webhook configuration ``configuration`` in the cluster covers generation ``generation`` of policy
+    ``key`` (under ``coverage_key`` in its annotation, when that differs), and whether the API server is known to
+    call vpol with it."""
+    state = WebhookState(enabled=True, configuration=configuration)
+    try:
+        config = objects.get_webhook_configuration(configuration, mutating=mutating)
+    except ApiException as exc:
+        return WebhookState(enabled=True, configuration=configuration, error=api_message(exc))
+    if config is None:
+        return state
+    covered = covered_generation(config, coverage_key or key)
+    if covered is None or covered < generation:
+        return state
+    proof = proof_of_webhook(prover, key, body, generation, config, configuration, mutating)
+    return WebhookState(enabled=True, configuration=configuration, covered=True,
+                        pending="" if proof.proven else proof.waiting_for)
 
 
 def enforced_already(body: dict[str, Any], generation: int, reason: str) -> bool:

@@ -12,9 +12,10 @@ says what it does and what it lacks, written only when it changed:
 - ``Generating`` (False when the operator runs no background work) and ``GenerationSucceeded`` (informational:
   False with the last error while generating for a trigger fails, for example a namespaced policy generating
   into another namespace); ``Scheduled`` (when a DeletingPolicy runs next);
-- an ImageValidatingPolicy's ``Verifying``: False, reason ``NotSupported``, since vpol validates the kind (it is
-  compiled and refused at apply time when broken) but does not verify images yet: nothing enforces the policy, so
-  it is never Ready;
+- an ImageValidatingPolicy's ``AdmissionEnforced`` (when admission is enabled): True (reason ``Webhook``) once
+  vpol's validating webhook configuration, and for a policy that pins digests its mutating one too, cover the
+  policy's generation and the API server is known to call vpol with them; and ``BackgroundScanned``
+  (informational): False, reason ``NotSupported``, since existing workloads are not scanned with the kind yet;
 - ``Ready`` when every condition but the informational ones is True.
 
 Queue keys are ``gpol:<key>``, ``dpol:<key>`` and ``ivpol:<key>`` (``<key>``: ``name`` or ``namespace/name``).
@@ -28,7 +29,11 @@ from typing import Any, Protocol
 
 from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy, compile_image_validating_policy
 from vpol.controller.deletion import candidates, due_at
-from vpol.controller.reconcile import DiscoveryCache, ReconcileResult
+from vpol.controller.enforcement_proof import EnforcementProver
+from vpol.controller.reconcile import DiscoveryCache, ReconcileResult, webhook_state
+from vpol.desired.enforcement import WebhookState
+from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
+from vpol.desired.webhook_coverage import IMAGE_PREFIX
 from vpol.desired.status import Findings, lifecycle_status, status_changed
 from vpol.engine.mutate_existing import trigger_resources
 from vpol.kube.access import AccessChecker
@@ -43,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 GENERATING, DELETING, IMAGE_VALIDATING = "gpol", "dpol", "ivpol"
 GENERATING_CONDITION = "Generating"
-VERIFYING = "Verifying"
+BACKGROUND_SCANNED = "BackgroundScanned"
 GENERATION_SUCCEEDED = "GenerationSucceeded"
 SCHEDULED = "Scheduled"
 #: What generation needs on the kinds it writes (watch: synchronized downstreams are watched).
@@ -69,6 +74,23 @@ class Runner(Protocol):
     def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None: ...
 
 
+def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[tuple[bool, str, str], str]:
+    """The AdmissionEnforced condition of an ImageValidatingPolicy from the state of each webhook configuration it
+    needs (validating; mutating too when it pins digests), and the route in one word."""
+    for state in states:
+        if state.error:
+            return (False, "WebhookNotConfigured", f"not enforced: the webhook configuration {state.configuration} "
+                                                   f"could not be read or written: {state.error}"), "None"
+        if not state.covered:
+            return (False, "Pending", f"waiting for the webhook configuration {state.configuration} to cover "
+                                      f"generation {generation} of the policy"), "Pending"
+        if state.pending:
+            return (False, "Pending", f"{state.configuration} covers generation {generation} of the policy; "
+                                      f"waiting for {state.pending}"), "Pending"
+    names = " and ".join(s.configuration for s in states)
+    return (True, "Webhook", f"enforced by vpol's image webhooks ({names})"), "Webhook"
+
+
 def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[ResourceInfo]:
     """The resources of the kinds a policy's templates name literally (expressions decide theirs at run time)."""
     found: dict[tuple[str, str, str], ResourceInfo] = {}
@@ -90,8 +112,12 @@ def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[Resou
 
 class LifecycleReconciler:
     def __init__(self, objects: Objects, discovery: DiscoveryCache, *, access: AccessChecker | None = None,
-                 runner: Runner | None = None):
+                 runner: Runner | None = None, webhook: bool = False, prover: EnforcementProver | None = None):
         self.objects = objects
+        #: Whether the operator runs its admission webhook (which enforces ImageValidatingPolicies), and the
+        #: prover of the API server calling it.
+        self.webhook = webhook
+        self.prover = prover
         self.discovery = discovery
         self.access = access
         #: The scanner (None: the operator runs no background work, so nothing generates or deletes).
@@ -113,10 +139,10 @@ class LifecycleReconciler:
         if kind == GENERATING:
             self._generating(name, body, findings)
         elif kind == IMAGE_VALIDATING:
-            self._image_validating(body, findings)
+            result.enforcement = self._image_validating(name, body, generation, findings)
         else:
             self._deleting(name, body, findings)
-        result.enforcement = "NotApplicable"
+        result.enforcement = result.enforcement or "NotApplicable"
         current = body.get("status") or {}
         desired = lifecycle_status(findings, current)
         result.ready = bool(desired["conditionStatus"]["ready"])
@@ -184,18 +210,34 @@ class LifecycleReconciler:
                           f"the last generation failed: {error}" if error else "no generation has failed", True))
         findings.extra = extra
 
-    @staticmethod
-    def _image_validating(body: dict[str, Any], findings: Findings) -> None:
-        """Compiled and said not to be enforced: vpol cannot verify images yet."""
+    def _image_validating(self, name: str, body: dict[str, Any], generation: int, findings: Findings) -> str:
+        """Compiled, and enforced once vpol's image webhooks serve this generation (the route in one word)."""
         policy, problems = parse_image_validating_policy(body)
         errors = [p.short() for p in problems if p.severity == "error"]
         if policy is not None and not errors:
             errors = [p.short() for p in compile_image_validating_policy(policy).errors()]
         findings.compile_errors = errors
         findings.rbac_applicable = False
-        findings.extra = [(VERIFYING, False, "NotSupported",
-                           "nothing enforces this policy: vpol does not verify image signatures and attestations yet, "
-                           "so neither admission requests nor existing workloads are checked against it", False)]
+        findings.extra = [(BACKGROUND_SCANNED, False, "NotSupported",
+                           "existing workloads are not scanned with ImageValidatingPolicies yet: only admission "
+                           "requests are checked", True)]
+        if policy is None or not policy.spec.evaluation.admission_enabled or policy.json_mode:
+            return "NotApplicable"
+        if errors:
+            findings.admission = (False, "CompilationFailed", "not enforced: the policy does not compile")
+            return "None"
+        if not self.webhook:
+            findings.admission = (False, "WebhookDisabled", "not enforced: ImageValidatingPolicies are enforced by "
+                                                            "vpol's admission webhook, and the operator runs without "
+                                                            "it (--webhook=off)")
+            return "None"
+        states = [webhook_state(self.objects, self.prover, WEBHOOK_CONFIGURATION, IMAGE_PREFIX + name, body,
+                                generation, coverage_key=IMAGE_PREFIX + name)]
+        if policy.spec.validation_configurations.mutate_digest:
+            states.append(webhook_state(self.objects, self.prover, MUTATING_WEBHOOK_CONFIGURATION, IMAGE_PREFIX + name,
+                                        body, generation, mutating=True, coverage_key=IMAGE_PREFIX + name))
+        findings.admission, route = _image_admission(states, generation)
+        return route
 
     def _deleting(self, name: str, body: dict[str, Any], findings: Findings) -> None:
         policy, problems = parse_deleting_policy(body)

@@ -34,28 +34,32 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
-from vpol.engine.autogen import autogen_configs, mutating_autogen_configs
+from vpol.engine.autogen import autogen_configs, image_autogen_configs, mutating_autogen_configs
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 WEBHOOK_CONFIGURATION = "vpol-validating"
 #: The MutatingWebhookConfiguration of the MutatingPolicies the API server cannot apply natively.
 MUTATING_WEBHOOK_CONFIGURATION = "vpol-mutating"
-AnyPolicy = ValidatingPolicy | MutatingPolicy
+AnyPolicy = ValidatingPolicy | MutatingPolicy | ImageValidatingPolicy
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 FAILURE_POLICIES = ("Fail", "Ignore")
 
 
-def webhook_path(failure_policy: str, mutating: bool = False) -> str:
-    return f"/{'mutate' if mutating else 'validate'}/{failure_policy.lower()}"
+def webhook_path(failure_policy: str, mutating: bool = False, images: bool = False) -> str:
+    return f"{'/images' if images else ''}/{'mutate' if mutating else 'validate'}/{failure_policy.lower()}"
 
 
-def webhook_name(failure_policy: str, mutating: bool = False) -> str:
-    return f"{failure_policy.lower()}.{'mutate' if mutating else 'validate'}.vpol.kyverno.io"
+def webhook_name(failure_policy: str, mutating: bool = False, images: bool = False) -> str:
+    return f"{failure_policy.lower()}.{'images.' if images else ''}{'mutate' if mutating else 'validate'}" \
+           ".vpol.kyverno.io"
 
 
 def _variants(policy: AnyPolicy) -> list[AnyPolicy]:
+    if isinstance(policy, ImageValidatingPolicy):
+        return [policy, *(variant for _name, _targets, variant in image_autogen_configs(policy))]
     if isinstance(policy, MutatingPolicy):
         return [policy, *(variant for _name, variant in mutating_autogen_configs(policy))]
     return [policy, *(c.policy for c in autogen_configs(policy))]
@@ -126,21 +130,36 @@ def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[st
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
 
 
+def image_webhook_policies(images: Sequence[ImageValidatingPolicy], mutating: bool) -> list[ImageValidatingPolicy]:
+    """The ImageValidatingPolicies of the validating image webhooks (all), or of the mutating ones (those that pin
+    tags to digests)."""
+    return [p for p in images if not mutating or p.spec.validation_configurations.mutate_digest]
+
+
 def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_config: Mapping[str, Any],
                                   timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
-                                  mutating: bool = False,
-                                  owner: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+                                  mutating: bool = False, owner: Mapping[str, Any] | None = None,
+                                  images: Sequence[ImageValidatingPolicy] = ()) -> dict[str, Any] | None:
     """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none.
 
     ``mutating``: a MutatingWebhookConfiguration (``vpol-mutating``, webhooks ``<fp>.mutate.vpol.kyverno.io``
     at ``/mutate/<fp>``) for MutatingPolicies; its ``reinvocationPolicy`` is ``IfNeeded`` when any policy of
     the webhook asks for it. ``owner``: an ownerReference (:func:`owner_reference`) the configuration carries.
+    ``images``: ImageValidatingPolicies, served by webhooks of their own (``<fp>.images.validate.vpol.kyverno.io``
+    at ``/images/validate/<fp>``, and in the mutating configuration ``<fp>.images.mutate.vpol.kyverno.io`` at
+    ``/images/mutate/<fp>`` for those that pin digests), as Kyverno serves them apart from its other policies:
+    their requests wait on registries.
     """
-    if not policies:
+    image_policies = image_webhook_policies(images, mutating)
+    if not policies and not image_policies:
         return None
     webhooks = []
+    groups: list[tuple[str, bool, list[AnyPolicy]]] = []
     for failure_policy in FAILURE_POLICIES:
-        group = [p for p in policies if p.spec.failure_policy == failure_policy]
+        groups.append((failure_policy, False, [p for p in policies if p.spec.failure_policy == failure_policy]))
+    for failure_policy in FAILURE_POLICIES:
+        groups.append((failure_policy, True, [p for p in image_policies if p.spec.failure_policy == failure_policy]))
+    for failure_policy, for_images, group in groups:
         if not group:
             continue
         rules = sorted({rule for p in group for rule in _rules(p)})
@@ -148,8 +167,8 @@ def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_confi
             continue
         timeouts = [p.spec.webhook_timeout_seconds for p in group if p.spec.webhook_timeout_seconds]
         webhook: dict[str, Any] = {
-            "name": webhook_name(failure_policy, mutating),
-            "clientConfig": client_config_at(client_config, webhook_path(failure_policy, mutating)),
+            "name": webhook_name(failure_policy, mutating, for_images),
+            "clientConfig": client_config_at(client_config, webhook_path(failure_policy, mutating, for_images)),
             "rules": [_rule_dict(r) for r in rules],
             "failurePolicy": failure_policy,
             "matchPolicy": "Equivalent",

@@ -14,19 +14,26 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 ANNOTATION = "vpol.kyverno.io/policies"
 
 
-def coverage(policies: Iterable[ValidatingPolicy | MutatingPolicy]) -> dict[str, int]:
+#: An ImageValidatingPolicy's key in the annotation (``ivpol:<key>``: a ValidatingPolicy may have the same key).
+IMAGE_PREFIX = "ivpol:"
+
+
+def coverage(policies: Iterable[ValidatingPolicy | MutatingPolicy],
+             images: Iterable[ImageValidatingPolicy] = ()) -> dict[str, int]:
     """Policy key -> generation."""
-    return {p.key: p.generation for p in policies}
+    return {**{p.key: p.generation for p in policies}, **{IMAGE_PREFIX + p.key: p.generation for p in images}}
 
 
-def coverage_annotation(policies: Iterable[ValidatingPolicy | MutatingPolicy]) -> dict[str, str]:
-    return {ANNOTATION: json.dumps(coverage(policies), sort_keys=True, separators=(",", ":"))}
+def coverage_annotation(policies: Iterable[ValidatingPolicy | MutatingPolicy],
+                        images: Iterable[ImageValidatingPolicy] = ()) -> dict[str, str]:
+    return {ANNOTATION: json.dumps(coverage(policies, images), sort_keys=True, separators=(",", ":"))}
 
 
 def covered(config: Mapping[str, Any] | None) -> dict[str, int]:

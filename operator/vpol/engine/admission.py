@@ -29,6 +29,7 @@ import jsonpatch  # type: ignore[import-untyped]
 
 from vpol.engine.evaluate import ERROR, FAIL, WARN, Result
 from vpol.engine.request import ResourceType, Subject
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.policy import ACTION_AUDIT, ACTION_DENY, ACTION_WARN, ValidatingPolicy
 
 ALLOW, DENY, WARNED, AUDIT, ERRORED = "allow", "deny", "warn", "audit", "error"
@@ -84,7 +85,7 @@ def _annotation_key(policy_key: str, key: str) -> str:
     return f"{policy_key.replace('/', '.')}.{key}"[:63].strip(".-_")
 
 
-def decide(results: Sequence[Result], policies: Mapping[str, ValidatingPolicy]) -> Decision:
+def decide(results: Sequence[Result], policies: Mapping[str, ValidatingPolicy | ImageValidatingPolicy]) -> Decision:
     """One decision from the results of the policies (keyed by policy key) that matched."""
     decision = Decision()
     denials: list[str] = []

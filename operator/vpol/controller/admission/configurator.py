@@ -37,7 +37,7 @@ from kubernetes import client
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.policy_webhook import POLICY_VALIDATION_CONFIGURATION, policy_validation_configuration
 from vpol.desired.probe import PROBE_PATH, with_probe
-from vpol.desired.webhook import client_config_at, desired_webhook_configuration
+from vpol.desired.webhook import client_config_at, desired_webhook_configuration, image_webhook_policies
 from vpol.desired.webhook_coverage import coverage_annotation
 from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
@@ -54,7 +54,8 @@ def client_config(*, url: str = "", service: Mapping[str, Any] | None = None, ca
 def with_coverage(config: dict[str, Any], snapshot: Snapshot, mutating: bool = False) -> dict[str, Any]:
     md = config.setdefault("metadata", {})
     policies = snapshot.mutating.values() if mutating else snapshot.policies.values()
-    md["annotations"] = {**(md.get("annotations") or {}), **coverage_annotation(policies)}
+    images = image_webhook_policies(list(snapshot.images.values()), mutating)
+    md["annotations"] = {**(md.get("annotations") or {}), **coverage_annotation(policies, images)}
     return config
 
 
@@ -129,12 +130,13 @@ class WebhookConfigurator(threading.Thread):
     def waits(self, snapshot: Snapshot) -> bool:
         """Whether writing must wait: the local server does not answer for these policies yet."""
         needed = snapshot.mutating if self.mutating else snapshot.policies
-        return bool(needed) and self.serving() < snapshot.version
+        images = image_webhook_policies(list(snapshot.images.values()), self.mutating)
+        return bool(needed or images) and self.serving() < snapshot.version
 
     def desired(self, snapshot: Snapshot) -> dict[str, Any] | None:
         policies: list[Any] = sorted((snapshot.mutating if self.mutating else snapshot.policies).values(),
                                      key=lambda p: p.key)
-        if not policies:
+        if not policies and not image_webhook_policies(list(snapshot.images.values()), self.mutating):
             return None
         config = self.client_config()
         if config is None:
@@ -153,7 +155,8 @@ class WebhookConfigurator(threading.Thread):
                owner: dict[str, Any] | None) -> dict[str, Any] | None:
         desired = desired_webhook_configuration(
             policies, client_config=config, timeout_seconds=self.timeout_seconds,
-            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner)
+            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner,
+            images=sorted(snapshot.images.values(), key=lambda p: p.key))
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name

@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.cel.compiler import compile_mutating_policy, compile_verdict
+from vpol.cel.compiler import compile_image_validating_policy, compile_mutating_policy, compile_verdict
 from vpol.controller.reconcile import EXPIRY_MARGIN
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
 from vpol.desired.map import WEBHOOK, mutating_route
@@ -29,12 +29,15 @@ from vpol.kube.dynamic import Watcher
 from vpol.kube.objects import (
     EXCEPTION_PLURAL,
     GROUP,
+    IMAGE_VALIDATING_POLICY_PLURAL,
+    NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL,
     MUTATING_POLICY_PLURAL,
     NAMESPACED_MUTATING_POLICY_PLURAL,
     NAMESPACED_POLICY_PLURAL,
     POLICY_PLURAL,
     STORAGE_VERSION,
 )
+from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
@@ -64,6 +67,8 @@ class Snapshot:
     exceptions: tuple[PolicyException, ...] = ()
     #: The MutatingPolicies vpol's mutating webhook applies (not natively applied), by name.
     mutating: Mapping[str, MutatingPolicy] = field(default_factory=dict)
+    #: The ImageValidatingPolicies vpol's image webhooks enforce (those that compile, admission enabled), by key.
+    images: Mapping[str, ImageValidatingPolicy] = field(default_factory=dict)
     #: Bumped on every change.
     version: int = 0
 
@@ -77,6 +82,7 @@ class AdmissionPolicies:
         self._lock = threading.Lock()
         self._webhook: dict[str, ValidatingPolicy] = {}
         self._mutating: dict[str, MutatingPolicy] = {}
+        self._images: dict[str, ImageValidatingPolicy] = {}
         self._exceptions: dict[str, PolicyException] = {}
         #: Keys seen since each watcher's current list began (to drop vanished ones at SYNCED).
         self._listing: dict[str, set[str]] = {}
@@ -104,6 +110,8 @@ class AdmissionPolicies:
             (EXCEPTION_PLURAL, "PolicyException", self._on_exception),
             (MUTATING_POLICY_PLURAL, "MutatingPolicy", self._on_mutating),
             (NAMESPACED_MUTATING_POLICY_PLURAL, "NamespacedMutatingPolicy", self._on_mutating),
+            (IMAGE_VALIDATING_POLICY_PLURAL, "ImageValidatingPolicy", self._on_image),
+            (NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL, "NamespacedImageValidatingPolicy", self._on_image),
         ):
             watcher = Watcher(self.api, GROUP, STORAGE_VERSION, plural, _tracked(self, plural, handler), kind=kind,
                               on_list=self._listing_starts(plural))
@@ -156,6 +164,23 @@ class AdmissionPolicies:
             self._publish()
         return key
 
+    def _on_image(self, etype: str, obj: dict[str, Any]) -> str:
+        policy, _problems = parse_image_validating_policy(obj)
+        key = _key(obj)
+        wanted = None
+        if policy is not None and etype != "DELETED" and policy.spec.evaluation.admission_enabled and \
+                not policy.json_mode and compile_image_validating_policy(policy).ok:
+            wanted = policy
+        with self._lock:
+            before = self._images.get(key)
+            if wanted is None:
+                self._images.pop(key, None)
+            else:
+                self._images[key] = wanted
+        if before != wanted:
+            self._publish()
+        return key
+
     def _on_exception(self, etype: str, obj: dict[str, Any]) -> str:
         key = _key(obj)
         exc, _problems = parse_exception(obj)
@@ -183,7 +208,12 @@ class AdmissionPolicies:
 
     def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
         with self._lock:
-            if plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
+            if plural in (IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL):
+                namespaced = plural == NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL
+                gone = [k for k in self._images if ("/" in k) == namespaced and k not in seen]
+                for k in gone:
+                    del self._images[k]
+            elif plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
                 namespaced = plural == NAMESPACED_MUTATING_POLICY_PLURAL
                 gone = [k for k in self._mutating if ("/" in k) == namespaced and k not in seen]
                 for k in gone:
@@ -207,7 +237,8 @@ class AdmissionPolicies:
             # publishes a snapshot without it when it does.
             active, upcoming = active_exceptions(self._exceptions.values(), now)
             self._snapshot = Snapshot(policies=dict(self._webhook), exceptions=tuple(active),
-                                      mutating=dict(self._mutating), version=self._snapshot.version + 1)
+                                      mutating=dict(self._mutating), images=dict(self._images),
+                                      version=self._snapshot.version + 1)
             snapshot = self._snapshot
             if self._expiry is not None:
                 self._expiry.cancel()

@@ -57,6 +57,7 @@ from aiohttp import web
 
 from vpol.cel.backend import Backend, using
 from vpol.controller import garbage, metrics
+from vpol.controller.admission.images import ImageAdmission
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
@@ -77,6 +78,9 @@ FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
 #: Longest a request waits for the workers of newer policies to be built (see WebhookServer._current_pool).
 REBUILD_WAIT = 2.0
 MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
+#: The image webhooks (ImageValidatingPolicies: vpol.controller.admission.images), by path: (failurePolicy, mutating).
+IMAGE_PATHS = {webhook_path(fp, mutating, images=True): (fp, mutating)
+               for fp in ("Fail", "Ignore") for mutating in (False, True)}
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class ServerOptions:
     eval_memory_mib: int = 1024
     #: Requests the serving process answers itself when their work is bounded (vpol.engine.inline); None: never.
     inline: InlineLimits | None = InlineLimits()
+    #: The image webhooks' timeout when a policy gives none (seconds; the API server's default, Kyverno's too).
+    image_timeout: int = 10
     #: Open connections at most (beyond, a new one is closed at once); the API server keeps a few per replica.
     max_connections: int = 256
     #: Seconds a connection may stay idle between requests, a TLS handshake may take, and a body may take to
@@ -285,6 +291,8 @@ class WebhookServer:
         self._listener: asyncio.AbstractServer | None = None
         #: Refusals logged per reason (one line per reason and LOG_EVERY seconds: a flood logs little).
         self._refusals_logged: dict[str, tuple[float, int]] = {}
+        self.images = ImageAdmission(lambda: self.policies.snapshot, self._namespace_object,
+                                     timeout_seconds=options.image_timeout)
 
     # -- lifecycle
 
@@ -297,6 +305,8 @@ class WebhookServer:
             app.router.add_post(path, self._handle)
         for path in MUTATING_FAILURE_POLICIES:
             app.router.add_post(path, self._handle_mutate)
+        for path in IMAGE_PATHS:
+            app.router.add_post(path, self._handle_images)
         app.router.add_post(PROBE_PATH, self._probe)
         app.router.add_post(POLICY_VALIDATION_PATH, self._validate_policy)
         app.router.add_get("/healthz", self._healthz)
@@ -347,6 +357,7 @@ class WebhookServer:
             await self._runner.cleanup()
         if self._pool is not None:
             await asyncio.to_thread(self._pool.close)
+        self.images.close()
 
     def _on_change(self, _snapshot: Snapshot) -> None:
         if self._loop is not None:
@@ -483,6 +494,20 @@ class WebhookServer:
         """MutatingPolicies the API server cannot apply natively, evaluated by the same bounded workers as
         validations (a runaway mutation costs a worker its deadline; the failurePolicy answers)."""
         return await self._answer(request, MUTATING_FAILURE_POLICIES[request.path], mutating=True)
+
+    async def _handle_images(self, request: web.Request) -> web.Response:
+        """ImageValidatingPolicies: answered by the image webhooks' own threads, which wait on registries."""
+        failure_policy, mutating = IMAGE_PATHS[request.path]
+        review = await self._read(request, f"images-{'mutate' if mutating else 'validate'}-{failure_policy.lower()}")
+        if isinstance(review, web.Response):
+            return review
+        body = await self.images.answer(review, failure_policy, mutating=mutating,
+                                        namespaced=self._namespaced(review.request))
+        return web.Response(body=body, content_type="application/json")
+
+    def _namespace_object(self, name: str) -> dict[str, Any] | None:
+        found = self.namespaces.cached(name)
+        return found if found is not None else self.namespaces.get(name)
 
     async def _answer(self, request: web.Request, failure_policy: str, *, mutating: bool) -> web.Response:
         """Read the AdmissionReview, have a worker answer it (the event loop never runs CEL), send the answer;

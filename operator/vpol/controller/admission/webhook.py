@@ -73,7 +73,8 @@ class Admission:
             options=ServerOptions(port=options.webhook_port, workers=options.webhook_workers,
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
                                   eval_memory_mib=options.eval_memory_mib,
-                                  inline=InlineLimits() if options.webhook_inline else None), events=events,
+                                  inline=InlineLimits() if options.webhook_inline else None,
+                                  image_timeout=options.webhook_timeout), events=events,
             global_context=global_context)
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}
         self.configurator = WebhookConfigurator(
