@@ -93,3 +93,25 @@ def test_a_private_registry_needs_its_credentials(tmp_path: Path, capsys: pytest
         assert code == 0 and rows[0]["result"] == "pass"
     finally:
         private.stop()
+
+
+def test_vpol_test_verifies_against_the_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 registry: RegistryProcess, signer: Signer,
+                                                 keys: dict[str, tuple[Path, str]]) -> None:
+    """Kyverno's test format for the kind, evaluated against the registry the images name."""
+    host = registry.host
+    signed = f"{host}/test-signed@{signer.push_image(host, 'test-signed')}"
+    signer.sign(signed, keys["trusted"][0])
+    stranger = f"{host}/test-stranger@{signer.push_image(host, 'test-stranger')}"
+    signer.sign(stranger, keys["other"][0])
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(ivpol(keys["trusted"][1], host)))
+    (tmp_path / "resources.yaml").write_text(yaml.safe_dump_all([pod("signed", signed), pod("stranger", stranger),
+                                                                 deployment("web", stranger)]))
+    results = [{"policy": "signed", "resources": ["signed"], "kind": "Pod", "result": "pass"},
+               {"policy": "signed", "resources": ["stranger"], "kind": "Pod", "result": "fail"},
+               {"policy": "signed", "resources": ["web"], "kind": "Deployment", "result": "fail"}]
+    (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "cli.kyverno.io/v1alpha1", "kind": "Test", "metadata": {"name": "signed-images"},
+        "policies": ["policy.yaml"], "resources": ["resources.yaml"], "results": results}))
+    assert main(["test", str(tmp_path)]) == 0
+    assert "3 agreed, 0 disagreed" in capsys.readouterr().out

@@ -121,15 +121,8 @@ def _readable_documents(paths: Iterable[str], out: Loaded) -> Iterator[Document]
             out.unreadable.append(exc.problem)
 
 
-#: What `vpol test` says of an ImageValidatingPolicy (it cannot evaluate the kind yet).
-IMAGE_POLICIES_NOT_EVALUATED = ("verifying images is not supported by vpol test yet: `vpol check` validates this "
-                                "policy and `vpol apply` evaluates it")
-
-
-def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True,
-                  refuse_image_policies: bool = False) -> Loaded:
-    """Load the policies of every kind (and PolicyExceptions found beside them). ``refuse_image_policies``: the
-    caller cannot evaluate ImageValidatingPolicies, and each is an error (IMAGE_POLICIES_NOT_EVALUATED)."""
+def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kinds: bool = True) -> Loaded:
+    """Load the policies of every kind (and PolicyExceptions found beside them)."""
     out = out or Loaded()
     for doc in _readable_documents(paths, out):
         if is_policy_document(doc.data):
@@ -157,8 +150,6 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
             out.problems.extend(problems)
             if ivpol is not None:
                 _add_unique(ivpol, out.image_validating, out)
-                if refuse_image_policies:
-                    out.problems.append(ivpol.locate(Problem(IMAGE_POLICIES_NOT_EVALUATED, path="kind")))
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)

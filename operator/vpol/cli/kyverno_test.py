@@ -24,11 +24,15 @@ from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, loa
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import PASS, SKIP, PolicyEngine, Result, compile_exception
 from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
+from vpol.engine.image_policy import ImagePolicyEngine, apply_required
+from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.mutate import MutatingPolicyEngine, Mutated
 from vpol.engine.mutate_existing import offline_runs
+from vpol.engine.request import Subject
 from vpol.engine.subjects import json_subject, subject_for
 from vpol.model.documents import Document
 from vpol.model.problems import InputError, Problem
+from vpol.oci.registry import RegistryClient
 
 TEST_FILE_NAMES = ("kyverno-test.yaml", "kyverno-test.yml")
 UNSUPPORTED_KEYS = ("httpPayloads", "envoyPayloads")
@@ -97,7 +101,7 @@ def run_test_document(doc: Document) -> TestOutcome:
         return outcome
     unsupported = [k for k in UNSUPPORTED_KEYS if spec.get(k)]
 
-    loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False, refuse_image_policies=True)
+    loaded = load_policies(_rel(base, spec.get("policies")), Loaded(), strict_kinds=False)
     load_exceptions(_rel(base, spec.get("exceptions")), loaded)
     load_resources(_rel(base, spec.get("resources")), loaded)
     # Objects the MutatingPolicies with mutateExisting change (Kyverno's targetResources); they are cluster
@@ -170,6 +174,8 @@ def run_test_document(doc: Document) -> TestOutcome:
     for deleting_engine in deleting.values():
         outcome.problems.extend(deleting_engine.compiled.errors())
     chains = _Chains(mutating, values, resolve)
+    images = _ImageRuns(loaded.image_validating, exceptions, values, resolve)
+    outcome.problems.extend(p for engine in images.engines for p in engine.compiled.errors())
     fail_on_missing = bool(spec.get("failOnMissingResources"))
     target_runs = _TargetRuns(mutating, loaded.resources, targets.resources, values, resolve)
 
@@ -180,6 +186,9 @@ def run_test_document(doc: Document) -> TestOutcome:
             if bare_name in generating and not expected.get("isValidatingPolicy"):
                 outcome.checks.extend(_check_generation(name, expected, generating[bare_name], loaded.resources,
                                                         values, resolve, base))
+                continue
+            if bare_name in images.by_name and not expected.get("isValidatingPolicy"):
+                outcome.checks.extend(images.check(name, expected, loaded.resources, payloads))
                 continue
             if bare_name in deleting and not expected.get("isValidatingPolicy"):
                 outcome.checks.extend(_check_deletion(name, expected, deleting[bare_name], loaded.resources,
@@ -230,6 +239,57 @@ class _Chains:
                 current = dataclasses.replace(current, object=mutated.object)
             self._done[key] = (current.object or doc.data, per_policy)
         return self._done[key]
+
+
+class _ImageRuns:
+    """ImageValidatingPolicies as Kyverno's CLI runs them (HandleValidating on each resource: every policy of the test,
+    ``required`` decided across them, no digest mutation), reading the images' registries; verifications cached for
+    the run. A result checks every response of the policy (the kind has no rules)."""
+
+    def __init__(self, policies: list[Any], exceptions: list[Any], values: Any, resolve: Any) -> None:
+        self.engines = [ImagePolicyEngine(p, exceptions) for p in policies]
+        self.by_name = {e.policy.name: e for e in self.engines}
+        self.values, self.resolve = values, resolve
+        self.registry = RegistryClient()
+        self.cache = VerificationCache()
+        self._done: dict[tuple[int, str], dict[str, Result]] = {}
+
+    def _run(self, key: tuple[int, str], subject: Subject) -> dict[str, Result]:
+        if key not in self._done:
+            verified = Outcomes()
+            loaded: dict[str, Any] = {}
+            outcomes = [o for e in self.engines if (o := e.evaluate(subject, registry=self.registry, outcomes=verified,
+                                                                    cache=self.cache, loaded=loaded)) is not None]
+            apply_required(outcomes, verified)
+            self._done[key] = {o.result.policy.rsplit("/", 1)[-1]: o.result for o in outcomes}
+        return self._done[key]
+
+    def check(self, test: str, expected: dict[str, Any], resources: list[Document],
+              payloads: list[tuple[str, Any]]) -> list[Check]:
+        policy = str(expected.get("policy", "")).rsplit("/", 1)[-1]
+        kind = str(expected.get("kind", ""))
+        want = str(expected.get("result", ""))
+        operation = str(expected.get("operation", "") or "CREATE").upper()
+        names = [str(n) for n in (expected.get("resources") or [])]
+        engine = self.by_name[policy]
+        out: list[Check] = []
+        if engine.policy.json_mode:
+            for pname, payload in [(n, p) for n, p in payloads if not names or n in names]:
+                got = self._run((id(payload), "JSON"), json_subject(payload)).get(policy)
+                out.append(_compare(test, policy, pname, kind, want, got))
+            return out
+        candidates = [d for d in resources if not kind or str(d.data.get("kind", "")) == kind]
+        for n in names or [str((d.data.get("metadata") or {}).get("name", "")) for d in candidates]:
+            docs = [d for d in candidates if n in _resource_names(d)]
+            if not docs:
+                out.append(Check(test, policy, n, kind, want, status="error",
+                                 message=f"resource {kind}/{n} is not among the test's resources"))
+            for doc in docs:
+                subject = subject_for(doc.data, operation=operation, resolve=self.resolve,
+                                      namespaces=self.values.namespaces, user_info=self.values.user_info)
+                out.append(_compare(test, policy, n, kind, want, self._run((id(doc.data), operation), subject)
+                                    .get(policy)))
+        return out
 
 
 class _TargetRuns:

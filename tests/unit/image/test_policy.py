@@ -267,16 +267,25 @@ def test_vpol_check_locates_problems_in_the_file(tmp_path: Path, capsys: pytest.
     assert main(["check", str(path)]) == 0
 
 
-def test_vpol_test_says_it_cannot_evaluate_the_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vpol_test_runs_image_policy_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kyverno's test format for the kind: a tag-only image fails verifyDigest before any registry is read; a Pod
+    the policy does not select counts as skip; a wrong expectation disagrees."""
     (tmp_path / "ivpol.yaml").write_text(yaml.safe_dump(document(SPEC)))
-    (tmp_path / "pod.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "registry.local/app:v1"}]}}))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"containers": [{"name": "c", "image": image}]}}
+        for name, image in (("tagged", "registry.local/app:v1"), ("other", "docker.io/library/nginx:1"))]))
     (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump({
         "apiVersion": "cli.kyverno.io/v1alpha1", "kind": "Test", "metadata": {"name": "images"},
-        "policies": ["ivpol.yaml"], "resources": ["pod.yaml"],
-        "results": [{"policy": "images", "resources": ["p"], "kind": "Pod", "result": "fail",
+        "policies": ["ivpol.yaml"], "resources": ["pods.yaml"],
+        "results": [{"policy": "images", "resources": ["tagged"], "kind": "Pod", "result": "fail",
+                     "isImageValidatingPolicy": True},
+                    {"policy": "images", "resources": ["other"], "kind": "Pod", "result": "pass",
                      "isImageValidatingPolicy": True}]}))
-    main(["test", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert "UNSUPPORTED" in out and "1 unsupported" in out and "0 agreed" in out
+    assert main(["test", str(tmp_path)]) == 0, capsys.readouterr().out
+    assert "2 agreed, 0 disagreed" in capsys.readouterr().out
+    expectations = yaml.safe_load((tmp_path / "kyverno-test.yaml").read_text())
+    expectations["results"][0]["result"] = "pass"
+    (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump(expectations))
+    assert main(["test", str(tmp_path)]) == 1
+    assert "1 agreed, 1 disagreed" in capsys.readouterr().out
