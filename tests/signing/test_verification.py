@@ -248,3 +248,41 @@ def test_a_stopped_registry_is_an_error_within_the_deadline(tmp_path: Path,
     outcome, message = result(policy(keys["trusted"][1], gone.host), image, client=RegistryClient(timeout=2))
     assert outcome == "error" and "failed to get imagedata" in message and "connection refused" in message
     assert time.monotonic() - started < 5
+
+
+def certificate_policy(cert: str, chain: str, host: str) -> ImagePolicyEngine:
+    parsed, problems = parse_image_validating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "certified"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["pods"]}]},
+                 "matchImageReferences": [{"glob": f"{host}/*"}],
+                 "attestors": [{"name": "trusted", "cosign": {
+                     "certificate": {"cert": {"value": cert}, "certChain": {"value": chain}},
+                     "ctlog": {"insecureIgnoreTlog": True, "insecureIgnoreSCT": True}}}],
+                 "validations": [{"expression": SIGNED, "message": "images must be signed"}]}})
+    assert parsed is not None, problems
+    return ImagePolicyEngine(parsed)
+
+
+@pytest.mark.parametrize("bundle", [True, False], ids=["bundle", "legacy"])
+def test_a_certificate_attestor_checks_the_chain_and_the_signature(
+        bundle: bool, registry: RegistryProcess, signer: Signer, keys: dict[str, tuple[Path, str]]) -> None:
+    from tests.signing.tools import certificate_chain
+
+    key, public = keys["trusted"]
+    cert, chain = certificate_chain(public)
+    host = registry.host
+    image = f"{host}/certified@{signer.push_image(host, 'certified')}"
+    signer.sign(image, key, bundle=bundle, certificate=(cert, chain))
+    assert result(certificate_policy(cert, chain, host), image) == ("pass", "success")
+    # The same key's certificate under another root: refused.
+    _other_cert, other_chain = certificate_chain(public)
+    outcome, message = result(certificate_policy(cert, other_chain, host), image)
+    assert outcome == "fail" and "is not issued by" in message
+    # An expired certificate: refused.
+    old_cert, old_chain = certificate_chain(public, expired=True)
+    outcome, message = result(certificate_policy(old_cert, old_chain, host), image)
+    assert outcome == "fail" and "is not valid now" in message
+    # Another key's certificate, its chain fine: the signature does not verify.
+    stranger_cert, stranger_chain = certificate_chain(keys["other"][1])
+    assert result(certificate_policy(stranger_cert, stranger_chain, host), image)[0] == "fail"

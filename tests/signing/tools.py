@@ -130,9 +130,16 @@ class Signer:
             self._run(tools().crane, "append", "--oci-empty-base", "-f", str(layer), "-t", image)
         return self._run(tools().crane, "digest", image).strip()
 
-    def sign(self, image: str, key: Path, *, bundle: bool = True, annotations: dict[str, str] | None = None) -> None:
+    def sign(self, image: str, key: Path, *, bundle: bool = True, annotations: dict[str, str] | None = None,
+             certificate: tuple[str, str] | None = None) -> None:
+        """``certificate``: (the signing certificate, its chain) attached to the signature."""
         args = [tools().cosign, "sign", "--key", str(key), "--yes", "--use-signing-config=false",
                 "--tlog-upload=false", f"--new-bundle-format={str(bundle).lower()}"]
+        if certificate is not None:
+            leaf, chain = self.home / f"leaf-{time.monotonic_ns()}.pem", self.home / f"chain-{time.monotonic_ns()}.pem"
+            leaf.write_text(certificate[0])
+            chain.write_text(certificate[1])
+            args += ["--certificate", str(leaf), "--certificate-chain", str(chain)]
         for k, v in (annotations or {}).items():
             args += ["-a", f"{k}={v}"]
         self._run(*args, image)
@@ -151,3 +158,43 @@ class Signer:
         proc = subprocess.run([tools().cosign, "verify", "--key", str(path), "--insecure-ignore-tlog=true", image],
                               capture_output=True, text=True, env=self._env(), timeout=120)
         return proc.returncode == 0
+
+
+def certificate_chain(public_pem: str, *, days: int = 30, expired: bool = False) -> tuple[str, str]:
+    """(a leaf certificate for ``public_pem``, its chain: an intermediate and a self-signed root), made with
+    ``cryptography`` as a private CA would make them (code signing)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = (now - datetime.timedelta(days=days + 2), now - datetime.timedelta(days=1)) if expired else \
+        (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=days))
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def build(subject: str, key: Any, issuer: str, issuer_key: Any, ca: bool) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+                   .public_key(key).serial_number(x509.random_serial_number())
+                   .not_valid_before(start).not_valid_after(end)
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                                            critical=True)
+        else:
+            builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
+                                                          False), critical=True)
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    root_key, middle_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    root = build("vpol test root", root_key.public_key(), "vpol test root", root_key, True)
+    middle = build("vpol test intermediate", middle_key.public_key(), "vpol test root", root_key, True)
+    leaf = build("signer@vpol.test", serialization.load_pem_public_key(public_pem.encode()),
+                 "vpol test intermediate", middle_key, False)
+    pem = lambda c: c.public_bytes(serialization.Encoding.PEM).decode()  # noqa: E731
+    return pem(leaf), pem(middle) + pem(root)

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
@@ -97,6 +99,46 @@ class PublicKey:
         except (InvalidSignature, ValueError):
             return False
         return True
+
+
+def _certificates(pem: str, what: str) -> list[x509.Certificate]:
+    try:
+        certs = x509.load_pem_x509_certificates(pem.strip().encode())
+    except ValueError as exc:
+        raise SignatureError(f"failed to load {what}: {exc}") from None
+    if not certs:
+        raise SignatureError(f"no certificate in {what}")
+    return certs
+
+
+def certificate_key(cert_pem: str, chain_pem: str = "", *, now: datetime.datetime | None = None) -> PublicKey:
+    """The verification key of a certificate attestor: the certificate's public key, once the certificate is
+    shown to be valid now and, with a chain, issued through it up to its root (a self-signed certificate, the
+    chain's last), as cosign checks a certificate given for verification (--certificate, --certificate-chain)."""
+    [leaf, *_rest] = _certificates(cert_pem, "the certificate")
+    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    path = [leaf, *(_certificates(chain_pem, "the certificate chain") if chain_pem else [])]
+    for cert in path:
+        if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
+            raise SignatureError(f"certificate {cert.subject.rfc4514_string()} is not valid now (valid from "
+                                 f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to "
+                                 f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})")
+    if chain_pem:
+        for child, parent in zip(path, path[1:]):
+            try:
+                child.verify_directly_issued_by(parent)
+            except (ValueError, TypeError, InvalidSignature):
+                raise SignatureError(f"certificate {child.subject.rfc4514_string()} is not issued by "
+                                     f"{parent.subject.rfc4514_string()}") from None
+        root = path[-1]
+        try:
+            root.verify_directly_issued_by(root)
+        except (ValueError, TypeError, InvalidSignature):
+            raise SignatureError("the certificate chain does not end with a self-signed root") from None
+    key = leaf.public_key()
+    if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
+        raise SignatureError(f"unsupported public key type {type(key).__name__}")
+    return PublicKey(key)
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:

@@ -359,8 +359,13 @@ def _public_key(spec: Mapping[str, Any]) -> cosign.PublicKey:
     if spec.get("keyless") is not None:
         raise cosign.SignatureError("keyless verification needs Sigstore's TUF root and transparency log, which vpol "
                                     "does not verify yet")
-    if spec.get("certificate") is not None:
-        raise cosign.SignatureError("certificate attestors are not verified by vpol yet")
+    certificate = spec.get("certificate")
+    if isinstance(certificate, Mapping):
+        cert: Mapping[str, Any] = certificate["cert"] if isinstance(certificate.get("cert"), Mapping) else {}
+        chain: Mapping[str, Any] = certificate["certChain"] if isinstance(certificate.get("certChain"), Mapping) else {}
+        if not cert.get("value"):
+            raise cosign.SignatureError("the certificate attestor has no certificate")
+        return cosign.certificate_key(str(cert["value"]), str(chain.get("value") or ""))
     key = spec.get("key") if isinstance(spec.get("key"), Mapping) else None
     if key is None:
         raise cosign.SignatureError("cosign verifier needs to have one key, keyless or certificate fields set")
