@@ -9,7 +9,9 @@ signatures cosign made (tests/signing/tools.py), the operator running as its Ser
   denied with a message naming the image and the attestor, a tag is pinned to the digest the registry resolves
   (mutateDigest) and then verified, a Deployment is checked by the policy's autogen variant;
 - a stopped registry: requests are answered within the webhook timeout by the policy's failurePolicy, an image
-  verified before is still admitted from the cache, and a restarted registry is used again."""
+  verified before is still admitted from the cache, and a restarted registry is used again;
+- background scans: Pods that existed before the policy get its results in their PolicyReports, the same results
+  admission gives for the same images (and `vpol apply` too)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import pytest
 import yaml
 
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
-from tests.e2e.test_generate_delete import Kube
+from tests.e2e.test_generate_delete import Kube, report_results
 from tests.e2e.test_policy_validation import served_by, vpol_check
 from tests.e2e.vpol_fixtures import vpol_installed, wait_for  # noqa: F401
 from tests.signing.tools import RegistryProcess, Signer
@@ -76,7 +78,7 @@ def test_every_version_is_compiled_and_ready_once_the_webhooks_serve_it(
         assert enforced is not None and enforced["status"] == "True" and enforced["reason"] == "Webhook", enforced
         assert "vpol-validating" in enforced["message"] and "vpol-mutating" in enforced["message"]
         scanned = kube.condition(short, name, "BackgroundScanned", where)
-        assert scanned is not None and scanned["status"] == "False" and scanned["reason"] == "NotSupported"
+        assert scanned is not None and scanned["status"] == "True" and scanned["reason"] == "Active", scanned
         body = kube.get(short, name, where)
         assert body is not None and body["status"]["conditionStatus"]["ready"] is True
     config = json.loads(cluster.kubectl("get", "validatingwebhookconfiguration", "vpol-validating", "-o",
@@ -215,27 +217,76 @@ def test_signed_images_are_admitted_others_denied_and_tags_pinned(
 
 
 def test_a_stopped_registry_is_answered_by_the_failure_policy_within_the_timeout(
-        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any],
-        registry: RegistryProcess) -> None:
-    name = unique_name("ivpol", "outage")
-    kube.apply(image_policy(name, signed["public"], signed["host"]))
-    kube.wait_ready("ivpol", name, timeout=90)
-    assert create(cluster, pod_doc("before", namespace, signed["good"])).returncode == 0  # verified: cached
-    registry.stop()
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any]) -> None:
+    own = RegistryProcess().start()  # its own: the module's registry keeps its images for the other tests
     try:
+        signer: Signer = signed["signer"]
+        images = {what: f"{own.host}/{what}@{signer.push_image(own.host, what)}" for what in ("before", "later")}
+        for image in images.values():
+            signer.sign(image, signed["key"])
+        name = unique_name("ivpol", "outage")
+        kube.apply(image_policy(name, signed["public"], own.host))
+        kube.wait_ready("ivpol", name, timeout=90)
+        assert create(cluster, pod_doc("before", namespace, images["before"])).returncode == 0  # verified: cached
+        own.stop()
         started = time.monotonic()
-        proc = create(cluster, pod_doc("during", namespace, signed["later"]))
+        proc = create(cluster, pod_doc("during", namespace, images["later"]))
         elapsed = time.monotonic() - started
         assert proc.returncode != 0 and f"Policy {name} error: " in proc.stderr, proc.stderr
         assert "connection refused" in proc.stderr
         assert elapsed < 6, elapsed
         # What was verified before the outage is still admitted (the cache), without the registry.
-        assert create(cluster, pod_doc("cached", namespace, signed["good"])).returncode == 0
+        assert create(cluster, pod_doc("cached", namespace, images["before"])).returncode == 0
+        # The restarted registry (in memory: its images are pushed and signed again) is used again.
+        own.start()
+        again = f"{own.host}/again@{signer.push_image(own.host, 'again')}"
+        signer.sign(again, signed["key"])
+        proc = create(cluster, pod_doc("after", namespace, again))
+        assert proc.returncode == 0, proc.stderr
     finally:
-        registry.start()
-    # The restarted registry (in memory: its images are pushed and signed again) is used again.
-    signer: Signer = signed["signer"]
-    again = f"{signed['host']}/again@{signer.push_image(signed['host'], 'again')}"
-    signer.sign(again, signed["key"])
-    proc = create(cluster, pod_doc("after", namespace, again))
-    assert proc.returncode == 0, proc.stderr
+        own.stop()
+
+
+def test_background_reports_agree_with_admission_and_the_cli(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any],
+        tmp_path: Path) -> None:
+    from vpol.cli.main import main
+
+    pods = {what: pod_doc(f"old-{what}", namespace, signed[what]) for what in ("good", "unsigned", "stranger")}
+    for doc in pods.values():
+        assert create(cluster, doc).returncode == 0  # no policy yet: admitted
+    name = unique_name("ivpol", "scan")
+    policy = image_policy(name, signed["public"], signed["host"])
+    policy["spec"]["validationActions"] = ["Audit"]
+    kube.apply(policy)
+    kube.wait_ready("ivpol", name, timeout=90)
+
+    def scanned() -> dict[str, dict[str, Any]] | None:
+        found = {}
+        for what, doc in pods.items():
+            mine = [r for r in report_results(cluster, "pod", doc["metadata"]["name"], namespace)
+                    if r.get("policy") == name]
+            if not mine:
+                return None
+            found[what] = mine[0]
+        return found
+
+    results = wait_for("background results for the three Pods", scanned, timeout=120)
+    assert results["good"]["result"] == "pass"
+    for what in ("unsigned", "stranger"):
+        assert results[what]["result"] == "fail"
+        assert results[what]["message"].startswith(f"images must be signed (image {signed[what]}: attestor trusted: ")
+    # vpol apply on the same objects: the same results.
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(list(pods.values())))
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["apply", "--policy", str(tmp_path / "policy.yaml"), "--resource", str(tmp_path / "pods.yaml"),
+              "-o", "json", "--no-progress"])
+    rows = {row["name"]: row for row in json.loads(out.getvalue())}
+    for what, doc in pods.items():
+        row = rows[doc["metadata"]["name"]]
+        assert (row["result"], row["message"]) == (results[what]["result"], results[what]["message"]), what

@@ -41,7 +41,7 @@ from vpol.kube.objects import Objects
 from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.generating import GeneratingPolicy, parse_generating_policy
-from vpol.model.image_validating import parse_image_validating_policy
+from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.model.templates import parse as parse_template
 
 logger = logging.getLogger(__name__)
@@ -68,10 +68,13 @@ class Runner(Protocol):
 
     generation: Any
     deletion: Any
+    images: Any
 
     def set_generating(self, key: str, policy: GeneratingPolicy | None, *, gone: bool = False) -> None: ...
 
     def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None: ...
+
+    def set_image(self, key: str, policy: ImageValidatingPolicy | None) -> None: ...
 
 
 def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[tuple[bool, str, str], str]:
@@ -153,9 +156,11 @@ class LifecycleReconciler:
 
     def _tell(self, kind: str, name: str, policy: Any, last_execution: str, *, gone: bool = False) -> None:
         """Hand the scanner the policy (None: invalid, or ``gone``: deleted)."""
-        if self.runner is None or kind == IMAGE_VALIDATING:
+        if self.runner is None:
             return
-        if kind == GENERATING:
+        if kind == IMAGE_VALIDATING:
+            self.runner.set_image(name, policy)
+        elif kind == GENERATING:
             self.runner.set_generating(name, policy, gone=gone)
         else:
             self.runner.set_deleting(name, policy, last_execution)
@@ -218,9 +223,21 @@ class LifecycleReconciler:
             errors = [p.short() for p in compile_image_validating_policy(policy).errors()]
         findings.compile_errors = errors
         findings.rbac_applicable = False
-        findings.extra = [(BACKGROUND_SCANNED, False, "NotSupported",
-                           "existing workloads are not scanned with ImageValidatingPolicies yet: only admission "
-                           "requests are checked", True)]
+        self._tell(IMAGE_VALIDATING, name, policy if policy is not None and not errors else None, "",
+                   gone=policy is None)
+        background = policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode
+        findings.background_enabled = background
+        if background and not errors:
+            findings.extra = [(BACKGROUND_SCANNED, True, "Active",
+                               "existing objects the policy matches are verified in background scans, with results "
+                               "in their PolicyReports", True)] if self.runner is not None else \
+                [(BACKGROUND_SCANNED, False, "ScansDisabled", "existing objects are not scanned: the operator runs "
+                                                              "with --scan-interval=0", True)]
+        if background and not errors and self.runner is not None and self.discovery is not None:
+            matched = list(self.runner.images.watched(self.discovery.get(), [name]).values())
+            findings.rbac_applicable = True
+            findings.rbac_message = "the operator may get, list and watch every matched resource"
+            findings.missing_permissions = self._missing(matched, [], ())
         if policy is None or not policy.spec.evaluation.admission_enabled or policy.json_mode:
             return "NotApplicable"
         if errors:

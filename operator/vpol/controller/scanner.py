@@ -63,10 +63,11 @@ from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
+from vpol.controller.image_scans import ImageScans
 from vpol.controller.reconcile_lifecycle import GENERATING
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
-from vpol.engine.evaluate import SKIP, Result
+from vpol.engine.evaluate import SKIP, CompiledException, Result, compile_exception
 from vpol.engine.request import ResourceType
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
@@ -87,6 +88,7 @@ from vpol.kube.reports import Reports
 from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.generating import GeneratingPolicy
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
@@ -252,6 +254,8 @@ class Scanner(threading.Thread):
                                      "dpol", key, status),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting)
+        #: ImageValidatingPolicies (vpol.controller.image_scans): evaluated here beside the validating policies.
+        self.images = ImageScans(exceptions=self._compiled_exceptions)
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
         self.notify: Any = None
         #: GeneratingPolicies that became invalid: when deleted, their downstreams go as they said.
@@ -315,6 +319,18 @@ class Scanner(threading.Thread):
                 self._policies[name] = policy
             self._policies_changed = time.monotonic()
         self._events.put(("policy", name))
+
+    def set_image(self, key: str, policy: ImageValidatingPolicy | None) -> None:
+        """An ImageValidatingPolicy to scan with (None, or one not background-scanned: no more)."""
+        if self.images.set_policy(key, policy):
+            with self._lock:
+                self._meta_cache = None
+            self._events.put(("images", key))
+
+    def _compiled_exceptions(self) -> list[CompiledException]:
+        with self._lock:
+            exceptions = list(self._exceptions)
+        return [compile_exception(e) for e in exceptions]
 
     def _seen(self, name: str) -> None:
         with self._lock:
@@ -566,6 +582,7 @@ class Scanner(threading.Thread):
         policies: set[str] = set()
         mutating: set[str] = set()
         generating: set[str] = set()
+        images: set[str] = set()
         removed: list[GeneratingPolicy] = []
         triggers: list[tuple[str, dict[str, Any]]] = []
         resync_all = False
@@ -584,11 +601,13 @@ class Scanner(threading.Thread):
                 generating.update(event[1:])
             elif event[0] == "generating-removed":
                 removed.append(event[1])
+            elif event[0] == "images":
+                images.add(event[1])
             elif event[0] == "exceptions":
                 resync_all = True
             elif event[0] == "stop":
                 return
-        if policies or resync_all or mutating or generating or removed:
+        if policies or resync_all or mutating or generating or removed or images:
             self._sync_watchers()
             self._meta_changed()
         if mutating:
@@ -605,9 +624,13 @@ class Scanner(threading.Thread):
             self.generation.watches_changed.clear()
             self._sync_watchers()
         if resync_all:
+            self.images.exceptions_changed()
             self._full_scan()
-        elif policies:
-            self._rescan_policies(policies)
+        else:
+            if policies:
+                self._rescan_policies(policies)
+            if images:
+                self._rescan_images(images)
         if objects:
             started = time.perf_counter()
             for uid, (etype, _obj) in objects.items():
@@ -673,6 +696,7 @@ class Scanner(threading.Thread):
                     wanted[(info.group, info.version, info.resource)] = info
         wanted.update(self.mutation.watched(discovery))
         wanted.update(self.generation.watched(discovery))
+        wanted.update(self.images.watched(discovery))
         return wanted
 
     def _sync_watchers(self) -> None:
@@ -724,10 +748,12 @@ class Scanner(threading.Thread):
         mutating = self.mutation.policies()
         key = tuple((p.name, repr(p.raw.get("spec")), tuple(sorted(p.annotations.items()))) for p in policies) + (
             repr(exceptions),) + tuple((p.key, repr(p.raw.get("spec"))) for p in mutating)
-        self._policy_hash = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        self._policy_hash = hashlib.sha256(repr((key, self.images.fingerprint())).encode()).hexdigest()[:16]
         # Results of policies that read other objects, the network or the clock can change
-        # without their resource changing: those resources are always evaluated again.
-        self._pure = not any(_IMPURE.search(repr(p.raw.get("spec"))) for p in policies)
+        # without their resource changing: those resources are always evaluated again (image policies read
+        # registries).
+        self._pure = not any(_IMPURE.search(repr(p.raw.get("spec"))) for p in policies) and \
+            not self.images.policies()
         if not policies and not mutating:
             if self._evaluator:
                 self._evaluator.close()
@@ -757,7 +783,7 @@ class Scanner(threading.Thread):
             if self._meta_cache is None:
                 self._meta_cache = {n: PolicyMeta.of(p.severity, p.category, p.scored)
                                     for n, p in self._policies.items()}
-                for p in [*self.mutation.policies(), *self.generation.policies()]:
+                for p in [*self.mutation.policies(), *self.generation.policies(), *self.images.policies()]:
                     self._meta_cache[p.key] = PolicyMeta(p.severity, p.category, p.scored)
             return self._meta_cache
 
@@ -824,14 +850,18 @@ class Scanner(threading.Thread):
                  if ref.uid and not (only is None and self._unchanged(ref, keys[ref.uid]))]
         skipped = sum(1 for ref in refs if ref.uid) - len(pairs)
         results: list[list[Result]] = [[] for _ in pairs]
+        images = self.images.policies()
+        subjects = [subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
+                                default_namespace="") for _ref, obj in pairs] if (evaluator or images) else []
         if evaluator is not None and pairs:
-            subjects = [subject_for(obj, operation="CREATE", resolve=self._resolve, namespaces=self._namespaces,
-                                    default_namespace="") for _ref, obj in pairs]
             started = time.perf_counter()
             results = evaluator.evaluate_many(subjects, only)
             elapsed = time.perf_counter() - started
             for _ in subjects:
                 metrics.EVALUATION_DURATION.observe(elapsed / len(subjects))
+        if images and pairs:
+            for index, subject in enumerate(subjects):
+                results[index] = [*results[index], *self.images.evaluate(subject, only)]
         now = now_seconds()
         writes = []
         tally: Counter[tuple[str, str, str, str]] = Counter()
@@ -884,9 +914,11 @@ class Scanner(threading.Thread):
         previous = state.entries if state else ()
         known = self._meta()
         if only is None and (self.mutation.policies() or self.generation.policies()):
-            # A full evaluation is of the validating policies: the results of mutateExisting and generation stay.
+            # A full evaluation is of the validating and image policies: the results of mutateExisting and
+            # generation stay.
             with self._lock:
                 only = list(self._policies)
+            only += self.images.keys()
         merged = merge(by_policy(previous), fresh, only)
         entries = self._pool_entries.results(e for p, e in merged.items() if p in known)
         if state is not None and entries == previous and (state.written or not entries):
@@ -1100,6 +1132,27 @@ class Scanner(threading.Thread):
         metrics.SCAN_RESOURCES.labels("incremental").inc(count)
         logger.info("rescan for %d changed polic%s: %d resources, %d report writes in %.1fs", len(names),
                     "y" if len(names) == 1 else "ies", count, self.writes - writes, took)
+
+    def _rescan_images(self, keys: set[str]) -> None:
+        """Re-evaluate only these ImageValidatingPolicies, over the kinds they match; objects they no longer match
+        (or results of a deleted policy) lose their results."""
+        started = time.perf_counter()
+        gvrs = self.images.watched(self.discovery.get(), sorted(keys))
+        seen: set[str] = set()
+
+        def listed() -> Iterable[dict[str, Any]]:
+            for obj in self._list_all(gvrs):
+                seen.add((obj.get("metadata") or {}).get("uid", ""))
+                yield obj
+
+        only = sorted(keys)
+        count = self._scan_objects(listed(), only, None)
+        stale = [self._store(state.ref, [], only) for uid, state in list(self._state.items())
+                 if uid not in seen and any(e.policy in keys for e in state.entries)]
+        self._flush([w for w in stale if w is not None])
+        self._drain()
+        metrics.SCAN_DURATION.labels("incremental").observe(time.perf_counter() - started)
+        metrics.SCAN_RESOURCES.labels("incremental").inc(count)
 
     def _full_scan(self, mutate: bool = True) -> None:
         evaluator = self._evaluator_now()
