@@ -34,25 +34,14 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
+from vpol.model.image_validating import COSIGN_PREDICATE_TYPES
+
 BUNDLE_MEDIA_TYPE_PREFIX = "application/vnd.dev.sigstore.bundle"
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_LAYER = "application/vnd.dsse.envelope.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"
-#: cosign's short names for predicate types (``cosign attest --type``), which Kyverno's ``intoto.type`` accepts too.
-PREDICATE_TYPES = {
-    "custom": "https://cosign.sigstore.dev/attestation/v1",
-    "slsaprovenance": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance02": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance1": "https://slsa.dev/provenance/v1",
-    "spdx": "https://spdx.dev/Document",
-    "spdxjson": "https://spdx.dev/Document",
-    "cyclonedx": "https://cyclonedx.org/bom",
-    "link": "https://in-toto.io/Link/v1",
-    "vuln": "https://cosign.sigstore.dev/attestation/vuln/v1",
-    "openvex": "https://openvex.dev/ns",
-}
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "": hashes.SHA256, "sha224": hashes.SHA224, "sha256": hashes.SHA256, "sha384": hashes.SHA384,
     "sha512": hashes.SHA512,
@@ -65,7 +54,7 @@ class SignatureError(Exception):
 
 def predicate_uri(kind: str) -> str:
     """The predicate type an attestation's ``intoto.type`` names (cosign's short names expanded)."""
-    return PREDICATE_TYPES.get(kind, kind)
+    return COSIGN_PREDICATE_TYPES.get(kind, kind)
 
 
 @dataclass(frozen=True)

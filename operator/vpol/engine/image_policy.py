@@ -32,7 +32,6 @@ from vpol.cel.libraries.kyverno.imageverify_lib import verifying
 from vpol.engine.autogen import image_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
-    EVALUATION_FAILED,
     FAIL,
     LOAD_FAILED,
     PASS,
@@ -65,6 +64,9 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("batch", "cronjobs"): ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 DEFAULT_EXTRACTORS = ("containers", "initContainers", "ephemeralContainers")
+#: How Kyverno's ivpol engine begins the message of a policy whose evaluation failed (a validation's CEL error
+#: included: its Evaluate returns the error and the engine wraps it).
+EVALUATE_FAILED = "failed to evaluate policy: "
 
 
 def default_images(subject: Subject) -> dict[str, list[str]]:
@@ -155,7 +157,7 @@ class ImagePolicyEngine:
             return ImageOutcome(self._result(data, ERROR, "failed to compile policy: " + "; ".join(
                 p.short() for p in compiled.errors())))
         run = _PolicyRun(compiled, data, None)
-        stop = conditions_outcome(run, compiled.match_conditions, spec.failure_policy)
+        stop = conditions_outcome(run, compiled.match_conditions, spec.failure_policy, error_prefix=EVALUATE_FAILED)
         if stop is not None:
             if stop[0] == SKIP:
                 return None  # Kyverno: no response for a policy whose conditions do not hold
@@ -174,7 +176,7 @@ class ImagePolicyEngine:
         try:
             images = self._images(compiled, subject, run)
         except EvaluationError as exc:
-            return ImageOutcome(self._result(data, ERROR, f"failed to evaluate policy: {exc}"))
+            return ImageOutcome(self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}"))
         selected = list(dict.fromkeys(i for found in images.values() for i in found))
         outcome = ImageOutcome(self._result(data, PASS, "success"), selected,
                                required=spec.validation_configurations.required)
@@ -183,7 +185,7 @@ class ImagePolicyEngine:
                 try:
                     digest = imageref.parse(image).digest
                 except imageref.BadReference as exc:
-                    outcome.result = self._result(data, ERROR, f"failed to evaluate policy: {exc}")
+                    outcome.result = self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}")
                     return outcome
                 if not digest:
                     outcome.result = self._result(data, FAIL, f"image {image} does not have a digest")
@@ -197,12 +199,12 @@ class ImagePolicyEngine:
             try:
                 verification.load(image)
             except Exception as exc:  # noqa: BLE001 - the loader's error is the policy's
-                outcome.result = self._result(data, ERROR, f"failed to evaluate policy: {exc}")
+                outcome.result = self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}")
                 return outcome
         try:
             attestors = self._attestors(compiled, run)
         except EvaluationError as exc:
-            outcome.result = self._result(data, ERROR, f"failed to evaluate policy: {exc}")
+            outcome.result = self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}")
             return outcome
         data.bind({"images": images, "attestors": attestors,
                    "attestations": {a.name: a.name for a in spec.attestations}})
@@ -248,11 +250,11 @@ class ImagePolicyEngine:
             try:
                 value = run.eval(prog)
             except EvaluationError as exc:
-                return self._result(data, ERROR, f"{EVALUATION_FAILED}{exc}", validation=index)
+                return self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}", validation=index)
             if value is True:
                 continue
             if value is not False:
-                return self._result(data, ERROR, f"{EVALUATION_FAILED}expected a bool, got {type(value).__name__}",
+                return self._result(data, ERROR, f"{EVALUATE_FAILED}expected a bool, got {type(value).__name__}",
                                     validation=index)
             message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
             reasons = [f"image {image}: attestor {attestor}{f' ({attestation})' if attestation else ''}: {why}"
@@ -261,11 +263,11 @@ class ImagePolicyEngine:
                 message = f"{message} ({'; '.join(reasons)})"
             properties, error = audit_annotations(compiled, run)
             if error:
-                return self._result(data, ERROR, EVALUATION_FAILED + error, validation=index)
+                return self._result(data, ERROR, EVALUATE_FAILED + error, validation=index)
             return self._result(data, FAIL, message, validation=index, properties=properties)
         properties, error = audit_annotations(compiled, run)
         if error:
-            return self._result(data, ERROR, EVALUATION_FAILED + error)
+            return self._result(data, ERROR, EVALUATE_FAILED + error)
         return self._result(data, PASS, "success", properties=properties)
 
     def _result(self, data: SubjectData, result: str, message: str, **kw: Any) -> Result:

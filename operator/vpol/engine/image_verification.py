@@ -111,19 +111,48 @@ class ImageInfo:
         return self
 
     def data(self) -> dict[str, Any]:
-        """``getImageData``'s answer (Kyverno's ImageData fields)."""
-        out: dict[str, Any] = {
-            "image": self.image, "resolvedImage": f"{self.ref.context_name}@{self.digest}",
-            "registry": self.ref.registry, "repository": self.ref.repository,
-            "identifier": self.ref.identifier, "tag": self.ref.tag, "digest": self.digest,
-        }
+        """``getImageData``'s answer. Kyverno hands CEL its Go ImageData struct as a native object, whose fields
+        have their Go names (``Digest``, ``Manifest.Config.Digest.Hex``, ``ConfigData.OS``): the same names
+        here, the reference's fields also under ``ImageReference`` (an embedded struct), the index as the JSON
+        it is (a Go ``any``)."""
+        reference = {"Image": self.image, "ResolvedImage": f"{self.ref.context_name}@{self.digest}",
+                     "Registry": self.ref.registry, "Repository": self.ref.repository,
+                     "Identifier": self.ref.identifier, "Tag": self.ref.tag, "Digest": self.digest}
+        out: dict[str, Any] = {**reference, "ImageReference": dict(reference)}
         if "manifests" in self.manifest:
-            out["imageIndex"] = self.manifest
+            out["ImageIndex"] = self.manifest
         else:
-            out["manifest"] = self.manifest
+            out["Manifest"] = go_fields(self.manifest)
             if self.config:
-                out["config"] = self.config
+                out["ConfigData"] = go_fields(self.config)
         return out
+
+
+#: JSON keys of OCI manifests and image configs whose Go field (go-containerregistry's v1 types) is not the key
+#: capitalized.
+_GO_NAMES = {"os": "OS", "rootfs": "RootFS", "diff_ids": "DiffIDs", "os.version": "OSVersion",
+             "os.features": "OSFeatures", "urls": "URLs", "docker_version": "DockerVersion",
+             "created_by": "CreatedBy", "empty_layer": "EmptyLayer"}
+
+
+def go_fields(value: Any, key: str = "") -> Any:
+    """A manifest or config as go-containerregistry decodes it, by Go field names: keys capitalized (or
+    :data:`_GO_NAMES`), digests as their Hash struct (``Algorithm``, ``Hex``); maps of free keys (annotations,
+    labels) kept as they are."""
+    if isinstance(value, Mapping):
+        if key in ("Annotations", "Labels", "ExposedPorts", "Volumes"):
+            return dict(value)
+        out = {}
+        for k, v in value.items():
+            name = _GO_NAMES.get(k, k[:1].upper() + k[1:])
+            out[name] = go_fields(v, name)
+        return out
+    if isinstance(value, list):
+        return [go_fields(v, key) for v in value]
+    if key in ("Digest", "DiffIDs") and isinstance(value, str) and ":" in value:
+        algorithm, _, hexdigest = value.partition(":")
+        return {"Algorithm": algorithm, "Hex": hexdigest}
+    return value
 
 
 def _key(*parts: Any) -> str:
@@ -179,7 +208,9 @@ class Verification:
     def extract_payload(self, image: str, attestation: str) -> Any:
         wanted = self._attestation(attestation)
         if wanted.intoto_type:
-            statement = self._payloads.get((image, cosign.predicate_uri(wanted.intoto_type)))
+            # Looked up by the type as written, stored by the statement's predicate type (Kyverno's ImageData does
+            # the same: with a cosign short name such as "slsaprovenance" the payload is never found).
+            statement = self._payloads.get((image, wanted.intoto_type))
             if statement is None:
                 raise KyvernoFunctionError("failed to get payload: intoto attestation payload cannot be fetch before "
                                            "verifying intoto attestation")
@@ -232,7 +263,7 @@ class Verification:
             cached = self.cache.get(key)
             if cached is not None:
                 if attestation is not None and attestation.intoto_type:
-                    self._payloads[(info.image, cosign.predicate_uri(attestation.intoto_type))] = cached
+                    self._payloads[(info.image, str(cached.get("predicateType") or ""))] = cached
                 return True
         try:
             statement = self._check(info, attestor, attestation)
@@ -240,7 +271,7 @@ class Verification:
             self.failures[(info.image, name, attestation.name if attestation else "")] = str(exc)
             return False
         if attestation is not None and attestation.intoto_type and statement is not None:
-            self._payloads[(info.image, cosign.predicate_uri(attestation.intoto_type))] = statement
+            self._payloads[(info.image, str(statement.get("predicateType") or ""))] = statement
         if self.cache is not None:
             self.cache.put(key, statement if statement is not None else {})
         return True
@@ -284,19 +315,21 @@ class Verification:
             except NotFound:
                 raise cosign.SignatureError(f"no signatures found (no Sigstore bundle referrer and no {tag} tag in "
                                             f"{registry}/{repository})") from None
+            if attestation is not None:
+                # Kyverno 1.19.1 accepts legacy (.att) attestations only with a verified transparency-log bundle
+                # (its check of cosign's bundleVerified has no exception for ctlog.insecureIgnoreTlog, unlike
+                # signatures'), which offline attestations never have.
+                raise cosign.SignatureError("cosign bundle verification failed (a legacy .att attestation needs a "
+                                            "transparency-log entry)")
             for layer in manifest.get("layers") or []:
                 if not isinstance(layer, Mapping) or not isinstance(layer.get("digest"), str):
                     continue
                 annotations = {str(k): str(v) for k, v in (layer.get("annotations") or {}).items()}
                 try:
                     body = self.registry.blob(registry, repository, layer["digest"], self.deadline)
-                    if attestation is None and layer.get("mediaType") == cosign.SIMPLE_SIGNING:
+                    if layer.get("mediaType") == cosign.SIMPLE_SIGNING:
                         checked.append(cosign.verify_simple_signing(body, annotations, key, info.digest))
-                    elif attestation is not None and layer.get("mediaType") == cosign.DSSE_LAYER:
-                        found = cosign.verify_envelope(json.loads(body), key, info.digest)
-                        found.layer_annotations = annotations
-                        checked.append(found)
-                except (cosign.SignatureError, ValueError) as exc:
+                except cosign.SignatureError as exc:
                     errors.append(str(exc))
         if not checked:
             raise cosign.SignatureError("no matching signatures: " + ("; ".join(dict.fromkeys(errors)) or "none"))

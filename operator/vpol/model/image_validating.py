@@ -29,6 +29,19 @@ IMAGE_VALIDATING_KINDS = (IMAGE_VALIDATING_KIND, NAMESPACED_IMAGE_VALIDATING_KIN
 #: Served as the other policy kinds: v1, v1beta1 (storage) and v1alpha1 (deprecated); the namespaced kind v1, v1beta1.
 IMAGE_VALIDATING_VERSIONS = MUTATING_VERSIONS
 HASH_ALGORITHMS = ("sha224", "sha256", "sha384", "sha512")
+#: cosign's short names for predicate types (``cosign attest --type``), which ``intoto.type`` accepts too.
+COSIGN_PREDICATE_TYPES = {
+    "custom": "https://cosign.sigstore.dev/attestation/v1",
+    "slsaprovenance": "https://slsa.dev/provenance/v0.2",
+    "slsaprovenance02": "https://slsa.dev/provenance/v0.2",
+    "slsaprovenance1": "https://slsa.dev/provenance/v1",
+    "spdx": "https://spdx.dev/Document",
+    "spdxjson": "https://spdx.dev/Document",
+    "cyclonedx": "https://cyclonedx.org/bom",
+    "link": "https://in-toto.io/Link/v1",
+    "vuln": "https://cosign.sigstore.dev/attestation/vuln/v1",
+    "openvex": "https://openvex.dev/ns",
+}
 CREDENTIAL_PROVIDERS = ("default", "amazon", "azure", "google", "github")
 
 
@@ -319,6 +332,13 @@ def _attestation(r: Reader, item: dict[str, Any], here: str, seen: dict[str, str
     for key, d in (("intoto", intoto), ("referrer", referrer)):
         if item.get(key) is not None:
             r.str_(d, "type", f"{here}.{key}", required=True)
+    short = str(intoto.get("type") or "")
+    if short in COSIGN_PREDICATE_TYPES:
+        # Kyverno verifies the attestation by the expanded type but keeps its statement under the statement's own
+        # (full) type, and extractPayload looks it up by the type as written: never found.
+        r.problem(f"{here}.intoto.type", f'"{short}" is a cosign short name: verifyAttestationSignatures accepts it, '
+                                          "but extractPayload never finds its statement (as in Kyverno); write "
+                                          f"{COSIGN_PREDICATE_TYPES[short]}", "warning")
     if item.get("intoto") is None and item.get("referrer") is None:
         # Kyverno admits it; verifying or reading it then fails.
         r.problem(here, "one of intoto or referrer is needed: this attestation can never be verified", "warning")
