@@ -77,6 +77,8 @@ def test_every_version_is_compiled_and_ready_once_the_webhooks_serve_it(
         enforced = kube.condition(short, name, "AdmissionEnforced", where)
         assert enforced is not None and enforced["status"] == "True" and enforced["reason"] == "Webhook", enforced
         assert "vpol-validating" in enforced["message"] and "vpol-mutating" in enforced["message"]
+        verifiable = kube.condition(short, name, "AttestorsVerifiable", where)
+        assert verifiable is not None and verifiable["status"] == "True", verifiable
         scanned = kube.condition(short, name, "BackgroundScanned", where)
         assert scanned is not None and scanned["status"] == "True" and scanned["reason"] == "Active", scanned
         body = kube.get(short, name, where)

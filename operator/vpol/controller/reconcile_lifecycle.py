@@ -41,7 +41,7 @@ from vpol.kube.objects import Objects
 from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.generating import GeneratingPolicy, parse_generating_policy
-from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
+from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy, unverifiable
 from vpol.model.templates import parse as parse_template
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 GENERATING, DELETING, IMAGE_VALIDATING = "gpol", "dpol", "ivpol"
 GENERATING_CONDITION = "Generating"
 BACKGROUND_SCANNED = "BackgroundScanned"
+ATTESTORS_VERIFIABLE = "AttestorsVerifiable"
 GENERATION_SUCCEEDED = "GenerationSucceeded"
 SCHEDULED = "Scheduled"
 #: What generation needs on the kinds it writes (watch: synchronized downstreams are watched).
@@ -233,6 +234,12 @@ class LifecycleReconciler:
                                "in their PolicyReports", True)] if self.runner is not None else \
                 [(BACKGROUND_SCANNED, False, "ScansDisabled", "existing objects are not scanned: the operator runs "
                                                               "with --scan-interval=0", True)]
+        if policy is not None and not errors:
+            cannot = [f"{a.name}: {why}" for a in policy.spec.attestors if (why := unverifiable(a))]
+            findings.extra = [*findings.extra, (ATTESTORS_VERIFIABLE, not cannot, "Unsupported" if cannot else
+                                                "Succeeded", "every verification with these attestors fails: " +
+                                                "; ".join(cannot) if cannot else "vpol can verify every attestor",
+                                                True)]
         if background and not errors and self.runner is not None and self.discovery is not None:
             matched = list(self.runner.images.watched(self.discovery.get(), [name]).values())
             findings.rbac_applicable = True

@@ -214,6 +214,25 @@ class ImageValidatingPolicy(PolicyIdentity):
         return out
 
 
+def unverifiable(attestor: Attestor) -> str:
+    """Why vpol cannot verify anything with ``attestor`` ("" when it can): what it needs that vpol lacks. Each
+    verification with it then fails naming this reason; `vpol check`, apply-time validation and the status say
+    it beforehand."""
+    if attestor.notary is not None:
+        return "Notary signatures are not verified by vpol yet"
+    c = attestor.cosign
+    if c is None:
+        return ""
+    if c.has_keyless:
+        return "keyless verification needs Sigstore's TUF root and transparency log, which vpol does not verify yet"
+    if c.has_key and c.key_kms:
+        return "KMS keys are not supported by vpol"
+    if (c.has_key or c.has_certificate) and not c.insecure_ignore_tlog:
+        return ("verifying against the transparency log needs Rekor and Sigstore's TUF root, which vpol does not "
+                "reach: set ctlog.insecureIgnoreTlog for signatures made without the log")
+    return ""
+
+
 _SPEC_FIELDS = ("matchConstraints", "matchConditions", "variables", "validations", "auditAnnotations",
                 "validationActions", "failurePolicy", "evaluation", "autogen", "webhookConfiguration",
                 "matchImageReferences", "images", "attestors", "attestations", "credentials",
@@ -317,11 +336,16 @@ def _attestor(r: Reader, item: dict[str, Any], here: str, seen: dict[str, str]) 
         r.problem(here, "exactly one of cosign or notary must be set")
         return None
     if item.get("cosign") is not None:
-        return Attestor(name, cosign=_cosign(r, item["cosign"], f"{here}.cosign"), raw=item)
-    notary = r.obj(item["notary"], f"{here}.notary", ("certs", "tsaCerts"))
-    return Attestor(name, notary=NotaryAttestor(_string_or_expression(r, notary, "certs", f"{here}.notary"),
-                                                _string_or_expression(r, notary, "tsaCerts", f"{here}.notary")),
-                    raw=item)
+        attestor = Attestor(name, cosign=_cosign(r, item["cosign"], f"{here}.cosign"), raw=item)
+    else:
+        notary = r.obj(item["notary"], f"{here}.notary", ("certs", "tsaCerts"))
+        attestor = Attestor(name, notary=NotaryAttestor(_string_or_expression(r, notary, "certs", f"{here}.notary"),
+                                                        _string_or_expression(r, notary, "tsaCerts",
+                                                                              f"{here}.notary")), raw=item)
+    why = unverifiable(attestor)
+    if why:
+        r.problem(here, f"every verification with this attestor fails: {why}", "warning")
+    return attestor
 
 
 def _attestation(r: Reader, item: dict[str, Any], here: str, seen: dict[str, str]) -> Attestation | None:

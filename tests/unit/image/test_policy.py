@@ -289,3 +289,15 @@ def test_vpol_test_runs_image_policy_tests(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump(expectations))
     assert main(["test", str(tmp_path)]) == 1
     assert "1 agreed, 1 disagreed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("cosign", "reason"), [
+    ({"key": {"data": KEY}}, "needs Rekor and Sigstore's TUF root"),
+    ({"key": {"kms": "gcpkms://projects/p/keys/k"}, "ctlog": {"insecureIgnoreTlog": True}}, "KMS keys"),
+    ({"keyless": {"identities": [{"subject": "s", "issuer": "i"}]}}, "keyless verification"),
+])
+def test_attestors_vpol_cannot_verify_are_said_beforehand(cosign: dict[str, Any], reason: str) -> None:
+    found = problems_of(with_(attestors=[{"name": "a", "cosign": cosign}]))
+    assert any(sev == "warning" and path == "spec.attestors[0]" and "every verification with this attestor fails"
+               in msg and reason in msg for sev, path, msg in found), found
+    assert not problems_of(SPEC)  # the key attestor with insecureIgnoreTlog: verifiable, no warning
