@@ -58,6 +58,18 @@ def case(registry: RegistryProcess, signer: Signer, keys: dict[str, tuple[Path, 
     signer.sign(images["stranger"], other)
     images["tag"] = images["bundle"].split("@")[0] + ":v1"
     public = keys["trusted"][1]
+    # Notary: a signed image, one with a signed SBOM referrer, one with an unsigned SBOM.
+    cert = signer.notation_key("kc-notary")
+    for name in ("n-signed", "n-sbom", "n-loose"):
+        images[name] = f"{host}/kc-{name}@{signer.push_image(host, f'kc-{name}')}"
+    signer.notation_sign(images["n-signed"], "kc-notary")
+    for name in ("n-sbom", "n-loose"):
+        repository, digest = images[name].split("/", 1)[1].split("@")
+        sbom = signer.push_referrer(host, repository, digest, "application/vnd.cyclonedx+json",
+                                    {"bomFormat": "CycloneDX", "specVersion": "1.5"})
+        if name == "n-sbom":
+            signer.notation_sign(f"{host}/{repository}@{sbom}", "kc-notary")
+    notary = [{"name": "notary", "notary": {"certs": {"value": cert}}}]
     policies = [
         ivpol("signed", public, host, validations=[{"expression": SIGNED, "message": "images must be signed"}]),
         ivpol("provenance", public, host,
@@ -97,6 +109,15 @@ def case(registry: RegistryProcess, signer: Signer, keys: dict[str, tuple[Path, 
               validations=[{"expression": "images.first.all(i, verifyImageSignatures(i, [attestors.trusted]) > 0)",
                             "message": "the first image must be signed"}],
               auditAnnotations=[{"key": "count", "valueExpression": "string(size(images.first))"}]),
+        ivpol("notary-signed", public, host, attestors=notary,
+              validations=[{"expression": "images.containers.all(i, verifyImageSignatures(i, [attestors.notary]) "
+                                          "> 0)", "message": "not signed with Notary"}]),
+        ivpol("notary-sbom", public, host, attestors=notary,
+              attestations=[{"name": "sbom", "referrer": {"type": "application/vnd.cyclonedx+json"}}],
+              validations=[{"expression": "images.containers.all(i, verifyAttestationSignatures(i, "
+                                          "attestations.sbom, [attestors.notary]) > 0)", "message": "no signed SBOM"},
+                           {"expression": "images.containers.all(i, extractPayload(i, attestations.sbom).bomFormat "
+                                          "== 'CycloneDX')", "message": "not CycloneDX"}]),
     ]
     labelled = pod("labelled", images["unsigned"])
     labelled["metadata"]["labels"] = {"check": "yes"}
@@ -112,7 +133,8 @@ def case(registry: RegistryProcess, signer: Signer, keys: dict[str, tuple[Path, 
     resources = [pod("bundle", images["bundle"]), pod("legacy", images["legacy"]), pod("unsigned", images["unsigned"]),
                  pod("stranger", images["stranger"]), pod("tag", images["tag"]),
                  pod("mixed", images["bundle"], images["unsigned"]), pod("elsewhere", "registry.example/x:1"),
-                 labelled, deployment, cronjob]
+                 labelled, deployment, cronjob, pod("n-signed", images["n-signed"]), pod("n-sbom", images["n-sbom"]),
+                 pod("n-loose", images["n-loose"])]
     return {"policies": policies, "resources": resources}
 
 

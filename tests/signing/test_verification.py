@@ -294,3 +294,53 @@ def test_a_certificate_attestor_checks_the_chain_and_the_signature(
     # Another key's certificate, its chain fine: the signature does not verify.
     stranger_cert, stranger_chain = certificate_chain(keys["other"][1])
     assert result(certificate_policy(stranger_cert, stranger_chain, host), image)[0] == "fail"
+
+
+# --- Notary ----------------------------------------------------------------------------------------------------
+
+CYCLONEDX = "application/vnd.cyclonedx+json"
+
+
+def notary_policy(cert: str, host: str, validations: list[dict[str, Any]]) -> ImagePolicyEngine:
+    parsed, problems = parse_image_validating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "notary"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["pods"]}]},
+                 "matchImageReferences": [{"glob": f"{host}/*"}],
+                 "attestors": [{"name": "notary", "notary": {"certs": {"value": cert}}}],
+                 "attestations": [{"name": "sbom", "referrer": {"type": CYCLONEDX}}],
+                 "validations": validations}})
+    assert parsed is not None, problems
+    return ImagePolicyEngine(parsed)
+
+
+def test_notary_signatures_and_signed_referrers(registry: RegistryProcess, signer: Signer) -> None:
+    host = registry.host
+    cert = signer.notation_key("vpol-notary")
+    stranger = signer.notation_key("vpol-stranger")
+    signed = f"{host}/notary-signed@{signer.push_image(host, 'notary-signed')}"
+    signer.notation_sign(signed, "vpol-notary")
+    unsigned = f"{host}/notary-unsigned@{signer.push_image(host, 'notary-unsigned')}"
+    by_stranger = f"{host}/notary-stranger@{signer.push_image(host, 'notary-stranger')}"
+    signer.notation_sign(by_stranger, "vpol-stranger")
+    signature = [{"expression": "images.containers.all(i, verifyImageSignatures(i, [attestors.notary]) > 0)",
+                  "message": "not signed"}]
+    assert result(notary_policy(cert, host, signature), signed) == ("pass", "success")
+    outcome, message = result(notary_policy(cert, host, signature), unsigned)
+    assert outcome == "fail" and "no signature is associated with" in message
+    outcome, message = result(notary_policy(cert, host, signature), by_stranger)
+    assert outcome == "fail" and "not produced by a trusted signer" in message
+    assert result(notary_policy(stranger, host, signature), by_stranger) == ("pass", "success")
+
+    # An SBOM attached to the image and signed: verified as a referrer attestation, then read.
+    sbom_checks = [{"expression": "images.containers.all(i, verifyAttestationSignatures(i, attestations.sbom, "
+                                  "[attestors.notary]) > 0)", "message": "no signed SBOM"},
+                   {"expression": "images.containers.all(i, extractPayload(i, attestations.sbom).bomFormat == "
+                                  "'CycloneDX')", "message": "not CycloneDX"}]
+    repository = signed.split("@")[0].split("/", 1)[1]
+    sbom = signer.push_referrer(host, repository, signed.split("@")[1], CYCLONEDX,
+                                {"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []})
+    outcome, message = result(notary_policy(cert, host, sbom_checks), signed)
+    assert outcome == "fail" and "no signed SBOM" in message  # attached, not yet signed
+    signer.notation_sign(f"{host}/{repository}@{sbom}", "vpol-notary")
+    assert result(notary_policy(cert, host, sbom_checks), signed) == ("pass", "success")

@@ -32,12 +32,14 @@ class Tools:
     crane: str
     cosign: str
     registry: str
+    notation: str
 
 
 @functools.cache
 def tools() -> Tools:
     return Tools(go_built(BUILD, "crane", args=("crane",)), go_built(BUILD, "cosign", args=("cosign",)),
-                 go_built(BUILD, "the test registry", args=("registry",)))
+                 go_built(BUILD, "the test registry", args=("registry",)),
+                 go_built(BUILD, "notation", args=("notation",)))
 
 
 def free_port() -> int:
@@ -102,7 +104,57 @@ class Signer:
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "HOME": str(self.home), "DOCKER_CONFIG": str(self.home / ".docker"),
-                "COSIGN_PASSWORD": self.password, "COSIGN_YES": "true"}
+                "XDG_CONFIG_HOME": str(self.home / ".config"), "COSIGN_PASSWORD": self.password,
+                "COSIGN_YES": "true"}
+
+    # -- Notary (the notation CLI, test certificates it makes itself) ------------------------------------------
+
+    def notation_key(self, name: str) -> str:
+        """A Notary signing key with its self-signed test certificate (``notation cert generate-test``); the
+        certificate's PEM."""
+        self._run(tools().notation, "cert", "generate-test", name)
+        return (self.home / ".config" / "notation" / "localkeys" / f"{name}.crt").read_text()
+
+    def notation_sign(self, reference: str, key: str) -> None:
+        """Sign ``host/repo@digest`` with ``notation sign`` (a JWS envelope, the default)."""
+        self._run(tools().notation, "sign", "--insecure-registry", "--key", key, reference)
+
+    def push_referrer(self, host: str, repository: str, subject: str, artifact_type: str,
+                      content: dict[str, Any]) -> str:
+        """Attach an artifact (``content`` as its one JSON layer) to the manifest ``subject``, as ``oras attach``
+        does; its digest."""
+        import hashlib
+        import urllib.request
+
+        def upload(data: bytes) -> str:
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            start = urllib.request.Request(f"http://{host}/v2/{repository}/blobs/uploads/", method="POST")
+            with urllib.request.urlopen(start) as answer:
+                location = answer.headers["Location"]
+            url = location if location.startswith("http") else f"http://{host}{location}"
+            put = urllib.request.Request(f"{url}{'&' if '?' in url else '?'}digest={digest}", data=data,
+                                         method="PUT", headers={"Content-Type": "application/octet-stream"})
+            urllib.request.urlopen(put).close()
+            return digest
+
+        layer = json.dumps(content).encode()
+        empty = b"{}"
+        subject_manifest = urllib.request.urlopen(urllib.request.Request(
+            f"http://{host}/v2/{repository}/manifests/{subject}",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})).read()
+        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "artifactType": artifact_type,
+                    "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": upload(empty),
+                               "size": len(empty)},
+                    "layers": [{"mediaType": artifact_type, "digest": upload(layer), "size": len(layer)}],
+                    "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": subject,
+                                "size": len(subject_manifest)}}
+        body = json.dumps(manifest).encode()
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://{host}/v2/{repository}/manifests/{digest}", data=body, method="PUT",
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})).close()
+        return digest
 
     def _run(self, *args: str, timeout: float = 120) -> str:
         proc = subprocess.run(list(args), capture_output=True, text=True, env=self._env(), cwd=self.home,

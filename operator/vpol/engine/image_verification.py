@@ -36,7 +36,7 @@ from typing import Any
 
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.declarations import KyvernoFunctionError
-from vpol.engine import cosign
+from vpol.engine import cosign, notary
 from vpol.engine.registry_access import NotFound, Registry, RegistryError
 from vpol.model.image_validating import Attestation
 
@@ -180,6 +180,8 @@ class Verification:
         self.failures: dict[tuple[str, str, str], str] = {}
         #: Verified in-toto statements, by (image, predicate type).
         self._payloads: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Verified referrer artifacts (Notary-signed), by (image, artifact type): their digests.
+        self._referrers: dict[tuple[str, str], str] = {}
 
     # -- imageverify_lib.Verifier --------------------------------------------------------------------------
 
@@ -259,27 +261,26 @@ class Verification:
         name = str(attestor.get("name") or "")
         key = _key(self.policy_key, "attestation" if attestation else "signature",
                    attestation.name if attestation else "", attestor, info.digest)
-        if self.cache is not None:
-            cached = self.cache.get(key)
-            if cached is not None:
-                if attestation is not None and attestation.intoto_type:
-                    self._payloads[(info.image, str(cached.get("predicateType") or ""))] = cached
-                return True
-        try:
-            statement = self._check(info, attestor, attestation)
-        except (cosign.SignatureError, RegistryError, KyvernoFunctionError) as exc:
-            self.failures[(info.image, name, attestation.name if attestation else "")] = str(exc)
-            return False
-        if attestation is not None and attestation.intoto_type and statement is not None:
-            self._payloads[(info.image, str(statement.get("predicateType") or ""))] = statement
-        if self.cache is not None:
-            self.cache.put(key, statement if statement is not None else {})
+        found = self.cache.get(key) if self.cache is not None else None
+        if found is None:
+            try:
+                found = self._check(info, attestor, attestation)
+            except (cosign.SignatureError, RegistryError, KyvernoFunctionError) as exc:
+                self.failures[(info.image, name, attestation.name if attestation else "")] = str(exc)
+                return False
+            if self.cache is not None:
+                self.cache.put(key, found)
+        if attestation is not None and attestation.referrer_type and found.get("referrer"):
+            self._referrers[(info.image, attestation.referrer_type)] = str(found["referrer"])
+        elif attestation is not None and attestation.intoto_type and found:
+            self._payloads[(info.image, str(found.get("predicateType") or ""))] = found
         return True
 
-    def _check(self, info: ImageInfo, attestor: Mapping[str, Any],
-               attestation: Attestation | None) -> dict[str, Any] | None:
-        if "notary" in attestor:
-            raise cosign.SignatureError("Notary signatures are not verified by vpol yet")
+    def _check(self, info: ImageInfo, attestor: Mapping[str, Any], attestation: Attestation | None) -> dict[str, Any]:
+        """What verified (an attestation's statement, ``{"referrer": digest}`` for a Notary-signed referrer, {} for
+        a signature); raises saying why nothing did."""
+        if isinstance(attestor.get("notary"), Mapping):
+            return self._check_notary(info, attestor["notary"], attestation)
         spec = attestor.get("cosign")
         if not isinstance(spec, Mapping):
             raise cosign.SignatureError("cosign verifier only supports cosign attestor")
@@ -347,7 +348,7 @@ class Verification:
                 raise cosign.SignatureError(f"no {'attestation' if attestation else 'signature'} matched the "
                                             f"required annotations {wanted}")
             checked = matching
-        return checked[0].statement if attestation is not None else None
+        return (checked[0].statement or {}) if attestation is not None else {}
 
     def _bundles(self, registry: str, repository: str, digest: str) -> list[bytes]:
         """The Sigstore bundles among the image's referrers (cosign v3's signatures and attestations)."""
@@ -365,14 +366,67 @@ class Verification:
                 out.append(self.registry.blob(registry, repository, str(layers[0]["digest"]), self.deadline))
         return out
 
-    def _referrer_content(self, info: ImageInfo, artifact_type: str) -> Any:
-        for descriptor in self.registry.referrers(info.ref.registry, info.ref.repository, info.digest,
+    def _check_notary(self, info: ImageInfo, spec: Mapping[str, Any], attestation: Attestation | None
+                      ) -> dict[str, Any]:
+        """Notary signatures of the image, or (``attestation``) of its referrers of the attestation's type."""
+        certs: Mapping[str, Any] = spec["certs"] if isinstance(spec.get("certs"), Mapping) else {}
+        store = notary.load_trust_store(str(certs.get("value") or ""))
+        if attestation is None:
+            self._notary_signed(info, info.digest, store)
+            return {}
+        errors: list[str] = []
+        for digest, _manifest in self._referrers_of(info, attestation.referrer_type):
+            try:
+                self._notary_signed(info, digest, store)
+                return {"referrer": digest}
+            except (cosign.SignatureError, RegistryError) as exc:
+                errors.append(f"{digest}: {exc}")
+        if not errors:
+            raise cosign.SignatureError(f"attestation verification failed, no attestations found for type: "
+                                        f"{attestation.referrer_type}")
+        raise cosign.SignatureError("; ".join(errors))
+
+    def _notary_signed(self, info: ImageInfo, digest: str, store: Sequence[Any]) -> None:
+        """A Notary signature of ``digest`` (in the image's repository) verifies against ``store``."""
+        errors: list[str] = []
+        for _signature, manifest in self._referrers_of(info, notary.SIGNATURE_ARTIFACT, digest)[:10]:
+            layers = [layer for layer in manifest.get("layers") or [] if isinstance(layer, Mapping)]
+            if not layers:
+                continue
+            if layers[0].get("mediaType") != notary.JWS:
+                errors.append(f"unsupported signature envelope {layers[0].get('mediaType')!r}")
+                continue
+            body = self.registry.blob(info.ref.registry, info.ref.repository, str(layers[0]["digest"]), self.deadline)
+            try:
+                notary.verify_jws(body, store, digest)
+                return
+            except cosign.SignatureError as exc:
+                errors.append(str(exc))
+        if not errors:
+            raise cosign.SignatureError(f"no signature is associated with {info.ref.context_name}@{digest}")
+        raise cosign.SignatureError("; ".join(dict.fromkeys(errors)))
+
+    def _referrers_of(self, info: ImageInfo, artifact_type: str, digest: str = ""
+                      ) -> list[tuple[str, dict[str, Any]]]:
+        """(digest, manifest) of the referrers of ``digest`` (the image's by default) of ``artifact_type``, told
+        from their manifests (a registry's referrers answer may report the config's type as artifactType)."""
+        out = []
+        for descriptor in self.registry.referrers(info.ref.registry, info.ref.repository, digest or info.digest,
                                                   self.deadline):
             manifest = self.registry.manifest(info.ref.registry, info.ref.repository, descriptor["digest"],
                                               self.deadline).json()
             kind = manifest.get("artifactType") or (manifest.get("config") or {}).get("mediaType")
+            if kind == artifact_type:
+                out.append((str(descriptor["digest"]), manifest))
+        return out
+
+    def _referrer_content(self, info: ImageInfo, artifact_type: str) -> Any:
+        verified = self._referrers.get((info.image, artifact_type))
+        for digest, manifest in self._referrers_of(info, artifact_type):
+            if verified and digest != verified:
+                continue
             layers = manifest.get("layers") or []
-            if kind == artifact_type and layers:
+            if layers:
                 body = self.registry.blob(info.ref.registry, info.ref.repository, layers[0]["digest"], self.deadline)
                 try:
                     return json.loads(body)

@@ -218,8 +218,6 @@ def unverifiable(attestor: Attestor) -> str:
     """Why vpol cannot verify anything with ``attestor`` ("" when it can): what it needs that vpol lacks. Each
     verification with it then fails naming this reason; `vpol check`, apply-time validation and the status say
     it beforehand."""
-    if attestor.notary is not None:
-        return "Notary signatures are not verified by vpol yet"
     c = attestor.cosign
     if c is None:
         return ""

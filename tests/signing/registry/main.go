@@ -5,6 +5,10 @@
 //	registry --address 127.0.0.1:PORT [--user NAME --password SECRET] [--no-referrers]
 //
 // It prints "listening on ADDRESS" once it accepts connections. Everything is kept in memory.
+//
+// The referrers API answers as the OCI distribution spec 1.1 says (go-containerregistry's reports a manifest's
+// config media type as its artifactType and ignores the artifactType filter): each descriptor carries the
+// manifest's own artifactType when it has one, and ?artifactType= filters (with the OCI-Filters-Applied header).
 package main
 
 import (
@@ -16,6 +20,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -43,6 +49,63 @@ func (t *tokens) valid(token string) bool {
 	return t.issued[token]
 }
 
+var referrersPath = regexp.MustCompile(`^/v2/(.+)/referrers/(sha256:[a-f0-9]{64})$`)
+
+// compliantReferrers answers the referrers API from the inner registry's answer, with each descriptor's
+// artifactType read from its manifest and the artifactType filter applied.
+func compliantReferrers(inner http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := referrersPath.FindStringSubmatch(r.URL.Path)
+		if m == nil || r.Method != http.MethodGet {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		inner.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK {
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
+		}
+		var index map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &index); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		want := r.URL.Query().Get("artifactType")
+		kept := []any{}
+		manifests, _ := index["manifests"].([]any)
+		for _, item := range manifests {
+			desc, ok := item.(map[string]any)
+			if !ok {
+				continue
+			}
+			get := httptest.NewRequest(http.MethodGet, fmt.Sprintf("/v2/%s/manifests/%v", m[1], desc["digest"]), nil)
+			get.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json")
+			one := httptest.NewRecorder()
+			inner.ServeHTTP(one, get)
+			var manifest map[string]any
+			if json.Unmarshal(one.Body.Bytes(), &manifest) == nil {
+				if t, ok := manifest["artifactType"].(string); ok && t != "" {
+					desc["artifactType"] = t
+				}
+			}
+			if want == "" || desc["artifactType"] == want {
+				kept = append(kept, desc)
+			}
+		}
+		index["manifests"] = kept
+		w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+		if want != "" {
+			w.Header().Set("OCI-Filters-Applied", "artifactType")
+		}
+		_ = json.NewEncoder(w).Encode(index)
+	})
+}
+
 func main() {
 	address := flag.String("address", "127.0.0.1:0", "where to listen")
 	user := flag.String("user", "", "require this user (with --password) through token authentication")
@@ -51,6 +114,9 @@ func main() {
 	flag.Parse()
 
 	handler := registry.New(registry.WithReferrersSupport(!*noReferrers))
+	if !*noReferrers {
+		handler = compliantReferrers(handler)
+	}
 	if *user != "" {
 		issued := &tokens{issued: map[string]bool{}}
 		inner := handler
