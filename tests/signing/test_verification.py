@@ -344,3 +344,20 @@ def test_notary_signatures_and_signed_referrers(registry: RegistryProcess, signe
     assert outcome == "fail" and "no signed SBOM" in message  # attached, not yet signed
     signer.notation_sign(f"{host}/{repository}@{sbom}", "vpol-notary")
     assert result(notary_policy(cert, host, sbom_checks), signed) == ("pass", "success")
+
+
+def test_replicas_admitted_side_by_side_verify_once(images: dict[str, str], registry: RegistryProcess,
+                                                    signer: Signer, keys: dict[str, tuple[Path, str]]) -> None:
+    """A Deployment's replicas arrive at once: the first request verifies, the others wait for its answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    host = registry.host
+    image = f"{host}/replicated@{signer.push_image(host, 'replicated')}"
+    signer.sign(image, keys["trusted"][0])
+    engine = policy(keys["trusted"][1], host)
+    cache, client = VerificationCache(), RegistryClient()
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        outcomes = list(pool.map(lambda _i: result(engine, image, client=client, cache=cache), range(10)))
+    assert outcomes == [("pass", "success")] * 10
+    # One verification of a bundle: the image's manifest, its referrers, the bundle's manifest and blob.
+    assert client.requests == {"manifest": 2, "referrer": 1, "blob": 1}

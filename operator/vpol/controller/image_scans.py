@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vpol.cel.compiler import compile_image_validating_policy
+from vpol.controller import metrics
 from vpol.engine.autogen import image_autogen_configs
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
@@ -40,7 +41,8 @@ class ImageScans:
     def __init__(self, exceptions: Callable[[], Sequence[CompiledException]] = lambda: (),
                  registry: RegistryClient | None = None):
         self.exceptions = exceptions
-        self.registry = registry or RegistryClient()
+        self.registry = registry or RegistryClient(
+            on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
         self.cache = VerificationCache()
         self._lock = threading.Lock()
         self._policies: dict[str, ImageValidatingPolicy] = {}

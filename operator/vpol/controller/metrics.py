@@ -68,6 +68,9 @@ ADMISSION_LATENCY = Histogram("vpol_admission_duration_seconds", "Time to answer
 IMAGE_CACHE = Counter("vpol_image_verification_cache_total",
                       "Image verifications of ImageValidatingPolicies at admission answered from the cache (hit) or "
                       "from the registry (miss)", ["result"])
+IMAGE_REGISTRY_REQUESTS = Counter("vpol_image_registry_requests_total",
+                                  "Requests ImageValidatingPolicies sent to registries (manifest, blob, referrer, "
+                                  "token), at admission and in background scans", ["kind"])
 ADMISSION_POLICY_LATENCY = Histogram("vpol_admission_policy_duration_seconds",
                                      "Evaluation time of an admission request, shared out evenly among the "
                                      "policies it evaluated (per policy)", ["policy"],

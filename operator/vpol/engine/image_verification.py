@@ -54,6 +54,8 @@ class VerificationCache:
         self.ttl, self.entries, self.clock = ttl, entries, clock
         self._items: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        #: Computations under way (compute), by key.
+        self._running: dict[str, threading.Event] = {}
         self.hits = self.misses = 0
 
     def get(self, key: str) -> Any | None:
@@ -73,6 +75,33 @@ class VerificationCache:
             self._items.move_to_end(key)
             while len(self._items) > self.entries:
                 self._items.popitem(last=False)
+
+    def compute(self, key: str, work: Callable[[], Any], wait: float = 30.0) -> Any:
+        """The cached value of ``key``, else ``work()``'s (kept when it returns): computed once when requests
+        ask for it at the same moment (the replicas of a Deployment are admitted side by side), the others waiting
+        up to ``wait`` seconds for that answer; when it fails, each tries for itself."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            running = self._running.get(key)
+            leading = running is None
+            if leading:
+                running = self._running[key] = threading.Event()
+        assert running is not None
+        if not leading:
+            running.wait(max(0.0, wait))
+            found = self.get(key)
+            return found if found is not None else work()
+        try:
+            value = work()
+            if value is not None:
+                self.put(key, value)
+            return value
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            running.set()
 
 
 @dataclass
@@ -236,18 +265,20 @@ class Verification:
             return found
         # What a digest reference names never changes: loaded once per cache lifetime.
         key = f"image:{image}" if "@sha256:" in image else ""
-        cached = self.cache.get(key) if self.cache is not None and key else None
-        if cached is not None:
-            self.images[image] = cached
-            return cached  # type: ignore[no-any-return]
         try:
-            info = load_image(self.registry, image, self.deadline)
+            if self.cache is not None and key:
+                info: ImageInfo = self.cache.compute(key, lambda: load_image(self.registry, image, self.deadline),
+                                                     self._wait())
+            else:
+                info = load_image(self.registry, image, self.deadline)
         except (RegistryError, imageref.BadReference) as exc:
             raise KyvernoFunctionError(f"failed to get imagedata: {exc}") from None
         self.images[image] = info
-        if self.cache is not None and key:
-            self.cache.put(key, info)
         return info
+
+    def _wait(self) -> float:
+        """How long to wait for the same work another request is doing (until this one's deadline)."""
+        return 30.0 if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
     def _attestation(self, name: str) -> Attestation:
         found = self.attestations.get(name)
@@ -261,15 +292,12 @@ class Verification:
         name = str(attestor.get("name") or "")
         key = _key(self.policy_key, "attestation" if attestation else "signature",
                    attestation.name if attestation else "", attestor, info.digest)
-        found = self.cache.get(key) if self.cache is not None else None
-        if found is None:
-            try:
-                found = self._check(info, attestor, attestation)
-            except (cosign.SignatureError, RegistryError, KyvernoFunctionError) as exc:
-                self.failures[(info.image, name, attestation.name if attestation else "")] = str(exc)
-                return False
-            if self.cache is not None:
-                self.cache.put(key, found)
+        try:
+            check = lambda: self._check(info, attestor, attestation)  # noqa: E731
+            found = self.cache.compute(key, check, self._wait()) if self.cache is not None else check()
+        except (cosign.SignatureError, RegistryError, KyvernoFunctionError) as exc:
+            self.failures[(info.image, name, attestation.name if attestation else "")] = str(exc)
+            return False
         if attestation is not None and attestation.referrer_type and found.get("referrer"):
             self._referrers[(info.image, attestation.referrer_type)] = str(found["referrer"])
         elif attestation is not None and attestation.intoto_type and found:

@@ -33,7 +33,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +110,7 @@ class RegistryClient:
     """One client per set of credentials and settings; thread-safe (tokens are shared per registry and scope)."""
 
     def __init__(self, credentials: Credentials | None = None, *, insecure: bool = False, timeout: float = 5.0,
-                 pool: urllib3.PoolManager | None = None):
+                 pool: urllib3.PoolManager | None = None, on_request: Callable[[str], None] | None = None):
         self.credentials = credentials or Credentials()
         self.insecure = insecure
         self.timeout = timeout
@@ -118,8 +118,10 @@ class RegistryClient:
                                                  cert_reqs="CERT_NONE" if insecure else "CERT_REQUIRED")
         self._tokens: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
-        #: Requests sent, by kind (manifest, blob, referrers, token): what benchmarks count.
+        #: Requests sent, by kind (manifest, blob, referrer, token): what benchmarks count.
         self.requests: dict[str, int] = {}
+        #: Told the kind of every request sent (the operator's metrics).
+        self.on_request = on_request
 
     # -- the API --------------------------------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class RegistryClient:
     def _count(self, kind: str) -> None:
         with self._lock:
             self.requests[kind] = self.requests.get(kind, 0) + 1
+        if self.on_request is not None:
+            self.on_request(kind)
 
     def _url(self, registry: str, path: str) -> str:
         scheme = "http" if plain_http(registry) else "https"

@@ -55,7 +55,8 @@ class ImageAdmission:
                  registry: RegistryClient | None = None, workers: int = 8, timeout_seconds: int = 10):
         self.snapshot = snapshot
         self.namespace_of = namespace_of
-        self.registry = registry or RegistryClient(timeout=REGISTRY_TIMEOUT)
+        self.registry = registry or RegistryClient(
+            timeout=REGISTRY_TIMEOUT, on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
         self.cache = VerificationCache()
         self.timeout_seconds = timeout_seconds
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vpol-images")
