@@ -292,3 +292,46 @@ def test_background_reports_agree_with_admission_and_the_cli(
     for what, doc in pods.items():
         row = rows[doc["metadata"]["name"]]
         assert (row["result"], row["message"]) == (results[what]["result"], results[what]["message"]), what
+
+
+def test_a_private_registry_is_read_with_the_pull_secret_the_policy_names(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any]) -> None:
+    """credentials.secrets: an image pull Secret in the operator's namespace, readable by name only (the chart's
+    rbac.registrySecrets; granted here as a cluster admin would)."""
+    import base64
+
+    private = RegistryProcess(user="puller", password="s3cret").start()
+    secret_name = unique_name("pull")
+    try:
+        signer: Signer = signed["signer"]
+        signer.login(private.host, "puller", "s3cret")
+        image = f"{private.host}/app@{signer.push_image(private.host, 'app')}"
+        signer.sign(image, signed["key"])
+        config = json.dumps({"auths": {private.host: {"auth": base64.b64encode(b"puller:s3cret").decode()}}})
+        kube.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                    "metadata": {"name": secret_name, "namespace": "vpol-system"},
+                    "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode()}})
+        kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": secret_name, "namespace": "vpol-system"},
+                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name],
+                               "verbs": ["get"]}]},
+                   {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": secret_name, "namespace": "vpol-system"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": secret_name},
+                    "subjects": [{"kind": "ServiceAccount", "name": "vpol", "namespace": "vpol-system"}]})
+        anonymous = image_policy(unique_name("ivpol", "anon"), signed["public"], private.host)
+        kube.apply(anonymous)
+        kube.wait_ready("ivpol", anonymous["metadata"]["name"], timeout=90)
+        proc = create(cluster, pod_doc("anonymous", namespace, image))
+        assert proc.returncode != 0 and "unauthorized" in proc.stderr.lower(), proc.stderr
+        kube.delete("ivpol", anonymous["metadata"]["name"])
+        with_secret = image_policy(unique_name("ivpol", "creds"), signed["public"], private.host)
+        with_secret["spec"]["credentials"] = {"secrets": [secret_name]}
+        kube.apply(with_secret)
+        kube.wait_ready("ivpol", with_secret["metadata"]["name"], timeout=90)
+        # Admitted once the deleted anonymous policy is out of every replica's webhook too.
+        attempts = iter(range(1000))
+        wait_for("a Pod admitted with the pull Secret", lambda: create(cluster, pod_doc(
+            f"with-secret-{next(attempts)}", namespace, image)).returncode == 0 or None, timeout=60)
+    finally:
+        private.stop()

@@ -204,6 +204,9 @@ EFFECTS: dict[str, Check] = {
     "rbac.mutatedKinds": lambda c, v: rules(c, "vpol-mutated-kinds") == _values("rbac.mutatedKinds"),
     "rbac.generatedKinds": lambda c, v: rules(c, "vpol-generated-kinds") == _values("rbac.generatedKinds"),
     "rbac.deletedKinds": lambda c, v: rules(c, "vpol-deleted-kinds") == _values("rbac.deletedKinds"),
+    "rbac.registrySecrets": lambda c, v: find(c, "Role", "vpol-registry-secrets")["rules"] == [  # type: ignore[index]
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["ghcr-pull", "private-registry"],
+         "verbs": ["get"]}],
     "metrics.service.enabled": lambda c, v: (
         find(v["no-metrics-service"], "Service", "vpol-metrics") is None
         and find(c, "Service", "vpol-metrics") is not None),

@@ -74,6 +74,9 @@ FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]
      "webhook.certSecret: the serving certificate vpol only reads (the variant's name)"),
     ("Role/vpol-webhook-tls", CORE, ("secrets",), ("get",), ("vpol-webhook-cert",),
      "cert-manager's serving certificate, only read"),
+    ("Role/vpol-registry-secrets", CORE, ("secrets",), ("get",), ("ghcr-pull", "private-registry"),
+     "rbac.registrySecrets: the image pull Secrets ImageValidatingPolicies name, only read "
+     "(vpol.controller.registry_credentials)"),
     ("Role/vpol-enforcement-probe", CORE, ("configmaps",), ("create",), None,
      "enforcement probes: dry-run creates of probe ConfigMaps (vpol.controller.enforcement_proof)"),
 ]

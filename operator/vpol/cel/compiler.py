@@ -35,7 +35,7 @@ from vpol.model.deleting import DeletingPolicy
 from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import NamedExpression, ValidatingPolicy
+from vpol.model.policy import AuditAnnotation, NamedExpression, ValidatingPolicy, Validation
 from vpol.model.problems import Position, Problem
 from vpol.model.templates import Template, TemplateError
 from vpol.model.templates import parse as parse_template
@@ -366,6 +366,28 @@ class _Frame:
         self.out.problems.extend(problems)
         return prog
 
+    def validations_and_audits(self, validations: Sequence[Validation],
+                               audit_annotations: Sequence[AuditAnnotation]) -> None:
+        """validations (bools) with their messageExpressions (strings), then auditAnnotations (strings or null)."""
+        for i, val in enumerate(validations):
+            prog = self.add(val.expression, f"spec.validations[{i}].expression", "validation")
+            msg = None
+            if val.message_expression:
+                msg = self.add(val.message_expression, f"spec.validations[{i}].messageExpression",
+                               "messageExpression")
+            if prog:
+                self.out.validations.append((i, prog, msg))
+        for i, aa in enumerate(audit_annotations):
+            prog = self.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
+            if prog:
+                self.out.audit_annotations.append((aa.key, prog))
+
+    def finish(self, policy: Any) -> None:
+        """A namespaced policy's forbidden libraries, then every problem located in the policy's document."""
+        if policy.namespace:
+            self.out.problems.extend(namespaced_forbidden(policy.expressions()))
+        self.out.problems = [policy.locate(p) for p in self.out.problems]
+
     def variables_and_conditions(self, variables: Sequence[NamedExpression],
                                  conditions: Sequence[NamedExpression], *, conditions_see_variables: bool) -> None:
         for i, var in enumerate(variables):
@@ -400,20 +422,8 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False, e
     s = policy.spec
     frame = _Frame(out, s.evaluation.mode, kubernetes_only, evaluated=evaluated)
     frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
-    for i, val in enumerate(s.validations):
-        prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
-        msg = None
-        if val.message_expression:
-            msg = frame.add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression")
-        if prog:
-            out.validations.append((i, prog, msg))
-    for i, aa in enumerate(s.audit_annotations):
-        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
-        if prog:
-            out.audit_annotations.append((aa.key, prog))
-    if policy.namespace:
-        out.problems.extend(namespaced_forbidden(policy.expressions()))
-    out.problems = [policy.locate(p) for p in out.problems]
+    frame.validations_and_audits(s.validations, s.audit_annotations)
+    frame.finish(policy)
     return out
 
 
@@ -648,20 +658,8 @@ def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledIm
                                         "every verification with this attestor fails", path=path,
                                         expression_position=Position(1, 1), severity="warning"))
         out.attestors.append((index, path.split("]", 1)[1].lstrip("."), prog))
-    for i, val in enumerate(s.validations):
-        prog = frame.add(val.expression, f"spec.validations[{i}].expression", "validation")
-        msg = None
-        if val.message_expression:
-            msg = frame.add(val.message_expression, f"spec.validations[{i}].messageExpression", "messageExpression")
-        if prog:
-            out.validations.append((i, prog, msg))
-    for i, aa in enumerate(s.audit_annotations):
-        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
-        if prog:
-            out.audit_annotations.append((aa.key, prog))
-    if policy.namespace:
-        out.problems.extend(namespaced_forbidden(policy.expressions()))
-    out.problems = [policy.locate(p) for p in out.problems]
+    frame.validations_and_audits(s.validations, s.audit_annotations)
+    frame.finish(policy)
     return out
 
 

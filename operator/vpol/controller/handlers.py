@@ -124,7 +124,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                              options=ScanOptions(scan_interval=options.scan_interval, limits=limits,
                                                  mutation_writes_per_second=options.mutate_existing_writes_per_second,
                                                  generation_writes_per_second=options.generation_writes_per_second,
-                                                 deletes_per_second=options.deletions_per_second),
+                                                 deletes_per_second=options.deletions_per_second,
+                                                 namespace=options.namespace),
                              events=rt.events,
                              global_context=rt.global_context)
         rt.scanner.start()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vpol.cel.compiler import compile_image_validating_policy
-from vpol.controller import metrics
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.autogen import image_autogen_configs
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
@@ -24,7 +24,6 @@ from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.request import Subject
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.oci.registry import RegistryClient
 
 GVR = tuple[str, str, str]
 #: Longest one object's image verifications may take in a scan.
@@ -39,10 +38,10 @@ def scanned(policy: ImageValidatingPolicy | None) -> bool:
 
 class ImageScans:
     def __init__(self, exceptions: Callable[[], Sequence[CompiledException]] = lambda: (),
-                 registry: RegistryClient | None = None):
+                 clients: RegistryClients | None = None):
         self.exceptions = exceptions
-        self.registry = registry or RegistryClient(
-            on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
+        #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
+        self.clients = clients or RegistryClients(None, "")
         self.cache = VerificationCache()
         self._lock = threading.Lock()
         self._policies: dict[str, ImageValidatingPolicy] = {}
@@ -109,7 +108,8 @@ class ImageScans:
         verified = Outcomes()
         loaded: dict[str, Any] = {}
         deadline = time.monotonic() + OBJECT_SECONDS
-        outcomes = [o for e in engines if (o := e.evaluate(subject, registry=self.registry, outcomes=verified,
+        outcomes = [o for e in engines if (o := e.evaluate(subject, registry=self.clients.for_policy(e.policy),
+                                                           outcomes=verified,
                                                            cache=self.cache, deadline=deadline,
                                                            loaded=loaded)) is not None]
         apply_required(outcomes, verified)

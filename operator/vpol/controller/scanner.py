@@ -64,6 +64,7 @@ from vpol.controller.background_mutation import BackgroundMutation
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.reconcile_lifecycle import GENERATING
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
@@ -147,6 +148,8 @@ class ScanOptions:
     #: Most writes (and deletes) per second of generation and of scheduled deletion.
     generation_writes_per_second: float = 50.0
     deletes_per_second: float = 50.0
+    #: The operator's namespace, where ImageValidatingPolicies' pull Secrets are (vpol.controller.registry_credentials).
+    namespace: str = "vpol-system"
 
 
 @dataclass(slots=True)
@@ -255,7 +258,8 @@ class Scanner(threading.Thread):
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting)
         #: ImageValidatingPolicies (vpol.controller.image_scans): evaluated here beside the validating policies.
-        self.images = ImageScans(exceptions=self._compiled_exceptions)
+        self.images = ImageScans(exceptions=self._compiled_exceptions,
+                                 clients=RegistryClients(api, self.options.namespace))
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
         self.notify: Any = None
         #: GeneratingPolicies that became invalid: when deleted, their downstreams go as they said.

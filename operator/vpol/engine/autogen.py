@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,16 +122,24 @@ def _config_targets(controllers: tuple[str, ...]) -> list[tuple[str, tuple[Targe
     return out
 
 
+def _variant_specs(policy: ValidatingPolicy | ImageValidatingPolicy
+                   ) -> Iterator[tuple[str, tuple[Target, ...], dict[str, Any]]]:
+    """(config name, targets, the spec rewritten for them, its resource rules the targets') of each autogen
+    config of a policy that qualifies."""
+    raw_spec = policy.raw.get("spec", {})
+    rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
+    for name, targets in _config_targets(policy.spec.autogen.controllers()):
+        spec = _rewrite(copy.deepcopy(raw_spec), name)
+        spec.setdefault("matchConstraints", {})["resourceRules"] = _rules(targets, rule_template)
+        yield name, targets, spec
+
+
 def autogen_configs(policy: ValidatingPolicy) -> list[AutogenConfig]:
     """The autogen variants of ``policy`` (empty when it does not qualify)."""
     if not can_autogen(policy):
         return []
-    raw_spec = policy.raw.get("spec", {})
-    rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
     out = []
-    for name, targets in _config_targets(policy.spec.autogen.controllers()):
-        spec = _rewrite(copy.deepcopy(raw_spec), name)
-        spec.setdefault("matchConstraints", {})["resourceRules"] = _rules(targets, rule_template)
+    for name, targets, spec in _variant_specs(policy):
         # The variant is a policy of its own; it never autogenerates again.
         variant_spec = copy.deepcopy(spec)
         variant_spec.setdefault("autogen", {})["podControllers"] = {"controllers": []}
@@ -261,13 +270,9 @@ def image_autogen_configs(policy: ImageValidatingPolicy) -> list[tuple[str, tupl
     if rule.api_groups != ("",) or rule.api_versions != ("v1",) or rule.resources != ("pods",) or \
             rule.resource_names:
         return []
-    raw_spec = policy.raw.get("spec", {})
-    rule_template = raw_spec.get("matchConstraints", {}).get("resourceRules", [{}])[0]
     out = []
-    for name, targets in _config_targets(policy.spec.autogen.controllers()):
-        spec = _rewrite(copy.deepcopy(raw_spec), name)
-        constraints = spec.setdefault("matchConstraints", {})
-        constraints["resourceRules"] = _rules(targets, rule_template)
+    for name, targets, spec in _variant_specs(policy):
+        constraints = spec["matchConstraints"]
         constraints.pop("objectSelector", None)
         constraints.pop("matchPolicy", None)
         spec.setdefault("autogen", {})["podControllers"] = {"controllers": []}

@@ -117,6 +117,9 @@ class RegistryClient:
         self._pool = pool or urllib3.PoolManager(num_pools=16, maxsize=8, retries=False,
                                                  cert_reqs="CERT_NONE" if insecure else "CERT_REQUIRED")
         self._tokens: dict[tuple[str, str], str] = {}
+        #: Registries found to speak plain HTTP (``insecure`` only: HTTPS is tried first, as go-containerregistry
+        #: does for an insecure registry).
+        self._plain: set[str] = set()
         self._lock = threading.Lock()
         #: Requests sent, by kind (manifest, blob, referrer, token): what benchmarks count.
         self.requests: dict[str, int] = {}
@@ -178,7 +181,7 @@ class RegistryClient:
             self.on_request(kind)
 
     def _url(self, registry: str, path: str) -> str:
-        scheme = "http" if plain_http(registry) else "https"
+        scheme = "http" if plain_http(registry) or registry in self._plain else "https"
         return f"{scheme}://{registry}/v2/{path}"
 
     def _remaining(self, deadline: float | None, what: str) -> float:
@@ -199,7 +202,15 @@ class RegistryClient:
             token = self._tokens.get((registry, scope))
             if token:
                 headers["Authorization"] = token
-            response = self._request("GET", url, headers, deadline, what, limit)
+            try:
+                response = self._request("GET", url, headers, deadline, what, limit)
+            except RegistryError:
+                if not self.insecure or registry in self._plain or not url.startswith("https://"):
+                    raise
+                with self._lock:
+                    self._plain.add(registry)  # an insecure registry without TLS: plain HTTP from now on
+                url = self._url(registry, f"{repository}/{path}")
+                response = self._request("GET", url, headers, deadline, what, limit)
             self._count(kind)
             if response.status == 401 and attempt == 0:
                 self._authenticate(registry, scope, response.headers.get("WWW-Authenticate", ""), deadline, what)

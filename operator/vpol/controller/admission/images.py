@@ -38,7 +38,7 @@ from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.registry_access import RegistryError
 from vpol.engine.request import Subject
 from vpol.engine.review import Review
-from vpol.oci.registry import RegistryClient
+from vpol.controller.registry_credentials import RegistryClients
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +52,11 @@ class ImageAdmission:
     """Answers the image webhooks from the current snapshot's ImageValidatingPolicies."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], namespace_of: Callable[[str], Any], *,
-                 registry: RegistryClient | None = None, workers: int = 8, timeout_seconds: int = 10):
+                 clients: RegistryClients | None = None, workers: int = 8, timeout_seconds: int = 10):
         self.snapshot = snapshot
         self.namespace_of = namespace_of
-        self.registry = registry or RegistryClient(
-            timeout=REGISTRY_TIMEOUT, on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
+        #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
+        self.clients = clients or RegistryClients(None, "", timeout=REGISTRY_TIMEOUT)
         self.cache = VerificationCache()
         self.timeout_seconds = timeout_seconds
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vpol-images")
@@ -115,7 +115,8 @@ class ImageAdmission:
         hits, misses = self.cache.hits, self.cache.misses
         outcomes: list[ImageOutcome] = []
         for engine in engines.values():
-            outcome = engine.evaluate(subject, registry=self.registry, outcomes=verified, cache=self.cache,
+            outcome = engine.evaluate(subject, registry=self.clients.for_policy(engine.policy), outcomes=verified,
+                                      cache=self.cache,
                                       deadline=deadline, loaded=loaded)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -152,7 +153,8 @@ class ImageAdmission:
                     continue
                 try:
                     ref = imageref.parse(image)
-                    digest = self.registry.manifest(ref.registry, ref.repository, ref.tag, deadline).digest
+                    registry = self.clients.for_policy(wanting[0].policy)
+                    digest = registry.manifest(ref.registry, ref.repository, ref.tag, deadline).digest
                 except (RegistryError, imageref.BadReference) as exc:
                     if any(e.policy.spec.failure_policy == "Fail" for e in wanting):
                         errors.append(f"failed to resolve digest for image {image}: {exc}")

@@ -58,6 +58,7 @@ from aiohttp import web
 from vpol.cel.backend import Backend, using
 from vpol.controller import garbage, metrics
 from vpol.controller.admission.images import ImageAdmission
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
@@ -265,7 +266,7 @@ class WebhookServer:
     def __init__(self, policies: AdmissionPolicies, namespaces: Namespaces, discovery: Callable[[], Discovery],
                  certificates: CertificateFiles, *, backend: Backend | None = None,
                  options: ServerOptions = ServerOptions(), events: Any = None,
-                 global_context: GlobalContextSource | None = None):
+                 global_context: GlobalContextSource | None = None, registry_clients: RegistryClients | None = None):
         self.policies = policies
         #: Where PolicyViolation Events go (vpol.controller.events.EventRecorder; None: --events=off).
         self.events = events
@@ -292,7 +293,7 @@ class WebhookServer:
         #: Refusals logged per reason (one line per reason and LOG_EVERY seconds: a flood logs little).
         self._refusals_logged: dict[str, tuple[float, int]] = {}
         self.images = ImageAdmission(lambda: self.policies.snapshot, self._namespace_object,
-                                     timeout_seconds=options.image_timeout)
+                                     clients=registry_clients, timeout_seconds=options.image_timeout)
 
     # -- lifecycle
 

@@ -23,6 +23,8 @@ from vpol.cel.backend import Backend
 from vpol.controller.admission.configurator import PolicyValidationConfigurator, WebhookConfigurator, client_config
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies
+from vpol.controller.admission.images import REGISTRY_TIMEOUT
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
 from vpol.engine.global_context import GlobalContextSource
@@ -75,7 +77,8 @@ class Admission:
                                   eval_memory_mib=options.eval_memory_mib,
                                   inline=InlineLimits() if options.webhook_inline else None,
                                   image_timeout=options.webhook_timeout), events=events,
-            global_context=global_context)
+            global_context=global_context,
+            registry_clients=RegistryClients(api, options.namespace, timeout=REGISTRY_TIMEOUT))
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}
         self.configurator = WebhookConfigurator(
             api, self.policies, name=WEBHOOK_CONFIGURATION, leading=leading,

@@ -1,0 +1,107 @@
+"""Registry clients for ImageValidatingPolicies in a cluster: one per set of credentials a policy names.
+
+A policy's ``credentials.secrets`` and its cosign attestors' ``source.PullSecrets`` name image pull Secrets (type
+``kubernetes.io/dockerconfigjson``, or the older ``kubernetes.io/dockercfg``) in the operator's namespace, as
+Kyverno's name Secrets in its own; ``credentials.allowInsecureRegistry`` allows plain HTTP and unverified TLS. The
+Secrets are read when a policy first needs them and again after :data:`REFRESH_SECONDS` (a rotated password is
+used within a minute); reading them needs ``get`` on those Secrets (the chart's ``rbac.registrySecrets``). A Secret
+that cannot be read is logged once per refresh and left out: the registry then says what it refuses.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from vpol.controller import metrics
+from vpol.model.image_validating import ImageValidatingPolicy
+from vpol.oci.registry import Credentials, RegistryClient
+
+logger = logging.getLogger(__name__)
+
+REFRESH_SECONDS = 60.0
+
+
+def secret_names(policy: ImageValidatingPolicy) -> tuple[str, ...]:
+    """The pull Secrets a policy names (its credentials', then its attestors' signature repositories')."""
+    names = list(policy.spec.credentials.secrets)
+    for attestor in policy.spec.attestors:
+        if attestor.cosign is not None:
+            names += attestor.cosign.source_pull_secrets
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def docker_config(secret: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Docker config JSON an image pull Secret holds (None: not such a Secret)."""
+    data = secret.get("data") or {}
+    for key, wrap in ((".dockerconfigjson", False), (".dockercfg", True)):
+        if key in data:
+            try:
+                config = json.loads(base64.b64decode(data[key]))
+            except (ValueError, TypeError):
+                return None
+            if not isinstance(config, dict):
+                return None
+            return {"auths": config} if wrap else config
+    return None
+
+
+class RegistryClients:
+    """The registry client each policy reads with (thread-safe)."""
+
+    def __init__(self, api: client.ApiClient | None, namespace: str, *, timeout: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.api = api
+        self.namespace = namespace
+        self.timeout = timeout
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[tuple[str, ...], bool], tuple[float, RegistryClient]] = {}
+
+    def _client(self, credentials: Credentials | None, insecure: bool) -> RegistryClient:
+        return RegistryClient(credentials, insecure=insecure, timeout=self.timeout,
+                              on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
+
+    def for_policy(self, policy: ImageValidatingPolicy) -> RegistryClient:
+        key = (secret_names(policy), policy.spec.credentials.allow_insecure_registry)
+        with self._lock:
+            held = self._clients.get(key)
+        if held is not None and (not key[0] or self.clock() < held[0]):
+            return held[1]
+        credentials = Credentials(self._configs(key[0])) if key[0] else None
+        if held is not None:
+            held[1].credentials = credentials or Credentials()
+            registry = held[1]
+        else:
+            registry = self._client(credentials, key[1])
+        with self._lock:
+            self._clients[key] = (self.clock() + REFRESH_SECONDS, registry)
+        return registry
+
+    def _configs(self, names: tuple[str, ...]) -> list[Mapping[str, Any]]:
+        out: list[Mapping[str, Any]] = []
+        if self.api is None:
+            return out
+        core = client.CoreV1Api(self.api)
+        for name in names:
+            try:
+                secret = self.api.sanitize_for_serialization(core.read_namespaced_secret(name, self.namespace))
+            except ApiException as exc:
+                logger.warning("image pull Secret %s/%s cannot be read (%s): registries are read without it",
+                               self.namespace, name, exc.reason or exc.status)
+                continue
+            config = docker_config(secret)
+            if config is None:
+                logger.warning("Secret %s/%s holds no Docker config (.dockerconfigjson): left out", self.namespace,
+                               name)
+                continue
+            out.append(config)
+        return out
