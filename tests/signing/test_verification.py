@@ -361,3 +361,41 @@ def test_replicas_admitted_side_by_side_verify_once(images: dict[str, str], regi
     assert outcomes == [("pass", "success")] * 10
     # One verification of a bundle: the image's manifest, its referrers, the bundle's manifest and blob.
     assert client.requests == {"manifest": 2, "referrer": 1, "blob": 1}
+
+
+def keyless_policy(roots: str, host: str, identities: list[dict[str, str]]) -> ImagePolicyEngine:
+    parsed, problems = parse_image_validating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "keyless"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["pods"]}]},
+                 "matchImageReferences": [{"glob": f"{host}/*"}],
+                 "attestors": [{"name": "trusted", "cosign": {
+                     "keyless": {"identities": identities, "roots": roots},
+                     "ctlog": {"insecureIgnoreTlog": True, "insecureIgnoreSCT": True}}}],
+                 "validations": [{"expression": SIGNED, "message": "images must be signed"}]}})
+    assert parsed is not None and not [p for p in problems if p.severity == "error"], problems
+    return ImagePolicyEngine(parsed)
+
+
+@pytest.mark.parametrize("bundle", [True, False], ids=["bundle", "legacy"])
+def test_keyless_with_the_policys_roots_and_identities(
+        bundle: bool, registry: RegistryProcess, signer: Signer, keys: dict[str, tuple[Path, str]]) -> None:
+    """A signing certificate as a private Fulcio-like CA issues it (the subject in the SAN, the OIDC issuer in
+    Fulcio's extension), carried by the signature: verified with the policy's roots, offline."""
+    from tests.signing.tools import certificate_chain
+
+    key, public = keys["trusted"]
+    cert, chain = certificate_chain(public, email="dev@vpol.test", oidc_issuer="https://issuer.vpol.test")
+    host = registry.host
+    image = f"{host}/keyless@{signer.push_image(host, 'keyless')}"
+    signer.sign(image, key, bundle=bundle, certificate=(cert, chain))
+    exact = [{"subject": "dev@vpol.test", "issuer": "https://issuer.vpol.test"}]
+    assert result(keyless_policy(chain, host, exact), image) == ("pass", "success")
+    regexp = [{"subjectRegExp": r".*@vpol\.test$", "issuerRegExp": r"^https://issuer\."}]
+    assert result(keyless_policy(chain, host, regexp), image) == ("pass", "success")
+    outcome, message = result(keyless_policy(chain, host, [{"subject": "ops@vpol.test",
+                                                            "issuer": "https://issuer.vpol.test"}]), image)
+    assert outcome == "fail" and "none of the expected identities matched" in message
+    _other, other_chain = certificate_chain(public)
+    outcome, message = result(keyless_policy(other_chain, host, exact), image)
+    assert outcome == "fail" and "not trusted" in message

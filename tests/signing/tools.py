@@ -212,9 +212,12 @@ class Signer:
         return proc.returncode == 0
 
 
-def certificate_chain(public_pem: str, *, days: int = 30, expired: bool = False) -> tuple[str, str]:
+def certificate_chain(public_pem: str, *, days: int = 30, expired: bool = False, email: str = "",
+                      oidc_issuer: str = "") -> tuple[str, str]:
     """(a leaf certificate for ``public_pem``, its chain: an intermediate and a self-signed root), made with
-    ``cryptography`` as a private CA would make them (code signing)."""
+    ``cryptography`` as a private CA would make them (code signing); with ``email`` and ``oidc_issuer``, as a
+    Fulcio-like CA makes a keyless signing certificate (the subject in the SAN, the issuer in Fulcio's extension
+    1.3.6.1.4.1.57264.1.8)."""
     import datetime
 
     from cryptography import x509
@@ -241,6 +244,12 @@ def certificate_chain(public_pem: str, *, days: int = 30, expired: bool = False)
             builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
                                                           False), critical=True)
             builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+            if email:
+                builder = builder.add_extension(x509.SubjectAlternativeName([x509.RFC822Name(email)]), critical=True)
+            if oidc_issuer:
+                text = oidc_issuer.encode()
+                builder = builder.add_extension(x509.UnrecognizedExtension(
+                    x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8"), bytes([0x0C, len(text)]) + text), critical=False)
         return builder.sign(issuer_key, hashes.SHA256())
 
     root_key, middle_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())

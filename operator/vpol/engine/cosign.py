@@ -25,7 +25,8 @@ import base64
 import binascii
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,124 @@ def certificate_key(cert_pem: str, chain_pem: str = "", *, now: datetime.datetim
     return PublicKey(key)
 
 
+#: Fulcio's certificate extensions naming the OIDC issuer (v2, a DER UTF8String; v1, raw bytes).
+ISSUER_V2 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
+ISSUER_V1 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
+CERTIFICATE_ANNOTATION = "dev.sigstore.cosign/certificate"
+CHAIN_ANNOTATION = "dev.sigstore.cosign/chain"
+
+
+@dataclass(frozen=True)
+class KeylessIdentity:
+    issuer: str = ""
+    subject: str = ""
+    issuer_regexp: str = ""
+    subject_regexp: str = ""
+
+
+def _oidc_issuer(cert: x509.Certificate) -> str:
+    for oid in (ISSUER_V2, ISSUER_V1):
+        try:
+            value = cert.extensions.get_extension_for_oid(oid).value
+        except x509.ExtensionNotFound:
+            continue
+        raw = value.value if isinstance(value, x509.UnrecognizedExtension) else b""
+        if oid == ISSUER_V2 and len(raw) >= 2 and raw[0] == 0x0C:  # DER UTF8String: tag, length, text
+            length, start = raw[1], 2
+            if length & 0x80:
+                count = length & 0x7F
+                length, start = int.from_bytes(raw[2:2 + count], "big"), 2 + count
+            return raw[start:start + length].decode(errors="replace")
+        return raw.decode(errors="replace")
+    return ""
+
+
+def _subjects(cert: x509.Certificate) -> list[str]:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    out: list[str] = [*names.get_values_for_type(x509.RFC822Name), *names.get_values_for_type(
+        x509.UniformResourceIdentifier), *names.get_values_for_type(x509.DNSName)]
+    return out
+
+
+def _identity_matches(identity: KeylessIdentity, issuer: str, subjects: Sequence[str]) -> bool:
+    """cosign's rule: the exact values when given, else the regular expressions (Go's regexp.MatchString: a match
+    anywhere, unless anchored); an identity without any matches anything."""
+    if identity.issuer and identity.issuer != issuer:
+        return False
+    if not identity.issuer and identity.issuer_regexp and not re.search(identity.issuer_regexp, issuer):
+        return False
+    if identity.subject and identity.subject not in subjects:
+        return False
+    if not identity.subject and identity.subject_regexp and \
+            not any(re.search(identity.subject_regexp, s) for s in subjects):
+        return False
+    return True
+
+
+def keyless_key(material: Mapping[str, Any], roots_pem: str, identities: Sequence[KeylessIdentity], *,
+                now: datetime.datetime | None = None) -> PublicKey:
+    """The key of a keyless signature: the certificate it carries (a bundle's ``verificationMaterial``, or a legacy
+    signature's certificate annotations), once it is shown valid now, issued through the given intermediates to one
+    of ``roots_pem``'s self-signed roots, and naming one of ``identities`` (OIDC issuer and subject)."""
+    certs: list[x509.Certificate] = []
+    try:
+        annotations = material.get("annotations") if isinstance(material.get("annotations"), Mapping) else None
+        if annotations is not None:
+            if annotations.get(CERTIFICATE_ANNOTATION):
+                certs += x509.load_pem_x509_certificates(str(annotations[CERTIFICATE_ANNOTATION]).encode())
+            if annotations.get(CHAIN_ANNOTATION):
+                certs += x509.load_pem_x509_certificates(str(annotations[CHAIN_ANNOTATION]).encode())
+        else:
+            single = material.get("certificate")
+            chain = material.get("x509CertificateChain")
+            raws = [single.get("rawBytes")] if isinstance(single, Mapping) else \
+                [c.get("rawBytes") for c in (chain or {}).get("certificates") or [] if isinstance(c, Mapping)]
+            certs += [x509.load_der_x509_certificate(base64.b64decode(str(r))) for r in raws if r]
+    except (ValueError, TypeError, binascii.Error):
+        raise SignatureError("the signature's certificate cannot be read") from None
+    if not certs:
+        raise SignatureError("the signature carries no certificate (a keyless signature has one)")
+    pool = [*certs[1:], *_certificates(roots_pem, "keyless.roots")] if roots_pem else certs[1:]
+    roots = [c for c in pool if c.issuer == c.subject]
+    if not roots:
+        raise SignatureError("keyless verification needs the policy's roots (keyless.roots): Sigstore's public TUF "
+                             "root is out of reach")
+    path, current = [certs[0]], certs[0]
+    while current not in roots and len(path) < 10:
+        parent = next((c for c in pool if c != current and c.subject == current.issuer and _issued(current, c)),
+                      None)
+        if parent is None:
+            raise SignatureError("certificate chain is not trusted: no issuer of "
+                                 f"{current.subject.rfc4514_string()} among keyless.roots")
+        path.append(parent)
+        current = parent
+    if current not in roots:
+        raise SignatureError("certificate chain is not trusted")
+    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    for cert in path:
+        if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
+            raise SignatureError(f"certificate {cert.subject.rfc4514_string()} is not valid now")
+    issuer, subjects = _oidc_issuer(certs[0]), _subjects(certs[0])
+    if identities and not any(_identity_matches(i, issuer, subjects) for i in identities):
+        raise SignatureError(f"none of the expected identities matched what was in the certificate: issuer "
+                             f"{issuer!r}, subjects {subjects}")
+    key = certs[0].public_key()
+    if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
+        raise SignatureError(f"unsupported public key type {type(key).__name__}")
+    return PublicKey(key)
+
+
+def _issued(child: x509.Certificate, parent: x509.Certificate) -> bool:
+    try:
+        child.verify_directly_issued_by(parent)
+        return True
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+
+
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE's pre-authentication encoding: what an envelope's signatures sign."""
     kind = payload_type.encode()
@@ -198,7 +317,16 @@ def verify_envelope(envelope: Any, key: PublicKey, image_digest: str) -> Checked
     return Checked(statement, payload_annotations=annotations)
 
 
-def verify_bundle(bundle_bytes: bytes, key: PublicKey, image_digest: str) -> Checked:
+#: The key that verifies a signature, or how to find it from the signature's verification material (a keyless
+#: signature's certificate): the bundle's ``verificationMaterial``, or a legacy signature's layer annotations.
+KeySource = PublicKey | Callable[[Mapping[str, Any]], PublicKey]
+
+
+def _key_of(key: KeySource, material: Mapping[str, Any]) -> PublicKey:
+    return key if isinstance(key, PublicKey) else key(material)
+
+
+def verify_bundle(bundle_bytes: bytes, key: KeySource, image_digest: str) -> Checked:
     """A Sigstore bundle (as cosign v3 stores it): its DSSE envelope verified by :func:`verify_envelope`."""
     try:
         bundle = json.loads(bundle_bytes)
@@ -208,16 +336,18 @@ def verify_bundle(bundle_bytes: bytes, key: PublicKey, image_digest: str) -> Che
         raise SignatureError("not a Sigstore bundle")
     if "dsseEnvelope" not in bundle:
         raise SignatureError("bundle does not contain a DSSE envelope")
-    checked = verify_envelope(bundle["dsseEnvelope"], key, image_digest)
+    material = bundle.get("verificationMaterial") if isinstance(bundle.get("verificationMaterial"), Mapping) else {}
+    checked = verify_envelope(bundle["dsseEnvelope"], _key_of(key, material or {}), image_digest)
     checked.layer_annotations = {SIGNATURE_ANNOTATION: ""}
     return checked
 
 
-def verify_simple_signing(payload: bytes, layer_annotations: Mapping[str, str], key: PublicKey,
+def verify_simple_signing(payload: bytes, layer_annotations: Mapping[str, str], key_source: KeySource,
                           image_digest: str) -> Checked:
     """A legacy cosign signature: the layer's bytes signed (annotation ``dev.cosignproject.cosign/signature``), a
     simple signing payload naming ``image_digest``."""
     signature = _b64(layer_annotations.get(SIGNATURE_ANNOTATION), "the signature annotation")
+    key = _key_of(key_source, {"annotations": dict(layer_annotations)})
     if not key.verify(signature, payload):
         raise SignatureError("invalid signature when validating ASN.1 encoded signature" if isinstance(
             key.key, ec.EllipticCurvePublicKey) else "the signature does not verify with the key")

@@ -470,10 +470,19 @@ def _as_attestor(value: Any) -> Mapping[str, Any]:
     return value
 
 
-def _public_key(spec: Mapping[str, Any]) -> cosign.PublicKey:
-    if spec.get("keyless") is not None:
-        raise cosign.SignatureError("keyless verification needs Sigstore's TUF root and transparency log, which vpol "
-                                    "does not verify yet")
+def _public_key(spec: Mapping[str, Any]) -> cosign.KeySource:
+    keyless = spec.get("keyless")
+    if isinstance(keyless, Mapping):
+        ctlog: Mapping[str, Any] = spec["ctlog"] if isinstance(spec.get("ctlog"), Mapping) else {}
+        if not ctlog.get("insecureIgnoreSCT"):
+            raise cosign.SignatureError("keyless verification of the certificate's SCT needs the certificate "
+                                        "transparency log's key and Sigstore's TUF root, which vpol does not reach: "
+                                        "set ctlog.insecureIgnoreSCT with the policy's own roots")
+        identities = [cosign.KeylessIdentity(str(i.get("issuer") or ""), str(i.get("subject") or ""),
+                                             str(i.get("issuerRegExp") or ""), str(i.get("subjectRegExp") or ""))
+                      for i in keyless.get("identities") or [] if isinstance(i, Mapping)]
+        roots = str(keyless.get("roots") or "")
+        return lambda material: cosign.keyless_key(material, roots, identities)
     certificate = spec.get("certificate")
     if isinstance(certificate, Mapping):
         cert: Mapping[str, Any] = certificate["cert"] if isinstance(certificate.get("cert"), Mapping) else {}

@@ -221,8 +221,10 @@ def unverifiable(attestor: Attestor) -> str:
     c = attestor.cosign
     if c is None:
         return ""
-    if c.has_keyless:
-        return "keyless verification needs Sigstore's TUF root and transparency log, which vpol does not verify yet"
+    if c.has_keyless and not (c.keyless_roots and c.insecure_ignore_tlog and c.insecure_ignore_sct):
+        return ("keyless verification against Sigstore's public infrastructure (TUF root, Rekor, the certificate "
+                "transparency log) is out of vpol's reach: give keyless.roots and set ctlog.insecureIgnoreTlog and "
+                "ctlog.insecureIgnoreSCT")
     if c.has_key and c.key_kms:
         return "KMS keys are not supported by vpol"
     if (c.has_key or c.has_certificate) and not c.insecure_ignore_tlog:
