@@ -72,6 +72,13 @@ class RegistryProcess:
         assert line.startswith("listening on"), f"the test registry did not start: {line!r}"
         return self
 
+    def requests(self) -> dict[str, int]:
+        """How many requests the registry served, by kind (manifests, blobs, referrers, tags, other)."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{self.host}/_requests") as answer:
+            return {str(k): int(v) for k, v in json.loads(answer.read()).items()}
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.kill()

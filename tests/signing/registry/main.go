@@ -4,7 +4,9 @@
 //
 //	registry --address 127.0.0.1:PORT [--user NAME --password SECRET] [--no-referrers]
 //
-// It prints "listening on ADDRESS" once it accepts connections. Everything is kept in memory.
+// It prints "listening on ADDRESS" once it accepts connections. Everything is kept in memory. GET /_requests
+// answers how many requests it served (JSON, by kind: manifest, blob, referrers, tags, other), so that benchmarks
+// count every client's registry round trips the same way.
 //
 // The referrers API answers as the OCI distribution spec 1.1 says (go-containerregistry's reports a manifest's
 // config media type as its artifactType and ignores the artifactType filter): each descriptor carries the
@@ -106,6 +108,33 @@ func compliantReferrers(inner http.Handler) http.Handler {
 	})
 }
 
+type counter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (c *counter) wrap(inner http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_requests" {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(c.counts)
+			return
+		}
+		kind := "other"
+		for _, k := range []string{"/manifests/", "/blobs/", "/referrers/", "/tags/"} {
+			if strings.Contains(r.URL.Path, k) {
+				kind = strings.Trim(k, "/")
+			}
+		}
+		c.mu.Lock()
+		c.counts[kind]++
+		c.mu.Unlock()
+		inner.ServeHTTP(w, r)
+	})
+}
+
 func main() {
 	address := flag.String("address", "127.0.0.1:0", "where to listen")
 	user := flag.String("user", "", "require this user (with --password) through token authentication")
@@ -142,6 +171,7 @@ func main() {
 			inner.ServeHTTP(w, r)
 		})
 	}
+	handler = (&counter{counts: map[string]int{}}).wrap(handler)
 	listener, err := net.Listen("tcp", *address)
 	if err != nil {
 		log.Fatal(err)
