@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.compiler import CompiledImageValidatingPolicy, Program, compile_image_validating_policy
+from vpol.cel.compiler import CompiledImageValidatingPolicy, compile_image_validating_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
