@@ -161,3 +161,17 @@ OTHER_BENCHES = [
 def test_other_benches_run(controlplane_binary: str, script: str, args: tuple[str, ...], measured: str) -> None:
     out = run_bench(script, *args)
     assert re.search(measured, out), out[-4000:]
+
+
+@pytest.mark.slow
+def test_images_bench_counts_registry_requests_for_vpol_and_kyverno(controlplane_binary: str) -> None:
+    """bench/images.py --peer kyverno: every signed image admitted by both, vpol's registry requests what one
+    verification per image (and one for all the replicas) costs, as the registry itself counts them."""
+    go_built(BUILD_SCRIPT, "Kyverno's admission controller", timeout=3000)
+    out = run_bench("images.py", "--quick", "--peer", "kyverno")
+    rows = {name: cells for name, cells in table_rows(out)}
+    assert rows["vpol"][:2] == ["50", "0"] and rows["kyverno"][:2] == ["50", "0"], out
+    assert rows["vpol"][-2] == "4.0" and rows["vpol"][-1].startswith("4 for 10 in "), rows["vpol"]
+    for target in ("one verification per image per cache lifetime", "a Deployment's replicas: one verification",
+                   "0 refusals of signed images", "Kyverno refused no signed image"):
+        assert rows[target][-1] == "PASS", (target, rows[target])
