@@ -50,8 +50,10 @@ class VerificationCache:
     """Successful verifications, by key, for :data:`CACHE_TTL_SECONDS` (thread-safe; hits and misses counted)."""
 
     def __init__(self, ttl: float = CACHE_TTL_SECONDS, entries: int = CACHE_ENTRIES,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, on_lookup: Callable[[bool], None] | None = None):
         self.ttl, self.entries, self.clock = ttl, entries, clock
+        #: Told whether each lookup was a hit (the operator's metrics).
+        self.on_lookup = on_lookup
         self._items: OrderedDict[str, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
         #: Computations under way (compute), by key.
@@ -61,13 +63,16 @@ class VerificationCache:
     def get(self, key: str) -> Any | None:
         with self._lock:
             found = self._items.get(key)
-            if found is None or found[0] <= self.clock():
+            hit = found is not None and found[0] > self.clock()
+            if hit:
+                self._items.move_to_end(key)
+                self.hits += 1
+            else:
                 self._items.pop(key, None)
                 self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return found[1]
+        if self.on_lookup is not None:
+            self.on_lookup(hit)
+        return found[1] if hit and found is not None else None
 
     def put(self, key: str, value: Any) -> None:
         with self._lock:

@@ -57,7 +57,8 @@ class ImageAdmission:
         self.namespace_of = namespace_of
         #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
         self.clients = clients or RegistryClients(None, "", timeout=REGISTRY_TIMEOUT)
-        self.cache = VerificationCache()
+        self.cache = VerificationCache(
+            on_lookup=lambda hit: metrics.IMAGE_CACHE.labels("hit" if hit else "miss").inc())
         self.timeout_seconds = timeout_seconds
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vpol-images")
         self._engines: tuple[int, dict[str, ImagePolicyEngine]] = (-1, {})
@@ -112,17 +113,13 @@ class ImageAdmission:
                   deadline: float) -> bytes:
         verified = Outcomes()
         loaded: dict[str, Any] = {}
-        hits, misses = self.cache.hits, self.cache.misses
         outcomes: list[ImageOutcome] = []
         for engine in engines.values():
             outcome = engine.evaluate(subject, registry=self.clients.for_policy(engine.policy), outcomes=verified,
-                                      cache=self.cache,
-                                      deadline=deadline, loaded=loaded)
+                                      cache=self.cache, deadline=deadline, loaded=loaded)
             if outcome is not None:
                 outcomes.append(outcome)
         apply_required(outcomes, verified)
-        metrics.IMAGE_CACHE.labels("hit").inc(max(0, self.cache.hits - hits))
-        metrics.IMAGE_CACHE.labels("miss").inc(max(0, self.cache.misses - misses))
         decision = decide([o.result for o in outcomes], {k: e.policy for k, e in engines.items()})
         for key, what in decision.outcomes:
             metrics.admission_decision(key, what)
