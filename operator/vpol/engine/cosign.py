@@ -71,10 +71,15 @@ class PublicKey:
             key = serialization.load_pem_public_key(pem.strip().encode())
         except (ValueError, UnsupportedAlgorithm) as exc:
             raise SignatureError(f"failed to load public key from PEM: {exc}") from None
-        if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
-            raise SignatureError(f"unsupported public key type {type(key).__name__}")
         if hash_algorithm not in _HASHES:
             raise SignatureError(f"unsupported hash algorithm {hash_algorithm!r}")
+        return cls.of(key, hash_algorithm)
+
+    @classmethod
+    def of(cls, key: Any, hash_algorithm: str = "") -> PublicKey:
+        """``key`` (a certificate's, a PEM's) when it is of a kind cosign signs with."""
+        if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
+            raise SignatureError(f"unsupported public key type {type(key).__name__}")
         return cls(key, hash_algorithm)
 
     def verify(self, signature: bytes, data: bytes) -> bool:
@@ -106,29 +111,40 @@ def certificate_key(cert_pem: str, chain_pem: str = "", *, now: datetime.datetim
     shown to be valid now and, with a chain, issued through it up to its root (a self-signed certificate, the
     chain's last), as cosign checks a certificate given for verification (--certificate, --certificate-chain)."""
     [leaf, *_rest] = _certificates(cert_pem, "the certificate")
-    moment = now or datetime.datetime.now(datetime.timezone.utc)
     path = [leaf, *(_certificates(chain_pem, "the certificate chain") if chain_pem else [])]
-    for cert in path:
+    check_valid_now(path, now)
+    if chain_pem:
+        check_issued_along(path)
+        if not issued(path[-1], path[-1]):
+            raise SignatureError("the certificate chain does not end with a self-signed root")
+    return PublicKey.of(leaf.public_key())
+
+
+def check_valid_now(certs: Sequence[x509.Certificate], now: datetime.datetime | None = None) -> None:
+    """Every certificate is valid at ``now`` (the current time by default)."""
+    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    for cert in certs:
         if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
             raise SignatureError(f"certificate {cert.subject.rfc4514_string()} is not valid now (valid from "
                                  f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} to "
                                  f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ})")
-    if chain_pem:
-        for child, parent in zip(path, path[1:]):
-            try:
-                child.verify_directly_issued_by(parent)
-            except (ValueError, TypeError, InvalidSignature):
-                raise SignatureError(f"certificate {child.subject.rfc4514_string()} is not issued by "
-                                     f"{parent.subject.rfc4514_string()}") from None
-        root = path[-1]
-        try:
-            root.verify_directly_issued_by(root)
-        except (ValueError, TypeError, InvalidSignature):
-            raise SignatureError("the certificate chain does not end with a self-signed root") from None
-    key = leaf.public_key()
-    if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
-        raise SignatureError(f"unsupported public key type {type(key).__name__}")
-    return PublicKey(key)
+
+
+def check_issued_along(path: Sequence[x509.Certificate]) -> None:
+    """Each certificate of ``path`` is issued by the next."""
+    for child, parent in zip(path, path[1:]):
+        if not issued(child, parent):
+            raise SignatureError(f"certificate {child.subject.rfc4514_string()} is not issued by "
+                                 f"{parent.subject.rfc4514_string()}")
+
+
+def issued(child: x509.Certificate, parent: x509.Certificate) -> bool:
+    """Whether ``parent`` signed ``child``."""
+    try:
+        child.verify_directly_issued_by(parent)
+        return True
+    except (ValueError, TypeError, InvalidSignature):
+        return False
 
 
 #: Fulcio's certificate extensions naming the OIDC issuer (v2, a DER UTF8String; v1, raw bytes).
@@ -218,7 +234,7 @@ def keyless_key(material: Mapping[str, Any], roots_pem: str, identities: Sequenc
                              "root is out of reach")
     path, current = [certs[0]], certs[0]
     while current not in roots and len(path) < 10:
-        parent = next((c for c in pool if c != current and c.subject == current.issuer and _issued(current, c)),
+        parent = next((c for c in pool if c != current and c.subject == current.issuer and issued(current, c)),
                       None)
         if parent is None:
             raise SignatureError("certificate chain is not trusted: no issuer of "
@@ -227,26 +243,12 @@ def keyless_key(material: Mapping[str, Any], roots_pem: str, identities: Sequenc
         current = parent
     if current not in roots:
         raise SignatureError("certificate chain is not trusted")
-    moment = now or datetime.datetime.now(datetime.timezone.utc)
-    for cert in path:
-        if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
-            raise SignatureError(f"certificate {cert.subject.rfc4514_string()} is not valid now")
+    check_valid_now(path, now)
     issuer, subjects = _oidc_issuer(certs[0]), _subjects(certs[0])
     if identities and not any(_identity_matches(i, issuer, subjects) for i in identities):
         raise SignatureError(f"none of the expected identities matched what was in the certificate: issuer "
                              f"{issuer!r}, subjects {subjects}")
-    key = certs[0].public_key()
-    if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
-        raise SignatureError(f"unsupported public key type {type(key).__name__}")
-    return PublicKey(key)
-
-
-def _issued(child: x509.Certificate, parent: x509.Certificate) -> bool:
-    try:
-        child.verify_directly_issued_by(parent)
-        return True
-    except (ValueError, TypeError, InvalidSignature):
-        return False
+    return PublicKey.of(certs[0].public_key())
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from vpol.engine.cosign import SignatureError
+from vpol.engine.cosign import SignatureError, check_issued_along, check_valid_now, issued
 
 SIGNATURE_ARTIFACT = "application/vnd.cncf.notary.signature"
 JWS = "application/jose+json"
@@ -90,15 +90,7 @@ def _verify_signature(leaf: x509.Certificate, alg: str, signature: bytes, signed
 
 def _trusted(chain: Sequence[x509.Certificate], store: Sequence[x509.Certificate]) -> bool:
     top = chain[-1]
-    for trusted in store:
-        if top == trusted:
-            return True
-        try:
-            top.verify_directly_issued_by(trusted)
-            return True
-        except (ValueError, TypeError, InvalidSignature):
-            continue
-    return False
+    return any(top == trusted or issued(top, trusted) for trusted in store)
 
 
 def verify_jws(envelope_bytes: bytes, store: Sequence[x509.Certificate], target_digest: str, *,
@@ -138,19 +130,12 @@ def verify_jws(envelope_bytes: bytes, store: Sequence[x509.Certificate], target_
             raise SignatureError("the signing certificate is not a code-signing certificate")
     except x509.ExtensionNotFound:
         pass
-    for child, parent in zip(chain, chain[1:]):
-        try:
-            child.verify_directly_issued_by(parent)
-        except (ValueError, TypeError, InvalidSignature):
-            raise SignatureError(f"certificate {child.subject.rfc4514_string()} is not issued by "
-                                 f"{parent.subject.rfc4514_string()}") from None
+    check_issued_along(chain)
     if not _trusted(chain, store):
         raise SignatureError("signature is not produced by a trusted signer: the certificate chain does not lead to "
                              "a certificate of the attestor's certs")
+    check_valid_now(chain, now)
     moment = now or datetime.datetime.now(datetime.timezone.utc)
-    for cert in chain:
-        if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
-            raise SignatureError(f"certificate {cert.subject.rfc4514_string()} is not valid now")
     expiry = header.get("io.cncf.notary.expiry")
     if isinstance(expiry, str):
         try:
