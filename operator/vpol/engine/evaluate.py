@@ -545,6 +545,36 @@ def failure_message(validation: Validation, index: int, run: _PolicyRun, message
     return message or f"CEL expression validation failed at index {index}"
 
 
+def validate(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: _PolicyRun, result: Callable[..., Result],
+             *, error_prefix: str = EVALUATION_FAILED, audit_prefix: str = LOAD_FAILED,
+             explain: Callable[[], str] = lambda: "") -> Result:
+    """A policy's validations in order, then its audit annotations: the Result ``result(outcome, message, ...)``
+    makes. The first false validation fails the policy with its message (followed by `` (explain())`` when that
+    says something); one that cannot be evaluated, or is not a bool, is an error (``error_prefix``); an audit
+    annotation that cannot be evaluated turns the outcome into an error (``error_prefix`` after a failure,
+    ``audit_prefix`` after every validation held)."""
+    for index, prog, msg_prog in compiled.validations:
+        try:
+            value = run.eval(prog)
+        except EvaluationError as exc:
+            return result(ERROR, f"{error_prefix}{exc}", validation=index)
+        if value is True:
+            continue
+        if value is not False:
+            return result(ERROR, f"{error_prefix}expected a bool, got {type(value).__name__}", validation=index)
+        message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
+        if (why := explain()):
+            message = f"{message} ({why})"
+        properties, error = audit_annotations(compiled, run)
+        if error:
+            return result(ERROR, error_prefix + error, validation=index)
+        return result(FAIL, message, validation=index, properties=properties)
+    properties, error = audit_annotations(compiled, run)
+    if error:
+        return result(ERROR, audit_prefix + error)
+    return result(PASS, "success", properties=properties)
+
+
 class PolicyEngine:
     """A compiled policy with its autogen variants and exceptions, ready to evaluate."""
 
@@ -687,25 +717,7 @@ class PolicyEngine:
         # Worded as Kyverno's engine words each outcome (its pkg/cel/policies/vpol: an evaluation error is
         # "error: ...", with the validation's index; audit annotations are evaluated once the outcome is known,
         # and one that fails turns it into an error).
-        for index, prog, msg_prog in compiled.validations:
-            try:
-                value = run.eval(prog)
-            except EvaluationError as exc:
-                return self._result(data, ERROR, f"{EVALUATION_FAILED}{exc}", validation=index)
-            if value is True:
-                continue
-            if value is not False:
-                return self._result(data, ERROR, f"{EVALUATION_FAILED}expected a bool, got {type(value).__name__}",
-                                    validation=index)
-            message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
-            properties, error = audit_annotations(compiled, run)
-            if error:
-                return self._result(data, ERROR, EVALUATION_FAILED + error, validation=index)
-            return self._result(data, FAIL, message, validation=index, properties=properties)
-        properties, error = audit_annotations(compiled, run)
-        if error:
-            return self._result(data, ERROR, LOAD_FAILED + error)
-        return self._result(data, PASS, "success", properties=properties)
+        return validate(compiled, run, lambda *args, **kw: self._result(data, *args, **kw))
 
     def _fused(self, compiled: CompiledPolicy, data: SubjectData) -> Result | None:
         """The result by the policy's fused program (vpol.cel.fused) when it evaluates, without an error, to a

@@ -42,10 +42,9 @@ from vpol.engine.evaluate import (
     Result,
     SubjectData,
     _PolicyRun,
-    audit_annotations,
     conditions_outcome,
     exception_matches,
-    failure_message,
+    validate,
 )
 from vpol.engine.image_verification import Outcomes, Verification, VerificationCache
 from vpol.engine.match import rules_match, selectors_match
@@ -246,29 +245,15 @@ class ImagePolicyEngine:
 
     def _validate(self, compiled: CompiledImageValidatingPolicy, run: _PolicyRun, data: SubjectData,
                   verification: Verification) -> Result:
-        for index, prog, msg_prog in compiled.validations:
-            try:
-                value = run.eval(prog)
-            except EvaluationError as exc:
-                return self._result(data, ERROR, f"{EVALUATE_FAILED}{exc}", validation=index)
-            if value is True:
-                continue
-            if value is not False:
-                return self._result(data, ERROR, f"{EVALUATE_FAILED}expected a bool, got {type(value).__name__}",
-                                    validation=index)
-            message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
-            reasons = [f"image {image}: attestor {attestor}{f' ({attestation})' if attestation else ''}: {why}"
-                       for (image, attestor, attestation), why in verification.failures.items()]
-            if reasons:
-                message = f"{message} ({'; '.join(reasons)})"
-            properties, error = audit_annotations(compiled, run)
-            if error:
-                return self._result(data, ERROR, EVALUATE_FAILED + error, validation=index)
-            return self._result(data, FAIL, message, validation=index, properties=properties)
-        properties, error = audit_annotations(compiled, run)
-        if error:
-            return self._result(data, ERROR, EVALUATE_FAILED + error)
-        return self._result(data, PASS, "success", properties=properties)
+        """The validations and audit annotations, as for a ValidatingPolicy (vpol.engine.evaluate.validate) with
+        the errors worded as Kyverno's ivpol engine words them; a failure is followed by why each attestor did
+        not verify."""
+        def reasons() -> str:
+            return "; ".join(f"image {image}: attestor {attestor}{f' ({attestation})' if attestation else ''}: {why}"
+                             for (image, attestor, attestation), why in verification.failures.items())
+
+        return validate(compiled, run, lambda *args, **kw: self._result(data, *args, **kw),
+                        error_prefix=EVALUATE_FAILED, audit_prefix=EVALUATE_FAILED, explain=reasons)
 
     def _result(self, data: SubjectData, result: str, message: str, **kw: Any) -> Result:
         if result == FAIL and not self.policy.scored:
