@@ -15,13 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vpol.cel.compiler import compile_image_validating_policy
 from vpol.controller.registry_credentials import RegistryClients
-from vpol.engine.autogen import image_autogen_configs
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.request import Subject
+from vpol.engine.scope import matched_resources
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.image_validating import ImageValidatingPolicy
 
@@ -31,9 +30,9 @@ OBJECT_SECONDS = 30.0
 
 
 def scanned(policy: ImageValidatingPolicy | None) -> bool:
-    """Whether ``policy`` runs in background scans (background enabled, Kubernetes mode, compiles)."""
-    return policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode and \
-        compile_image_validating_policy(policy).ok
+    """Whether ``policy`` (one that compiles: the reconciler hands over no other) runs in background scans
+    (background enabled, Kubernetes mode)."""
+    return policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode
 
 
 class ImageScans:
@@ -78,19 +77,9 @@ class ImageScans:
 
     def watched(self, discovery: Discovery, keys: Sequence[str] | None = None) -> dict[GVR, ResourceInfo]:
         """The listable kinds the policies (``keys``: only those) and their autogen variants match."""
-        out: dict[GVR, ResourceInfo] = {}
-        for policy in self.policies():
-            if keys is not None and policy.key not in keys:
-                continue
-            for variant in [policy, *(v for _n, _t, v in image_autogen_configs(policy))]:
-                match = variant.spec.match_constraints
-                for rule in match.resource_rules if match is not None else ():
-                    resources = tuple(r for r in rule.resources if "/" not in r)
-                    for info in discovery.resolve(rule.api_groups, rule.api_versions, resources) if resources \
-                            else ():
-                        if not info.subresource and ("list" in info.verbs or not info.verbs):
-                            out[(info.group, info.version, info.resource)] = info
-        return out
+        return {(info.group, info.version, info.resource): info for policy in self.policies()
+                if keys is None or policy.key in keys
+                for info in matched_resources(policy, discovery) if "list" in info.verbs or not info.verbs}
 
     def _current(self) -> list[ImagePolicyEngine]:
         with self._lock:

@@ -6,19 +6,26 @@ and by background scans (what to list and watch).
 
 from __future__ import annotations
 
-from vpol.engine.autogen import autogen_configs
+from collections.abc import Sequence
+
+from vpol.engine.autogen import autogen_configs, image_autogen_configs
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.policy import ValidatingPolicy
 
 
-def matched_resources(policy: ValidatingPolicy, discovery: Discovery) -> list[ResourceInfo]:
+def matched_resources(policy: ValidatingPolicy | ImageValidatingPolicy, discovery: Discovery) -> list[ResourceInfo]:
     """Every top-level resource matched by the policy's resourceRules and its autogen variants.
 
     Subresources are left out (they cannot be listed); wildcards expand to
     everything discovery knows. Sorted by group, version, resource.
     """
+    variants: Sequence[ValidatingPolicy | ImageValidatingPolicy]
+    if isinstance(policy, ImageValidatingPolicy):
+        variants = [policy, *(variant for _n, _t, variant in image_autogen_configs(policy))]
+    else:
+        variants = [policy, *(c.policy for c in autogen_configs(policy))]
     found: dict[tuple[str, str, str], ResourceInfo] = {}
-    variants = [policy, *(c.policy for c in autogen_configs(policy))]
     for p in variants:
         m = p.spec.match_constraints
         if m is None:
