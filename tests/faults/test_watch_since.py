@@ -69,13 +69,15 @@ async def test_a_version_the_server_no_longer_has_starts_from_a_quiet_list(
         gone = kmock.inject(Effect.GONE, method="GET", resource=POLICIES, watch=True, agent=VPOL, release=release)
     else:
         gone = kmock.inject(Effect.STATUS, status=410, method="GET", resource=POLICIES, watch=True, agent=VPOL)
+    # The next watch (made after the list that follows the refusal) passes through unchanged; its hit says the
+    # starting point is fixed, so an object created after it is a change the watch must deliver.
+    next_watch = kmock.inject(Effect.SLOW, method="GET", resource=POLICIES, watch=True, agent=VPOL)
     events: list[tuple[str, str]] = []
     watcher = _watcher(kmock, events, since="1")
     watcher.start()
     try:
         await gone.wait_hits(1, WAIT)
-        await asyncio.to_thread(watcher.synced.wait, WAIT)
-        await asyncio.sleep(0.5)  # the list after the refusal, and the watch after it
+        await next_watch.wait_hits(1, WAIT)
         await create_policy("new")
         await _names_seen(events, "new")
         # The object that existed is no event: the list only fixed where the watch starts.
