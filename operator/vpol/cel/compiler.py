@@ -21,15 +21,14 @@ from typing import Any
 
 from cel_expr_python import cel
 
+from vpol.cel import compat
 from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
-from vpol.cel.bindings import eager_bindings
-from vpol.cel.format_calls import go_format
+from vpol.cel.compat import line_column, tokenize
+from vpol.cel.compat.syntax import member_references, nesting
 from vpol.cel.format_check import FormatProblem, format_problems
 from vpol.cel.literal_check import PARSED_LITERAL_CALLS, LiteralProblem, literal_problems
 from vpol.cel.memo import BoundedMemo
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
-from vpol.cel.object_literals import as_map_literals, line_column, tokens
-from vpol.cel.optional_selection import guard, or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.deleting import DeletingPolicy
 from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
@@ -52,7 +51,6 @@ _RECURSION_RX = re.compile(r"Exceeded max recursion depth|Expression recursion l
 
 _ERROR_RX = re.compile(r"ERROR: <input>:(\d+):(\d+): ")
 _UNDECLARED_VAR_RX = re.compile(r"undefined field '([^']+)' not found in struct 'vpol\.typecheck\.Vars[0-9a-f]+'")
-_VAR_REF_RX = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)|\bvariables\s*\[\s*\??\s*['\"]([^'\"]+)['\"]")
 
 #: Expected result type per expression role: (allowed type names, description).
 RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -66,7 +64,7 @@ RESULT_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 #: Roles whose expressions build typed literals (``Object{...}``, ``JSONPatch{...}``): compiled as
-#: map literals for evaluation (vpol.cel.object_literals), type-checked with the schema's types.
+#: map literals (vpol.cel.compat.typed_literals), type-checked with the schema's types.
 MUTATION_ROLES: dict[str, tuple[str, str]] = {
     "applyConfiguration": ("map", "an Object (apply configuration)"),
     "jsonPatch": ("list", "a list of JSONPatch"),
@@ -161,26 +159,7 @@ def spelled(type_name: str) -> str:
 
 
 def _nesting(src: str) -> int:
-    depth = best = 0
-    quote = ""
-    escaped = False
-    for ch in src:
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in ")]}":
-            depth -= 1
-    return best
+    return nesting(tokenize(src))
 
 
 _BINARY = frozenset({"+", "-", "*", "/", "%", "&&", "||", "==", "!=", "<", "<=", ">", ">=", "in", "?"})
@@ -190,7 +169,7 @@ def deepest_position(src: str, limit: int = MAX_NESTING) -> Position | None:
     """Where ``src`` first nests ``limit`` levels deep: brackets, plus the operands of a chain of binary
     operators at one bracket level (each adds a level to the parser's recursion)."""
     chains = [0]
-    for tok in tokens(src):
+    for tok in tokenize(src):
         if tok.text in ("(", "[", "{"):
             chains.append(0)
         elif tok.text in (")", "]", "}"):
@@ -214,21 +193,21 @@ def _too_deep(src: str, path: str) -> Problem:
 
 
 def variable_references(src: str) -> frozenset[str]:
-    return frozenset(a or b for a, b in _VAR_REF_RX.findall(src))
+    """The policy variables ``src`` reads (``variables.x``, ``variables["x"]``)."""
+    return frozenset(name for name, _at in member_references(tokenize(src), "variables"))
 
 
 def top_level_references(src: str) -> frozenset[str]:
     """The environment's top-level names (POLICY_VARIABLES and the library variables) that ``src`` mentions.
 
-    CEL has no way to read a variable it does not name, so this is a safe over-approximation (a name in a
-    string literal or a comprehension variable counts too)."""
-    return frozenset(_top_level_rx().findall(src))
+    CEL has no way to read a variable it does not name, so this is a safe over-approximation (a field or a
+    comprehension variable of the same name counts too)."""
+    return frozenset(tok.text for tok in tokenize(src) if tok.kind == "ident" and tok.text in _top_level_names())
 
 
 @functools.cache
-def _top_level_rx() -> re.Pattern[str]:
-    names = sorted({*POLICY_VARIABLES, *library_variables()})
-    return re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+def _top_level_names() -> frozenset[str]:
+    return frozenset({*POLICY_VARIABLES, *library_variables()})
 
 
 def excerpt_at(src: str, position: Position) -> str:
@@ -249,8 +228,10 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
         return None, [Problem("expression is empty", path=path)]
     if _nesting(src) > MAX_NESTING:
         return None, [_too_deep(src, path)]
-    rewritten = as_map_literals(src) if role in MUTATION_ROLES else None
-    written = rewritten.text if rewritten else src
+    mutation = MUTATION_ROLES.get(role)
+    # The one reading of the expression (vpol.cel.compat): what is checked, and the map back to `src`.
+    source = compat.read(src, typed_object_literals=mutation is not None)
+    written = source.checked
     #: Built without type checking (see compile_written): the evaluated program is too.
     unchecked = False
     try:
@@ -262,9 +243,9 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
         for pos, msg, excerpt in parse_cel_errors(str(exc)):
             if CROSS_NUMERIC_RX.search(msg):
                 continue  # not an error in cel-go (see compile_written)
-            if rewritten is not None and pos is not None:
-                # A position in the rewritten text, moved back to what the user wrote.
-                pos = Position(*rewritten.original_line_column(pos.line, pos.column, src))
+            if mutation is not None and pos is not None:
+                # A position in the checked text, moved back to what the user wrote.
+                pos = Position(*source.position(pos.line, pos.column))
                 excerpt = excerpt_at(src, pos)
             problems.append(Problem(msg, path=path, expression_position=pos, excerpt=excerpt))
         return None, problems
@@ -275,13 +256,12 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
     if expected and result not in expected[0] and result != "dyn":
         return None, [Problem(f"expression must evaluate to {expected[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
-    mutation = MUTATION_ROLES.get(role)
     if mutation and not result.startswith(mutation[0]) and result != "dyn":
         return None, [Problem(f"expression must evaluate to {mutation[1]}, not {spelled(result)}", path=path,
                               expression_position=Position(1, 1))]
     if not mutation:
         # Mixed-type list and map literals, which cel-go's checker refuses in the API server and in Kyverno.
-        # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.object_literals.
+        # (Mutations are left out: their Object literals are checked as maps here, vpol.cel.compat.typed_literals.
         # A GeneratingPolicy's environment allows them: Kyverno builds it without HomogeneousAggregateLiterals,
         # objects to generate being maps of mixed values.)
         # And format calls whose literal template and arguments do not fit (cel-go's strings extension checks them).
@@ -305,12 +285,10 @@ def compile_expression(src: str, path: str, role: str, spec: EnvSpec, *,
             return None, [Problem(m.message, path=path, expression_position=(at := Position(*line_column(src, m.offset))),
                                   excerpt=excerpt_at(src, at)) for m in sorted(mixed, key=lambda m: m.offset)]
     if evaluated and not spec.kubernetes_only:
-        # Evaluate optional selections on scalars as cel-go does (vpol.cel.optional_selection); what was
-        # checked and reported above is the expression as written.
-        # Kyverno's orValue on what is not an optional (vpol.cel.optional_selection.or_value_compat) too.
-        # And cel.bind without cel-cpp's lazy bindings, which read stale values (vpol.cel.bindings).
-        # And string.format as cel-go writes it (vpol.cel.format_calls).
-        guarded = eager_bindings(guard(or_value_compat(go_format(written))))
+        # The program evaluates what cel-go would (vpol.cel.compat.EVALUATED: Go's format, Kyverno's orValue,
+        # selections and presence on scalars, eager cel.bind); what was checked and reported above is the
+        # expression as written.
+        guarded = source.evaluated
         if guarded != written:
             try:
                 expr = environment(spec).compile(guarded, disable_check=unchecked)
@@ -404,12 +382,13 @@ class _Frame:
                 # Kyverno compiles a ValidatingPolicy's matchConditions before its variables (the API server's
                 # VAPs and Kyverno's MutatingPolicies let them read variables).
                 name = sorted(prog.uses)[0]
-                at = next((m for m in _VAR_REF_RX.finditer(mc.expression) if name in m.groups()), None)
+                at = next((at for used, at in member_references(tokenize(mc.expression), "variables")
+                           if used == name), None)
                 self.out.problems.append(Problem(
                     f"undefined field '{name}': {'an' if self.kind[0] in 'AEIOU' else 'a'} {self.kind}'s "
                     "matchConditions cannot read variables (Kyverno "
                     "compiles them before the variables)", path=path,
-                    expression_position=Position(*line_column(mc.expression, at.start())) if at else None))
+                    expression_position=Position(*line_column(mc.expression, at)) if at is not None else None))
                 continue
             if prog:
                 self.out.match_conditions.append((mc.name, prog))
@@ -468,7 +447,7 @@ def namespaced_forbidden(expressions: Sequence[tuple[str, str, str]]) -> list[Pr
     found: dict[str, Problem] = {}
     for path, src, _role in expressions:
         before, previous = "", ""
-        for tok in tokens(src):
+        for tok in tokenize(src):
             selected = previous == "." or (previous == "?" and before == ".")
             if tok.kind == "ident" and not selected and tok.text in NAMESPACED_FORBIDDEN and tok.text not in found:
                 at = Position(*line_column(src, tok.start))

@@ -11,7 +11,7 @@ expressions in one call, on the subject's shared Activation::
                           [(v1), (v2)])[0])[0])
                  : dyn(null)
 
-(``[init].map(v, body)[0]`` is cel-go's ``cel.bind``, see vpol.cel.bindings;
+(``[init].map(v, body)[0]`` is cel-go's ``cel.bind``, see vpol.cel.compat.EAGER_BINDINGS;
 each variable level holds the ones before it, so a variable reads those
 declared before it.) Its value is ``null`` when a condition is false, else
 the list of the validations' values.
@@ -37,15 +37,12 @@ import re
 
 from cel_expr_python import cel
 
-from vpol.cel.bindings import eager_bindings
+from vpol.cel.compat import EAGER_BINDINGS, rewrite
+from vpol.cel.compat.rules import lazy_binding_at_risk
 from vpol.cel.compiler import CompiledPolicy, Program, compile_written
 from vpol.cel.environment import EnvSpec, environment
 
 _IDENT_RX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: A ``cel.bind`` left lazy beside a comprehension that may stop early (vpol.cel.bindings could not rewrite
-#: every one): no fused form. (Conservative: the same text inside a string literal counts too.)
-_LAZY_BIND_RX = re.compile(r"\bcel\s*\.\s*bind\s*\(")
-_STOPPING_RX = re.compile(r"\.\s*(?:exists|all)\s*\(")
 
 
 def _part(prog: Program) -> str:
@@ -72,10 +69,10 @@ def fused_text(compiled: CompiledPolicy) -> str | None:
         held.append(f'"{names[k]}": dyn({_part(compiled.variables[k][1])})')
         body = f"[{{{', '.join(held)}}}].map(variables, {body})[0]"
     text = f"({conditions}) ? dyn({body}) : dyn(null)"
-    eager = eager_bindings(text)
-    if _LAZY_BIND_RX.search(eager) and _STOPPING_RX.search(eager):
-        return None
-    return eager
+    eager = rewrite(text, (EAGER_BINDINGS,))
+    if lazy_binding_at_risk(eager.tokens):
+        return None  # a cel.bind left lazy beside a comprehension that may stop early: no fused form
+    return eager.text
 
 
 def fused_program(compiled: CompiledPolicy) -> cel.Expression | None:

@@ -34,7 +34,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas, types
-from vpol.cel.object_literals import literals, unescape
+from vpol.cel.compat.syntax import literals
+from vpol.cel.schemas import unescape
 
 FDP = descriptor_pb2.FieldDescriptorProto
 

@@ -108,6 +108,17 @@ def escape(name: str) -> str | None:
     return _ESCAPE_TOKENS.sub(lambda m: _ESCAPES[m.group(0)], name)
 
 
+_UNESCAPES = {"__underscores__": "__", "__dot__": ".", "__dash__": "-", "__slash__": "/"}
+_UNESCAPE_RX = re.compile("|".join(re.escape(k) for k in _UNESCAPES))
+
+
+def unescape(name: str) -> str:
+    """A CEL field name back to the property it stands for (``x__dash__y`` -> ``x-y``): :func:`escape` undone."""
+    if name.startswith("__") and name.endswith("__") and name[2:-2] in CEL_RESERVED:
+        return name[2:-2]
+    return _UNESCAPE_RX.sub(lambda m: _UNESCAPES[m.group(0)], name)
+
+
 def _add_well_known_files() -> None:
     for module in (timestamp_pb2, duration_pb2):
         fdp = descriptor_pb2.FileDescriptorProto()

@@ -58,9 +58,9 @@ from vpol.cel.compiler import (
 )
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.memo import BoundedMemo
-from vpol.cel.object_literals import Rewritten, as_map_literals, line_column, literals
+from vpol.cel.compat import OR_VALUE, TokenStream, line_column, rewrite, typed_literals
+from vpol.cel.compat.syntax import literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
-from vpol.cel.optional_selection import or_value_compat
 from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
 from vpol.model.mutating import MutatingPolicy
@@ -205,12 +205,12 @@ def _compile(env: cel.Env, src: str, role: str = "", *,
     """(result type name, None) or (None, issues); a result type the role does not allow is an issue.
 
     Outside Kubernetes' own environment, an expression that checks once its ``orValue`` calls are read as
-    Kyverno reads them (vpol.cel.optional_selection.or_value_compat: any receiver, a ``dyn`` result) is no
+    Kyverno reads them (vpol.cel.compat.OR_VALUE: any receiver, a ``dyn`` result) is no
     issue; the issues reported are those of the expression as written (their positions are the user's)."""
     try:
         expr = env.compile(src)
     except RuntimeError as exc:
-        compat = src if kubernetes_only else or_value_compat(src)
+        compat = src if kubernetes_only else rewrite(src, (OR_VALUE,)).text
         try:
             if compat == src:
                 raise
@@ -240,13 +240,13 @@ def _compile(env: cel.Env, src: str, role: str = "", *,
 _ISSUE_AT = re.compile(r"^ERROR: <input>:(\d+):(\d+): ")
 
 
-def _placed_in(issues: str, rewritten: Rewritten, src: str) -> str:
+def _placed_in(issues: str, rewritten: TokenStream, src: str) -> str:
     """``issues`` about ``rewritten.text`` with their positions and excerpts moved to ``src``, as written."""
     blocks: list[str] = []
     for line in issues.split("\n"):
         m = _ISSUE_AT.match(line)
         if m:
-            at = Position(*rewritten.original_line_column(int(m.group(1)), int(m.group(2)), src))
+            at = Position(*rewritten.original_line_column(int(m.group(1)), int(m.group(2))))
             blocks.append(f"ERROR: <input>:{at.line}:{at.column}: {line[m.end():]}\n{excerpt_at(src, at)}")
         elif not line.startswith(" | ") and blocks:
             blocks[-1] += "\n" + line
@@ -358,14 +358,14 @@ def check(
             if path in variable_paths or path not in untyped_ok:
                 continue
             expression_env = env
-            checked: Rewritten | None = None
+            checked: TokenStream | None = None
             if _role in MUTATION_ROLES:
                 literal_names = [lit.name for lit in literals(src)]
                 # Literals of map-valued fields (Object.metadata.labels{...}) build maps, in Kyverno's compiler
                 # and in the API server alike (its Object types are resolved by name at run time: measured,
                 # tests/e2e/test_map_shapes.py); their values are checked against the map's value type.
                 dynamic = untyped_literal_paths(schema, literal_names)
-                checked = as_map_literals(src, only=dynamic) if dynamic else None
+                checked = rewrite(src, (typed_literals(only=dynamic),)) if dynamic else None
                 container = construction_container(schema, [n for n in literal_names if n not in dynamic])
                 expression_env = environment(EnvSpec(kubernetes_only=kubernetes_only, object_type=object_type,
                                                      variables_type=typed_variables_message(typed),

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.compiler import compile_verdict
-from vpol.cel.optional_selection import or_value_compat
+from vpol.cel.compat import OR_VALUE, rewrite
 from vpol.engine.autogen import autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import LABEL_REPORTS_DISABLED, PolicyException, ValidatingPolicy
@@ -156,11 +156,11 @@ def ineligibility(policy: ValidatingPolicy) -> str:
 def kyverno_only_reading(expressions: Sequence[tuple[str, str, str]]) -> str:
     """Why an expression that compiles for the API server would not decide there as vpol (and Kyverno) decide
     ("" when none): an ``orValue`` call on what may not be an optional, which Kyverno's environments read
-    as the value itself (vpol.cel.optional_selection.or_value_compat) and the API server's cel-go (0.28 and
+    as the value itself (vpol.cel.compat.OR_VALUE) and the API server's cel-go (0.28 and
     later) rejects at run time, or ``request.object``, which only Kyverno's request holds: as a native VAP, a
     Fail policy would deny every request it matches."""
     for path, src, _role in expressions:
-        if or_value_compat(src) != src:
+        if rewrite(src, (OR_VALUE,)).text != src:
             return (f"{path} calls orValue on a value that may not be an optional, or with a default that may "
                     "fail; Kyverno's CEL accepts that, the API server's does not")
         if _REQUEST_OBJECT_RX.search(src):

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.object_literals import literals
+from vpol.cel.compat.syntax import literals
 from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.model.mutating import PATCH_APPLY_CONFIGURATION, MutatingPolicy
 from vpol.model.parse import parse_mutating_policy, parse_policy

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vpol.cel.bindings import eager_bindings
+from vpol.cel.compat import EAGER_BINDINGS, rewrite
 from vpol.cel.compiler import compile_expression
 from vpol.cel.environment import EnvSpec, environment
 
@@ -31,6 +31,10 @@ def _eval(src: str, obj: Any = None) -> Any:
 def test_bindings_after_an_early_stop_read_their_own_value(src: str) -> None:
     obj = {"spec": {"containers": [{"image": "corp/a"}, {"image": "b"}], "imagePullSecrets": [{"name": "x"}]}}
     assert _eval(src, obj) is True
+
+
+def eager_bindings(src: str) -> str:
+    return rewrite(src, (EAGER_BINDINGS,)).text
 
 
 def test_rewrite_only_where_needed_and_only_well_formed_calls() -> None:

@@ -14,7 +14,8 @@ import pytest
 from tests.unit.engine.test_evaluate import run
 from tests.unit.policies import make_policy, pod
 from vpol.cel.environment import EnvSpec, environment
-from vpol.cel.format_calls import go_format
+from vpol.cel.compat import rewrite
+from vpol.cel.compat.rules import GO_FORMAT
 from vpol.cel.libraries.kyverno.format_lib import FormatError, format_string
 from vpol.cel.libraries.kyverno.go_text import shortest_g
 
@@ -28,7 +29,7 @@ from vpol.cel.libraries.kyverno.go_text import shortest_g
     ("'format'", "'format'"),
 ])
 def test_format_calls_are_rewritten_to_vpols_implementation(src, want):
-    assert go_format(src) == want
+    assert rewrite(src, (GO_FORMAT,)).text == want
 
 
 def test_messages_use_it_and_results_stay():

@@ -127,6 +127,15 @@ def test_match_conditions_cannot_read_variables() -> None:
     assert "cannot read variables" in problems[0].message
 
 
+def test_a_variable_named_in_a_string_or_a_comment_is_not_read() -> None:
+    # What an expression reads comes from its tokens (vpol.cel.compat): `variables.v` inside a string literal or
+    # a comment reads nothing, so the matchCondition is no reader of variables.
+    problems = problems_of({"variables": [{"name": "v", "expression": "1"}],
+                            "matchConditions": [{"name": "m", "expression": "'variables.v' != '' // variables.v\n"}],
+                            "generate": [{"expression": "variables.v == 1"}]})
+    assert problems == []
+
+
 def test_problems_are_located_on_the_policy() -> None:
     [problem] = problems_of({"generate": [{"expression": "1"}]})
     assert problem.object == "GeneratingPolicy/p"

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from vpol.cel.compiler import compile_mutating_policy
-from vpol.cel.object_literals import as_map_literals, literals
+from vpol.cel.compat import CHECKED, rewrite
+from vpol.cel.compat.syntax import literals
 from vpol.cel.typecheck import check_policy
 from vpol.model.parse import parse_mutating_policy
 
@@ -30,7 +31,7 @@ def _policy(*mutations: tuple[str, str], resources: str = "pods", group: str = "
 
 def test_literals_become_map_literals_with_unescaped_keys() -> None:
     src = 'Object{metadata: Object.metadata{x__dash__y: "1", ?labels: optional.none()}}'
-    assert as_map_literals(src).text == 'dyn({"metadata": dyn({"x-y": "1", ?"labels": optional.none()})})'
+    assert rewrite(src, CHECKED).text == 'dyn({"metadata": dyn({"x-y": "1", ?"labels": optional.none()})})'
     assert [lit.name for lit in literals(src)] == [("Object",), ("Object", "metadata")]
     # Strings and comments are not literals.
     assert literals('"Object{a: 1}" // Object{b: 2}\n') == []

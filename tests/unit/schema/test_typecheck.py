@@ -326,7 +326,7 @@ def test_a_result_of_the_wrong_type_under_the_schema_is_flagged():
 
 
 def test_or_value_on_what_is_not_an_optional_is_no_issue_as_in_kyverno() -> None:
-    # Kyverno reads x.orValue(d) as a function of any x (vpol.cel.optional_selection.or_value_compat).
+    # Kyverno reads x.orValue(d) as a function of any x (vpol.cel.compat.OR_VALUE).
     assert check([v(0, "object.metadata.labels.orValue({}).app == 'x'")], [], [POD]) == []
     assert check([v(0, "object.spec.containers.all(c, c.resources.requests.orValue({}).cpu == '1')")],
                  [], [POD]) == []

@@ -6,7 +6,7 @@ sorted keys, doubles inside lists and maps as ``1.500000``, durations and timest
 ``duration("90s")``, ``%s`` of a double as Go's shortest form (``0.30000000000000004``), ``%f``
 through golang.org/x/text with thousands separators (``1,234.500000``, ``∞``) and ``%e`` as
 ``1.234500×10⁰³`` (its precision acting as a width). The evaluated program calls this
-implementation instead (vpol.cel.format_calls.go_format rewrites ``R.format(L)`` into
+implementation instead (vpol.cel.compat.GO_FORMAT rewrites ``R.format(L)`` into
 ``vpol_format(R, L)``); what is type-checked is the expression as written.
 
 Values reach Python without the difference between int and uint (it never shows in the text) and
@@ -27,7 +27,7 @@ from vpol.cel.libraries.kyverno.declarations import Fn
 from vpol.cel.libraries.kyverno.go_text import quote, rfc3339_nano, shortest_fixed, shortest_g
 
 LIBRARY = "kyverno.strings_format"
-#: The name the evaluated program calls (vpol.cel.optional_selection.go_format).
+#: The name the evaluated program calls (vpol.cel.compat.GO_FORMAT).
 FUNCTION = "vpol_format"
 _DEFAULT_PRECISION = 6
 
