@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.compiler import compile_verdict
-from vpol.cel.compat import OR_VALUE, rewrite
+from vpol.cel.compat import OR_VALUE, rewrite, tokenize
+from vpol.cel.compat.syntax import calls, member_references
 from vpol.engine.autogen import autogen_configs
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import LABEL_REPORTS_DISABLED, PolicyException, ValidatingPolicy
@@ -163,20 +164,21 @@ def kyverno_only_reading(expressions: Sequence[tuple[str, str, str]]) -> str:
         if rewrite(src, (OR_VALUE,)).text != src:
             return (f"{path} calls orValue on a value that may not be an optional, or with a default that may "
                     "fail; Kyverno's CEL accepts that, the API server's does not")
-        if _REQUEST_OBJECT_RX.search(src):
+        if _reads_request_object(src):
             return (f"{path} reads request.object or request.oldObject, which Kyverno's request has and the API "
                     "server's does not")
     return ""
 
 
-#: ``request.object`` / ``request.oldObject`` (or ``request[?'object']``...): Kyverno's request type has them.
-_REQUEST_OBJECT_RX = re.compile(r"\brequest\s*(\.\s*\??\s*|\[\s*\??\s*['\"])(object|oldObject)\b")
+def _reads_request_object(src: str) -> bool:
+    """``request.object`` / ``request.oldObject`` (or ``request[?'object']``...): Kyverno's request type has them."""
+    return any(name in ("object", "oldObject") for name, _at in member_references(tokenize(src), "request"))
 
 
 def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:
     """Why an expression does not compile with only the API server's libraries, in one sentence."""
     source = sources.get(first.path, "")
-    if re.search(r"\bcel\.bind\s*\(", source):
+    if calls(tokenize(source), "cel", "bind"):
         # Without the bindings extension the checker complains about the bound name, not about cel.bind.
         return f"{first.path} uses 'cel.bind', which the API server's CEL environment lacks (a Kyverno-only library)"
     m = re.search(r"undeclared reference to '([^']+)'|found no matching overload for '([^']+)'", first.message)

@@ -16,25 +16,25 @@ other I/O library call to the backend it wraps.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from vpol.cel.backend import Backend
+from vpol.cel.compat import tokenize
+from vpol.cel.compat.syntax import names
 from vpol.cel.global_context import EntryChange, EntryState, GlobalContextView, object_key
 
 #: Removals remembered per entry; a worker further behind gets the entry whole.
 MAX_TOMBSTONES = 10_000
 
 
-_NAMES_GLOBAL_CONTEXT = re.compile(r"(?<![A-Za-z0-9_.])globalContext(?![A-Za-z0-9_])")
 
 
 def reads_global_context(policies: Iterable[Any]) -> bool:
     """Whether any of these policies (anything with ``expressions()``) may read ``globalContext``: workers of
-    policies that never do are sent none of the data. (A mention inside a string literal counts too.)"""
-    return any(_NAMES_GLOBAL_CONTEXT.search(src) for p in policies for _path, src, _role in p.expressions())
+    policies that never do are sent none of the data."""
+    return any(names(tokenize(src), "globalContext") for p in policies for _path, src, _role in p.expressions())
 
 
 class GlobalContextSource(Protocol):

@@ -136,6 +136,10 @@ def test_or_value_read_as_kyverno_reads_it_keeps_the_policy_off_the_api_server()
     # request.object exists in Kyverno's request, not in the API server's.
     policy = make_policy(validations=[{"expression": "request.object.metadata.name == object.metadata.name"}])
     assert "request.object" in ineligibility(policy)
+    for src in ("request[?'oldObject'].hasValue()", "request.?object.hasValue()", "request\n  .oldObject != null"):
+        assert "request.object" in ineligibility(make_policy(validations=[{"expression": src}])), src
+    # Named in a string or a comment, it is read by neither.
+    assert ineligibility(make_policy(validations=[{"expression": "'request.object' != '' // request.object\n"}])) == ""
     # An optional with a literal default decides alike in both.
     assert ineligibility(make_policy(validations=[{"expression": "object.metadata.?labels.orValue({}).size() > 0"}
                                                   ])) == ""

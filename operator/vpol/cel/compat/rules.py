@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vpol.cel.compat.stream import TokenStream
-from vpol.cel.compat.syntax import call_arguments, closer, is_name, literals, member_call, opener, receiver_start
+from vpol.cel.compat.syntax import call_arguments, calls, closer, is_name, literals, member_call, opener, receiver_start
 from vpol.cel.compat.tokens import Token
 from vpol.cel.libraries.kyverno.format_lib import FUNCTION as FORMAT_FUNCTION
 from vpol.cel.schemas import unescape
@@ -329,9 +329,7 @@ def _stops_early(toks: Sequence[Token]) -> bool:
 
 def _binding(toks: Sequence[Token]) -> int | None:
     """Index of the first ``cel.bind(`` call's ``cel`` token (None: none)."""
-    return next((i for i in range(len(toks) - 3)
-                 if toks[i].text == "cel" and toks[i + 1].text == "." and toks[i + 2].text == "bind"
-                 and toks[i + 3].text == "(" and not (i and toks[i - 1].text == ".")), None)
+    return next(iter(calls(toks, "cel", "bind")), None)
 
 
 def lazy_binding_at_risk(toks: Sequence[Token]) -> bool:

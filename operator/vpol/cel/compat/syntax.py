@@ -120,15 +120,30 @@ def nesting(toks: Sequence[Token]) -> int:
     return best
 
 
+def names(toks: Sequence[Token], name: str) -> list[int]:
+    """Indexes of the identifier ``name`` where it is not a field selected from something (``x.name``)."""
+    return [i for i, tok in enumerate(toks)
+            if tok.text == name and tok.kind == "ident" and not (i and toks[i - 1].text == ".")]
+
+
+def calls(toks: Sequence[Token], receiver: str, function: str) -> list[int]:
+    """Indexes of ``receiver`` in every call ``receiver.function(...)`` (``cel.bind(``, not ``x.cel.bind(``)."""
+    return [i for i in names(toks, receiver)
+            if i + 3 < len(toks) and toks[i + 1].text == "." and toks[i + 2].text == function
+            and toks[i + 3].text == "("]
+
+
 def member_references(toks: Sequence[Token], root: str) -> list[tuple[str, int]]:
-    """Every ``root.name``, ``root["name"]`` and ``root[?"name"]`` in ``toks``: (name, offset of ``root``)."""
+    """Every ``root.name``, ``root.?name``, ``root["name"]`` and ``root[?"name"]`` in ``toks``: (name, offset of
+    ``root``)."""
     out: list[tuple[str, int]] = []
     for i, tok in enumerate(toks):
         if tok.text != root or tok.kind != "ident" or i + 2 >= len(toks):
             continue
         after = toks[i + 1]
-        if after.text == "." and toks[i + 2].kind == "ident":
-            out.append((toks[i + 2].text, tok.start))
+        field = toks[i + 3] if toks[i + 2].text == "?" and i + 3 < len(toks) else toks[i + 2]
+        if after.text == "." and field.kind == "ident":
+            out.append((field.text, tok.start))
         elif after.text == "[":
             key = toks[i + 3] if toks[i + 2].text == "?" and i + 3 < len(toks) else toks[i + 2]
             quote = key.text[:1]
