@@ -34,6 +34,8 @@ class TokenStream:
     def tokens(self) -> list[Token]:
         """The tokens of :attr:`text` (kept in step with every edit)."""
         if self._tokens is None:
+            if self._frozen:
+                return list(tokenize(self.text))  # a shared stream keeps only its text and map
             self._tokens = list(tokenize(self.text))
         return self._tokens
 
@@ -45,8 +47,8 @@ class TokenStream:
         self._tokens = None if saved[1] is None else list(saved[1])
 
     def frozen(self) -> TokenStream:
-        """This stream, no longer editable (to be shared)."""
-        self._frozen = True
+        """This stream, no longer editable (to be shared; its tokens are let go: caches hold many streams)."""
+        self._frozen, self._tokens = True, None
         return self
 
     def thawed(self) -> TokenStream:

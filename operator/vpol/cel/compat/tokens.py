@@ -34,7 +34,7 @@ _TOKEN_RX = re.compile(
     r")|(?P<number>" + _NUMBER.pattern + r")|(?P<op>&&|\|\||==|!=|<=|>=)|(?P<punct>.)", re.S)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=2048)
 def tokenize(src: str) -> tuple[Token, ...]:
     """The tokens of ``src`` (comments and whitespace left out). Cached: the compiler, the type checker, the
     namespaced-policy check and autogen read the same expression, and each gets this one reading."""
