@@ -4,6 +4,8 @@
 //	vpol-controlplane up --dir DIR          supervisor: embedded etcd + kube-apiserver + kube-controller-manager
 //	vpol-controlplane kube-apiserver ...    the upstream kube-apiserver command
 //	vpol-controlplane kube-controller-manager ...
+//	vpol-controlplane kube-scheduler ...    the upstream kube-scheduler (started by `up --node`)
+//	vpol-controlplane kubelet ...           the upstream kubelet (the optional node, see README.md)
 //	vpol-controlplane kubectl ...           the upstream kubectl of the same release
 //
 // When invoked through a link whose base name is one of the modes (e.g. a
@@ -18,6 +20,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +38,8 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 
 	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubectl auth plugins, as upstream
 )
@@ -42,10 +47,15 @@ import (
 const usage = `usage: vpol-controlplane MODE [ARGS...]
 
 modes:
-  up --dir DIR [--v N]        run etcd, kube-apiserver and kube-controller-manager with state in DIR
+  up --dir DIR [--v N] [--node]
+                              run etcd, kube-apiserver and kube-controller-manager with state in DIR
+                              (--node: also kube-scheduler, and a kubelet with containerd whose Pods run here)
   kube-apiserver ARGS...      upstream kube-apiserver
   kube-controller-manager ... upstream kube-controller-manager
+  kube-scheduler ARGS...      upstream kube-scheduler
+  kubelet ARGS...             upstream kubelet
   kubectl ARGS...             upstream kubectl
+  node-cleanup DIR            remove what the node of the cluster in DIR left on the host
   version                     print the Kubernetes version this binary was built from
 `
 
@@ -53,7 +63,7 @@ func main() {
 	mode := filepath.Base(os.Args[0])
 	args := os.Args[1:]
 	switch mode {
-	case "kubectl", "kube-apiserver", "kube-controller-manager":
+	case "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet":
 	default:
 		if len(args) == 0 {
 			fmt.Fprint(os.Stderr, usage)
@@ -69,8 +79,24 @@ func main() {
 		os.Exit(runCobra(apiserverapp.NewAPIServerCommand(), args))
 	case "kube-controller-manager":
 		os.Exit(runCobra(kcmapp.NewControllerManagerCommand(), args))
+	case "kube-scheduler":
+		os.Exit(runCobra(schedulerapp.NewSchedulerCommand(), args))
+	case "kubelet":
+		os.Exit(runCobra(kubeletapp.NewKubeletCommand(context.Background()), args))
 	case "kubectl":
 		runKubectl(args)
+	case "node-cleanup":
+		// What a node of the cluster in DIR left on the host (its supervisor was killed): `cluster stop` runs it.
+		if len(args) != 1 {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		dir, err := filepath.Abs(args[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		cleanupNode(dir)
 	case "version":
 		fmt.Println(version.Get().GitVersion)
 	case "-h", "--help", "help":

@@ -27,6 +27,8 @@ type pki struct {
 	ServingCert, ServingKey       string
 	AdminCert, AdminKey           string
 	ControllerCert, ControllerKey string
+	SchedulerCert, SchedulerKey   string
+	NodeCert, NodeKey             string
 	SAKey, SAPub                  string
 	// Front proxy (requestheader authentication): the apiserver's client
 	// certificate towards aggregated API servers, and the CA that
@@ -47,6 +49,10 @@ func newPKI(dir string) *pki {
 		AdminKey:       j("admin.key"),
 		ControllerCert: j("controller-manager.crt"),
 		ControllerKey:  j("controller-manager.key"),
+		SchedulerCert:  j("scheduler.crt"),
+		SchedulerKey:   j("scheduler.key"),
+		NodeCert:       j("node.crt"),
+		NodeKey:        j("node.key"),
 		SAKey:          j("sa.key"),
 		SAPub:          j("sa.pub"),
 
@@ -59,9 +65,9 @@ func newPKI(dir string) *pki {
 
 // generate writes a CA, a serving certificate for the loopback and in-cluster
 // names of the apiserver, client certificates for the admin
-// (system:masters) and the controller-manager, and the service-account
-// signing key pair.
-func (p *pki) generate(serviceIP net.IP) error {
+// (system:masters), the controller-manager, the scheduler and the kubelet of
+// the node named nodeName, and the service-account signing key pair.
+func (p *pki) generate(serviceIP net.IP, nodeName string) error {
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return err
 	}
@@ -114,6 +120,16 @@ func (p *pki) generate(serviceIP net.IP) error {
 	}
 	if err := leaf(caCert, caKey, p.ControllerCert, p.ControllerKey, pkix.Name{CommonName: "system:kube-controller-manager"},
 		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+
+	if err := leaf(caCert, caKey, p.SchedulerCert, p.SchedulerKey, pkix.Name{CommonName: "system:kube-scheduler"},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+	// What the Node authorizer and NodeRestriction expect of a kubelet's identity.
+	if err := leaf(caCert, caKey, p.NodeCert, p.NodeKey, pkix.Name{CommonName: "system:node:" + nodeName,
+		Organization: []string{"system:nodes"}}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return err
 	}
 

@@ -33,7 +33,7 @@ import (
 // (garbage collection, namespace deletion, service accounts and their
 // tokens, the kube-root-ca.crt config maps, aggregated cluster roles and the
 // ValidatingAdmissionPolicy type-checking status); no workload, node or
-// volume controllers, because there is no scheduler and no kubelet.
+// volume controllers unless there is a node (nodeControllers).
 var controllers = []string{
 	"garbage-collector-controller",
 	"namespace-controller",
@@ -42,6 +42,25 @@ var controllers = []string{
 	"root-ca-certificate-publisher-controller",
 	"clusterrole-aggregation-controller",
 	"validatingadmissionpolicy-status-controller",
+}
+
+// nodeControllers run too with `--node`: Deployments make Pods, Services get
+// endpoints (which the API server dials for webhooks), PodDisruptionBudgets
+// hold, the node's taints follow its conditions.
+var nodeControllers = []string{
+	"deployment-controller",
+	"replicaset-controller",
+	"endpointslice-controller",
+	"disruption-controller",
+	// A new node is tainted not-ready until this controller sees it Ready.
+	"node-lifecycle-controller",
+}
+
+func (u *upper) controllers() []string {
+	if u.withNode {
+		return append(append([]string{}, controllers...), nodeControllers...)
+	}
+	return controllers
 }
 
 const (
@@ -58,14 +77,17 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // readyInfo is written to DIR/ready.json once the cluster is usable.
 type readyInfo struct {
-	PID             int            `json:"pid"`
-	Version         string         `json:"version"`
-	Server          string         `json:"server"`
-	Kubeconfig      string         `json:"kubeconfig"`
-	Ports           map[string]int `json:"ports"`
-	ChildPIDs       map[string]int `json:"child_pids"`
-	StartupSeconds  float64        `json:"startup_seconds"`
-	StartedUnixTime int64          `json:"started_unix_time"`
+	PID        int            `json:"pid"`
+	Version    string         `json:"version"`
+	Server     string         `json:"server"`
+	Kubeconfig string         `json:"kubeconfig"`
+	Ports      map[string]int `json:"ports"`
+	ChildPIDs  map[string]int `json:"child_pids"`
+	Node       string         `json:"node,omitempty"`
+	// What the node made on the host (and cleanupNode removes): bridge, network, cgroup root, Pod subnet.
+	NodeHost        map[string]string `json:"node_host,omitempty"`
+	StartupSeconds  float64           `json:"startup_seconds"`
+	StartedUnixTime int64             `json:"started_unix_time"`
 }
 
 func runUp(argv []string) int {
@@ -78,6 +100,7 @@ func runUp(argv []string) int {
 	dir := fs.String("dir", "", "state directory (required)")
 	verbosity := fs.Int("v", 1, "log verbosity of kube-apiserver and kube-controller-manager")
 	timeout := fs.Duration("timeout", 180*time.Second, "give up if the cluster is not ready within this time")
+	withNode := fs.Bool("node", false, "also run kube-scheduler and a node (kubelet and containerd) whose Pods run here")
 	var apiExtra, kcmExtra stringList
 	fs.Var(&apiExtra, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--feature-gates=X=true (repeatable)")
 	fs.Var(&kcmExtra, "controller-manager-arg", "extra kube-controller-manager flag (repeatable)")
@@ -91,7 +114,7 @@ func runUp(argv []string) int {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("[vpol-controlplane] ")
 
-	u := &upper{start: time.Now(), verbosity: *verbosity, apiExtra: apiExtra, kcmExtra: kcmExtra}
+	u := &upper{start: time.Now(), verbosity: *verbosity, apiExtra: apiExtra, kcmExtra: kcmExtra, withNode: *withNode}
 	var err error
 	if u.dir, err = filepath.Abs(*dir); err != nil {
 		log.Print(err)
@@ -121,9 +144,17 @@ func runUp(argv []string) int {
 		return 1
 	}
 
+	var kubeletDone, containerdDone <-chan struct{}
+	if u.node != nil {
+		kubeletDone, containerdDone = u.node.kubelet.done, u.node.containerd.done
+	}
 	select {
 	case <-stopping:
 		return 0
+	case <-kubeletDone:
+		log.Printf("kubelet exited unexpectedly: %v (see kubelet.log)", u.node.kubelet.err)
+	case <-containerdDone:
+		log.Printf("containerd exited unexpectedly: %v (see containerd.log)", u.node.containerd.err)
 	case <-u.apiserver.done:
 		log.Printf("kube-apiserver exited unexpectedly: %v (see kube-apiserver.log)", u.apiserver.err)
 	case <-u.kcm.done:
@@ -140,6 +171,8 @@ type upper struct {
 	verbosity int
 	apiExtra  []string
 	kcmExtra  []string
+	withNode  bool
+	node      *node
 
 	pki       *pki
 	etcd      *embed.Etcd
@@ -167,16 +200,17 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 
 	u.pki = newPKI(u.path("pki"))
-	if err := u.pki.generate(net.ParseIP(serviceIP)); err != nil {
+	if err := u.pki.generate(net.ParseIP(serviceIP), nodeName()); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	u.phase("certificates generated")
 
-	ports, err := freePorts(4)
+	ports, err := freePorts(7)
 	if err != nil {
 		return fmt.Errorf("pick free ports: %w", err)
 	}
 	etcdClientPort, etcdPeerPort, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
+	schedulerPort, kubeletPort, kubeletHealthzPort := ports[4], ports[5], ports[6]
 	u.server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
 	etcdURL, err := u.startEtcd(ctx, etcdClientPort, etcdPeerPort)
@@ -231,6 +265,13 @@ func (u *upper) bringUp(ctx context.Context) error {
 		"--profiling=false",
 		"--v=" + strconv.Itoa(u.verbosity),
 	}
+	if u.withNode {
+		apiArgs = append(apiArgs,
+			// Webhooks and aggregated APIs behind Services are dialled at their endpoints: no kube-proxy here.
+			"--enable-aggregator-routing=true",
+			// The kubelet is reached at the address it reports, not by a host name DNS may not know.
+			"--kubelet-preferred-address-types=InternalIP,Hostname")
+	}
 	apiArgs = append(apiArgs, u.apiExtra...)
 	if u.apiserver, err = startChild(self, "kube-apiserver", apiArgs, u.path("kube-apiserver.log")); err != nil {
 		return err
@@ -253,7 +294,7 @@ func (u *upper) bringUp(ctx context.Context) error {
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + u.pki.SAKey,
 		"--root-ca-file=" + u.pki.CACert,
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(u.controllers(), ","),
 		"--kube-api-qps=100",
 		"--kube-api-burst=200",
 		"--v=" + strconv.Itoa(u.verbosity),
@@ -274,6 +315,13 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 	u.phase("kube-controller-manager ready")
 
+	if u.withNode {
+		if err := u.startNode(ctx, self, apiPort, schedulerPort, kubeletPort, kubeletHealthzPort); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		u.phase("kube-scheduler and node " + nodeName() + " ready")
+	}
+
 	info := readyInfo{
 		PID:        os.Getpid(),
 		Version:    version.Get().GitVersion,
@@ -287,8 +335,18 @@ func (u *upper) bringUp(ctx context.Context) error {
 			"kube-apiserver":          u.apiserver.cmd.Process.Pid,
 			"kube-controller-manager": u.kcm.cmd.Process.Pid,
 		},
+		Node:            "",
 		StartupSeconds:  time.Since(u.start).Seconds(),
 		StartedUnixTime: u.start.Unix(),
+	}
+	if u.node != nil {
+		info.Node = nodeName()
+		info.NodeHost = map[string]string{"bridge": u.node.bridge, "network": u.node.network,
+			"cgroup": u.node.cgroup, "subnet": u.node.subnet}
+		info.Ports["kube-scheduler"], info.Ports["kubelet"] = schedulerPort, kubeletPort
+		info.ChildPIDs["kube-scheduler"] = u.node.scheduler.cmd.Process.Pid
+		info.ChildPIDs["kubelet"] = u.node.kubelet.cmd.Process.Pid
+		info.ChildPIDs["containerd"] = u.node.containerd.cmd.Process.Pid
 	}
 	data, _ := json.MarshalIndent(info, "", "  ")
 	tmp := u.path("ready.json.tmp")
@@ -360,6 +418,13 @@ func (u *upper) writeKubeconfigs() error {
 		u.pki.ControllerCert, u.pki.ControllerKey); err != nil {
 		return err
 	}
+	if err := write(u.path("pki/scheduler.kubeconfig"), "system:kube-scheduler",
+		u.pki.SchedulerCert, u.pki.SchedulerKey); err != nil {
+		return err
+	}
+	if err := write(u.path("pki/kubelet.kubeconfig"), "system:node:"+nodeName(), u.pki.NodeCert, u.pki.NodeKey); err != nil {
+		return err
+	}
 	// Written last-but-atomically so that a present DIR/kubeconfig is complete.
 	tmp := u.path("kubeconfig.tmp")
 	if err := write(tmp, "vpol-admin", u.pki.AdminCert, u.pki.AdminKey); err != nil {
@@ -416,10 +481,17 @@ func (u *upper) waitHTTP(ctx context.Context, what string, client *http.Client, 
 	}
 }
 
-// shutdown stops the controller-manager, then the apiserver, then etcd.
+// shutdown stops the scheduler and the controller-manager (nothing makes or
+// places Pods any more), then the node, then the apiserver, then etcd.
 func (u *upper) shutdown() {
+	if u.node != nil && u.node.scheduler != nil {
+		u.node.scheduler.stop(5 * time.Second)
+	}
 	if u.kcm != nil {
 		u.kcm.stop(10 * time.Second)
+	}
+	if u.node != nil {
+		u.stopNode()
 	}
 	if u.apiserver != nil {
 		u.apiserver.stop(20 * time.Second)
@@ -448,20 +520,25 @@ type child struct {
 }
 
 func startChild(self, mode string, args []string, logPath string) (*child, error) {
+	return startProcess(mode, append([]string{self, mode}, args...), logPath)
+}
+
+// startProcess starts argv as a child named name, its output in logPath.
+func startProcess(name string, argv []string, logPath string) (*child, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	cmd := exec.Command(self, append([]string{mode}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	// Die with the supervisor even if it is SIGKILLed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", mode, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: mode, log: logPath, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.done)

@@ -26,6 +26,9 @@ unique_name (session)
     ``unique_name(prefix, hint="")``: a random DNS-1123 name.
 own_cluster (module)
     A local control plane of the test module's own (a :class:`KubeCluster`).
+node_cluster (module)
+    The same with a scheduler and a node whose Pods run (``cluster start --node``); ``local_clusters.start(dir,
+    node=True)`` starts more.
 controlplane_binary (session)
     Path of the built control-plane binary (its ``kubectl`` sits next to it).
 controlplane_script (session)
@@ -202,13 +205,15 @@ def controlplane_binary() -> Path:
 
 
 def start_local_cluster(state: Path, timeout: float = START_TIMEOUT,
-                        apiserver_args: Sequence[str] = ()) -> tuple[Path, dict[str, str]]:
-    """Start a control plane with state in `state` (and more kube-apiserver flags); return (state, exported env).
+                        apiserver_args: Sequence[str] = (), node: bool = False) -> tuple[Path, dict[str, str]]:
+    """Start a control plane with state in `state` (and more kube-apiserver flags; with `node`, a scheduler
+    and a node whose Pods run); return (state, exported env).
 
     Raises RuntimeError with the tail of the logs when it does not come up.
     """
     proc = _run_script("start", str(state), "--timeout", str(int(timeout)),
-                       *(f"--apiserver-arg={a}" for a in apiserver_args), timeout=timeout + 60)
+                       *(f"--apiserver-arg={a}" for a in apiserver_args), *(["--node"] if node else []),
+                       timeout=timeout + 60)
     if proc.returncode != 0:
         raise RuntimeError(f"`cluster start {state}` failed:\n{_last_lines(proc.stderr, 60)}")
     return state, exported_env(proc.stdout)
@@ -252,12 +257,13 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     yield from _local_cluster(request.getfixturevalue("controlplane_binary"), tmp_path_factory.mktemp("controlplane"))
 
 
-def _local_cluster(binary: Path, state: Path) -> Iterator[KubeCluster]:
-    """A local control plane with its state in ``state`` for as long as the generator runs."""
+def _local_cluster(binary: Path, state: Path, node: bool = False) -> Iterator[KubeCluster]:
+    """A local control plane with its state in ``state`` (``node``: and a node) for as long as the generator
+    runs."""
     import json
 
     try:
-        start_local_cluster(state)
+        start_local_cluster(state, node=node)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         try:
             stop_local_cluster(state)
@@ -284,13 +290,13 @@ class LocalClusters:
         self.binary = binary
         self.started: list[Path] = []
 
-    def start(self, state: Path, apiserver_args: Sequence[str] = ()) -> KubeCluster:
+    def start(self, state: Path, apiserver_args: Sequence[str] = (), node: bool = False) -> KubeCluster:
         """Start a fresh cluster with state in `state` (skips/fails like `cluster`)."""
         import json
 
         self.started.append(state)
         try:
-            _, exports = start_local_cluster(state, apiserver_args=apiserver_args)
+            _, exports = start_local_cluster(state, apiserver_args=apiserver_args, node=node)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             self.stop(state)
             unavailable(str(exc))
@@ -311,6 +317,13 @@ def own_cluster(controlplane_binary: Path, tmp_path_factory: pytest.TempPathFact
     """A local control plane for one test module alone (for installs that would clash with the session
     cluster's, and for counts over a whole cluster); stopped after the module."""
     yield from _local_cluster(controlplane_binary, tmp_path_factory.mktemp("own-controlplane"))
+
+
+@pytest.fixture(scope="module")
+def node_cluster(controlplane_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A local control plane with a scheduler and a node whose Pods run (`cluster start --node`), for one test
+    module; stopped after it."""
+    yield from _local_cluster(controlplane_binary, tmp_path_factory.mktemp("node-controlplane"), node=True)
 
 
 @pytest.fixture
