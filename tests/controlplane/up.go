@@ -84,7 +84,8 @@ type readyInfo struct {
 	Ports      map[string]int `json:"ports"`
 	ChildPIDs  map[string]int `json:"child_pids"`
 	Node       string         `json:"node,omitempty"`
-	// What the node made on the host (and cleanupNode removes): bridge, network, cgroup root, Pod subnet.
+	// What the node made on the host (and cleanupNode removes): bridge, network, cgroup root, Pod subnet,
+	// containerd's socket (`cluster import` loads images through it).
 	NodeHost        map[string]string `json:"node_host,omitempty"`
 	StartupSeconds  float64           `json:"startup_seconds"`
 	StartedUnixTime int64             `json:"started_unix_time"`
@@ -342,7 +343,7 @@ func (u *upper) bringUp(ctx context.Context) error {
 	if u.node != nil {
 		info.Node = nodeName()
 		info.NodeHost = map[string]string{"bridge": u.node.bridge, "network": u.node.network,
-			"cgroup": u.node.cgroup, "subnet": u.node.subnet}
+			"cgroup": u.node.cgroup, "subnet": u.node.subnet, "containerd": u.node.socket()}
 		info.Ports["kube-scheduler"], info.Ports["kubelet"] = schedulerPort, kubeletPort
 		info.ChildPIDs["kube-scheduler"] = u.node.scheduler.cmd.Process.Pid
 		info.ChildPIDs["kubelet"] = u.node.kubelet.cmd.Process.Pid

@@ -1,0 +1,162 @@
+"""vpol installed as users install it (issue 41): `helm install` of the chart, with its default values but the
+image, into a control plane with a node, so the operator runs in its Pods, as the chart's ServiceAccount, under the
+restricted Pod Security level; the API server reaches the webhook through the chart's Service (at its endpoints);
+background scans write PolicyReports;
+Prometheus scrapes every replica at the metrics Service's endpoints (as a ServiceMonitor does);
+`helm uninstall` leaves no webhook configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import KubeCluster
+from tests.e2e.prometheus import PrometheusServer, ScrapeJob
+from tests.e2e.test_admission import dry_cm
+from tests.e2e.test_helm import RELEASE, helm_on, policy, ready_with, webhook_configurations
+from tests.e2e.test_image import docker, image  # noqa: F401 - fixture
+from tests.e2e.test_operator import expect_denied
+from tests.e2e.vpol_fixtures import wait_for
+from tests.helm.chart import CHART, NAMESPACE
+
+pytestmark = pytest.mark.e2e
+
+
+def pods(cluster: KubeCluster) -> list[dict[str, Any]]:
+    return json.loads(cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=vpol",
+                                      "-o", "json").stdout)["items"]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+@pytest.fixture(scope="module")
+def release(node_cluster: KubeCluster, image: str, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+            ) -> Iterator[KubeCluster]:
+    """The chart installed with its defaults (the image aside) into a namespace that enforces the restricted
+    level; its Deployment's replicas Ready. Uninstalled after the module."""
+    cluster = node_cluster
+    archive = tmp_path_factory.mktemp("image") / "vpol.tar"
+    docker("save", "-o", str(archive), image, timeout=300)
+    script = Path(__file__).resolve().parents[1] / "controlplane" / "cluster"
+    subprocess.run([str(script), "import", str(cluster.state_dir), str(archive)], check=True, timeout=300)
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    repository, _, tag = image.rpartition(":")
+    helm_on(cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--set", f"image.repository={repository}",
+            "--set", f"image.tag={tag}", "--wait", "--timeout", "180s")
+    try:
+        yield cluster
+    finally:
+        helm_on(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
+
+
+def test_the_chart_runs_its_replicas_as_its_service_account_under_the_restricted_level(release: KubeCluster
+                                                                                       ) -> None:
+    deployment = json.loads(release.kubectl("get", "deployment", "vpol", "-n", NAMESPACE, "-o", "json").stdout)
+    replicas = deployment["spec"]["replicas"]
+    assert replicas == yaml.safe_load((CHART / "values.yaml").read_text())["replicas"] == 2
+    running = wait_for("every replica Running and Ready",
+                       lambda: [p for p in pods(release) if p["status"]["phase"] == "Running" and ready(p)]
+                       if len([p for p in pods(release) if ready(p)]) == replicas else None, 120, 1)
+    node = release.info["node"]
+    for pod in running:
+        spec = pod["spec"]
+        assert spec["serviceAccountName"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        assert spec["nodeName"] == node
+        assert spec["securityContext"]["runAsNonRoot"] and spec["containers"][0]["securityContext"][
+            "readOnlyRootFilesystem"]
+    # The namespace enforces the restricted level: the API server admitted these Pods under it.
+    labels = json.loads(release.kubectl("get", "namespace", NAMESPACE, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_policies_are_enforced_natively_and_through_the_webhook_service(release: KubeCluster) -> None:
+    namespace = "helm-node-e2e"
+    release.kubectl("create", "namespace", namespace)
+    release.kubectl("apply", "-f", "-", input=json.dumps(policy("node-native", namespace, "native-forbidden")))
+    release.kubectl("apply", "-f", "-", input=json.dumps(
+        policy("node-webhook", namespace, "webhook-forbidden", "sha256(object.metadata.name) != '' && ")))
+    wait_for("the native policy Ready and enforced by a VAP", lambda: ready_with(release, "node-native", "NativeVAP"),
+             120, 1)
+    wait_for("the webhook policy Ready and enforced by vpol's webhook",
+             lambda: ready_with(release, "node-webhook", "Webhook"), 120, 1)
+    configuration = json.loads(release.kubectl("get", "validatingwebhookconfiguration", "vpol-validating",
+                                               "-o", "json").stdout)
+    # The API server calls the webhook through the chart's Service, not a URL.
+    assert all(w["clientConfig"].get("service", {}).get("name") == "vpol-webhook" and "url" not in w["clientConfig"]
+               for w in configuration["webhooks"]), configuration["webhooks"]
+    expect_denied(lambda: dry_cm(release, namespace, "a", {"native-forbidden": "1"}), "native-forbidden is not allowed")
+    expect_denied(lambda: dry_cm(release, namespace, "b", {"webhook-forbidden": "1"}),
+                  "webhook-forbidden is not allowed")
+    dry_cm(release, namespace, "c", {"fine": "1"})
+
+
+def test_background_scans_write_reports(release: KubeCluster) -> None:
+    namespace = "helm-node-reports"
+    release.kubectl("create", "namespace", namespace)
+    release.kubectl("create", "configmap", "audited", "-n", namespace, "--from-literal=audited=1")
+    audit = policy("node-audit", namespace, "audited")
+    audit["spec"]["validationActions"] = ["Audit"]
+    release.kubectl("apply", "-f", "-", input=json.dumps(audit))
+
+    def result() -> dict[str, Any] | None:
+        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
+                                             "-o", "json").stdout)["items"]
+        return next((r for report in reports for r in report.get("results") or []
+                     if r.get("policy") == "node-audit"), None)
+
+    found = wait_for("the scan's result in the namespace's PolicyReport", result, 120, 1)
+    assert found["result"] == "fail" and "audited is not allowed" in found["message"], found
+
+
+class ServiceJob(ScrapeJob):
+    """A scrape job over the endpoints of a Service (its EndpointSlices, as the API server holds them), one
+    target per ready endpoint labelled with its Pod: what the Prometheus Operator builds from a ServiceMonitor.
+    (Debian's Prometheus has no Kubernetes service discovery, so the test reads the endpoints.)"""
+
+    def __init__(self, name: str, cluster: KubeCluster, namespace: str, service: str, port: str) -> None:
+        slices = json.loads(cluster.kubectl("get", "endpointslices", "-n", namespace, "-l",
+                                            f"kubernetes.io/service-name={service}", "-o", "json").stdout)["items"]
+        self.endpoints = [(address, p["port"], e["targetRef"]["name"]) for s in slices
+                          for p in s.get("ports") or [] if p.get("name") == port
+                          for e in s.get("endpoints") or [] if (e.get("conditions") or {}).get("ready")
+                          for address in e["addresses"]]
+        super().__init__(name=name, targets=[f"{a}:{p}" for a, p, _pod in self.endpoints])
+
+    def config(self) -> dict[str, Any]:
+        return {"job_name": self.name, "metrics_path": "/metrics",
+                "static_configs": [{"targets": [f"{a}:{p}"], "labels": {"pod": pod}} for a, p, pod in self.endpoints]}
+
+
+def test_prometheus_scrapes_every_replica_through_the_metrics_service(release: KubeCluster,
+                                                                      tmp_path: Path) -> None:
+    names = {p["metadata"]["name"] for p in pods(release) if ready(p)}
+    job = ServiceJob("vpol", release, NAMESPACE, "vpol-metrics", "metrics")
+    assert {pod for _a, _p, pod in job.endpoints} == names and len(names) == 2, job.endpoints
+    prom = PrometheusServer(tmp_path / "prometheus", [job]).start()
+    try:
+        up = wait_for("both replicas scraped", lambda: (lambda r: r if {s["metric"]["pod"] for s in r} == names
+                                                        else None)(prom.query('up{job="vpol"} == 1')), 90, 1)
+        assert len(up) == 2
+        # Each replica serves vpol's own metrics (not only the process collector's).
+        series = prom.query('count by (pod) ({job="vpol", __name__=~"vpol_.+"})')
+        assert {s["metric"]["pod"] for s in series} == names, series
+    finally:
+        prom.stop()
+
+
+def test_uninstall_leaves_no_webhook_configuration(release: KubeCluster) -> None:
+    assert "validatingwebhookconfigurations/vpol-validating" in webhook_configurations(release)
+    helm_on(release, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    wait_for("no webhook configuration left", lambda: webhook_configurations(release) == [], 60, 1)
+    wait_for("the operator's Pods gone", lambda: pods(release) == [], 60, 1)
+    dry_cm(release, "helm-node-e2e", "d", {"webhook-forbidden": "1"})  # nothing calls a server that is gone
