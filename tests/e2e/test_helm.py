@@ -1,7 +1,8 @@
 """vpol's Helm chart against a real API server: helm install / upgrade / uninstall with the operator image
 running for real, and every rendering accepted by a server-side dry run and the restricted Pod Security level.
 
-The test control plane has no kubelet (pods stay Pending), so the operator runs as the installed Deployment
+Here the control plane has no node (pods stay Pending; tests/e2e/test_helm_node.py installs the chart on one and
+runs it in its Pods), so the operator runs as the installed Deployment
 says, in Docker (tests/e2e/test_image.py's approach): its container from the pod spec Helm installed, the
 image, args and environment, user, read-only root, dropped capabilities, the /tmp emptyDir, resource limits,
 host network, and the ServiceAccount's token mounted where in-cluster configuration reads it. A kubelet's

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from tests.e2e.conftest import KubeCluster
 from tests.e2e.prometheus import PrometheusServer, ScrapeJob
@@ -111,8 +114,8 @@ def test_background_scans_write_reports(release: KubeCluster) -> None:
     def result() -> dict[str, Any] | None:
         reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
                                              "-o", "json").stdout)["items"]
-        return next((r for report in reports for r in report.get("results") or []
-                     if r.get("policy") == "node-audit"), None)
+        return next((r for report in reports if (report.get("scope") or {}).get("name") == "audited"
+                     for r in report.get("results") or [] if r.get("policy") == "node-audit"), None)
 
     found = wait_for("the scan's result in the namespace's PolicyReport", result, 120, 1)
     assert found["result"] == "fail" and "audited is not allowed" in found["message"], found
@@ -152,6 +155,132 @@ def test_prometheus_scrapes_every_replica_through_the_metrics_service(release: K
         assert {s["metric"]["pod"] for s in series} == names, series
     finally:
         prom.stop()
+
+
+class Load:
+    """Admission requests that need vpol's webhook, sent by a few threads until the block ends: server-side dry
+    runs of ConfigMaps the webhook policy allows, and one in five that it denies (so every answer shows the
+    webhook decided). A failure is any other answer: an error, a denial that is not the policy's (the webhook not
+    reached: failurePolicy Fail), or a violation admitted."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, threads: int = 4) -> None:
+        self.api = client.CoreV1Api(cluster.api_client)
+        self.namespace, self.threads = namespace, threads
+        self.ok = self.denied = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+
+    def _send(self, worker: int) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            violation = n % 5 == 0
+            body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"load-{worker}-{n}"),
+                                      data={"webhook-forbidden" if violation else "fine": "1"})
+            try:
+                self.api.create_namespaced_config_map(self.namespace, body, dry_run="All", _request_timeout=30)
+            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                text = str(getattr(exc, "body", exc))
+                if violation and "webhook-forbidden is not allowed" in text:
+                    self.denied += 1
+                else:
+                    self.failures.append(f"{time.strftime('%H:%M:%S')} {getattr(exc, 'status', '')} {text[:300]}")
+                continue
+            if violation:
+                self.failures.append(f"{time.strftime('%H:%M:%S')} a violation was admitted")
+            else:
+                self.ok += 1
+
+    def __enter__(self) -> "Load":
+        self._workers = [threading.Thread(target=self._send, args=(i,), daemon=True) for i in range(self.threads)]
+        for w in self._workers:
+            w.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for w in self._workers:
+            w.join(60)
+
+
+def scanner_holder(cluster: KubeCluster) -> str:
+    lease = json.loads(cluster.kubectl("get", "lease", "vpol-scanner", "-n", NAMESPACE, "-o", "json").stdout)
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+def test_helm_upgrade_under_load_fails_no_admission_request(release: KubeCluster) -> None:
+    # The same image under another tag: the Deployment's template changes, so its Pods are replaced one by one.
+    socket = release.info["node_host"]["containerd"]
+    deployment = json.loads(release.kubectl("get", "deployment", "vpol", "-n", NAMESPACE, "-o", "json").stdout)
+    current = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    repository, _, _tag = current.rpartition(":")
+    subprocess.run(["ctr", "--address", socket, "-n", "k8s.io", "images", "tag", "--force",
+                    f"docker.io/library/{current}", f"docker.io/library/{repository}:upgraded"], check=True)
+    before = {p["metadata"]["name"] for p in pods(release)}
+    with Load(release, "helm-node-e2e") as load:
+        time.sleep(3)
+        helm_on(release, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
+                "--set", "image.tag=upgraded", "--wait", "--timeout", "180s")
+        wait_for("the old Pods gone", lambda: not before & {p["metadata"]["name"] for p in pods(release)}, 120, 1)
+        time.sleep(3)
+    after = pods(release)
+    assert len(after) == 2 and all(p["spec"]["containers"][0]["image"].endswith(":upgraded") for p in after)
+    assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
+
+
+def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_replica_scans(
+        release: KubeCluster) -> None:
+    leader = wait_for("a replica holding the scanner Lease", lambda: scanner_holder(release), 60, 1)
+    (pod,) = [p["metadata"]["name"] for p in pods(release) if p["metadata"]["name"] in leader]
+    with Load(release, "helm-node-e2e") as load:
+        time.sleep(3)
+        release.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")
+        successor = wait_for("another replica holding the scanner Lease",
+                             lambda: (h := scanner_holder(release)) and pod not in h and h, 120, 1)
+        wait_for("the replacement Pod Ready", lambda: len([p for p in pods(release) if ready(p)
+                                                          and p["metadata"]["name"] != pod]) == 2, 120, 1)
+        time.sleep(3)
+    assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
+    # The new leader scans: a policy made now gets its results in the namespace's report.
+    namespace = "helm-node-failover"
+    release.kubectl("create", "namespace", namespace)
+    release.kubectl("create", "configmap", "audited", "-n", namespace, "--from-literal=audited=1")
+    audit = policy("node-audit-after", namespace, "audited")
+    audit["spec"]["validationActions"] = ["Audit"]
+    release.kubectl("apply", "-f", "-", input=json.dumps(audit))
+
+    def result() -> dict[str, Any] | None:
+        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
+                                             "-o", "json").stdout)["items"]
+        return next((r for report in reports if (report.get("scope") or {}).get("name") == "audited"
+                     for r in report.get("results") or [] if r.get("policy") == "node-audit-after"), None)
+
+    assert wait_for(f"{successor}'s scan result", result, 120, 1)["result"] == "fail"
+
+
+def test_evictions_take_one_replica_at_a_time(release: KubeCluster) -> None:
+    """The chart's PodDisruptionBudget: of two evictions at once (a node drain), the second waits."""
+    wait_for("both replicas Ready", lambda: len([p for p in pods(release) if ready(p)]) == 2, 120, 1)
+    wait_for("the budget to allow one disruption", lambda: json.loads(release.kubectl(
+        "get", "pdb", "vpol", "-n", NAMESPACE, "-o", "json").stdout).get("status", {}).get("disruptionsAllowed") == 1,
+             60, 1)
+    api = client.PolicyV1Api(release.api_client)
+    first, second = sorted(p["metadata"]["name"] for p in pods(release))
+
+    def evict(name: str) -> int:
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NAMESPACE))
+        try:
+            client.CoreV1Api(release.api_client).create_namespaced_pod_eviction(name, NAMESPACE, body)
+        except client.ApiException as exc:
+            return int(exc.status)
+        return 201
+
+    assert evict(first) == 201
+    assert evict(second) == 429  # TooManyRequests: the budget allows no second disruption
+    assert api.read_namespaced_pod_disruption_budget("vpol", NAMESPACE).spec.max_unavailable == 1
+    wait_for("the evicted replica replaced and Ready", lambda: len([p for p in pods(release) if ready(p)
+                                                                   and p["metadata"]["name"] != first]) == 2, 120, 1)
 
 
 def test_uninstall_leaves_no_webhook_configuration(release: KubeCluster) -> None:

@@ -25,7 +25,8 @@ BUILD = HERE / "build"
 #: Every documented value changed at once (except what excludes another: VARIANTS).
 CHANGED = HERE / "changed-values.yaml"
 #: The values CHANGED cannot change together with the others, one file each.
-VARIANTS = {name: HERE / f"variant-{name}.yaml" for name in ("webhook-off", "no-metrics-service", "cert-secret")}
+VARIANTS = {name: HERE / f"variant-{name}.yaml" for name in ("webhook-off", "no-metrics-service", "cert-secret",
+                                                                   "no-disruption-budget")}
 NAMESPACE = "vpol-system"
 #: Labels Helm's conventions add to every object (the kustomize manifests carry the rest).
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version")

@@ -198,6 +198,11 @@ EFFECTS: dict[str, Check] = {
     "tolerations": lambda c, v: pod(c)["spec"]["tolerations"] == _values("tolerations"),
     "affinity": lambda c, v: pod(c)["spec"]["affinity"] == _values("affinity"),
     "priorityClassName": lambda c, v: pod(c)["spec"]["priorityClassName"] == "vpol-critical",
+    "podDisruptionBudget.enabled": lambda c, v: (
+        find(c, "PodDisruptionBudget", "vpol") is not None
+        and find(v["no-disruption-budget"], "PodDisruptionBudget", "vpol") is None),
+    "podDisruptionBudget.maxUnavailable": lambda c, v: find(c, "PodDisruptionBudget", "vpol")[  # type: ignore[index]
+        "spec"]["maxUnavailable"] == 2,
     "serviceAccount.annotations": lambda c, v: find(c, "ServiceAccount", "vpol")["metadata"][  # type: ignore[index]
         "annotations"] == {"example.com/role": "policy-operator"},
     "rbac.scannedKinds": lambda c, v: rules(c, "vpol-scanned-kinds") == _values("rbac.scannedKinds"),
