@@ -103,6 +103,47 @@ def test_policies_are_enforced_natively_and_through_the_webhook_service(release:
     dry_cm(release, namespace, "c", {"fine": "1"})
 
 
+def exec_policy(name: str, namespace: str, word: str, expression_prefix: str = "") -> dict[str, Any]:
+    """Denies `kubectl exec` (CONNECT pods/exec, a PodExecOptions object) whose command has an argument holding
+    `word`, in one namespace."""
+    return {"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name},
+            "spec": {"validationActions": ["Deny"],
+                     "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                             "operations": ["CONNECT"], "resources": ["pods/exec"]}],
+                                          "namespaceSelector": {"matchLabels": {
+                                              "kubernetes.io/metadata.name": namespace}}},
+                     "validations": [{"expression": f"{expression_prefix}!object.command.exists(a, a.contains('{word}'))",
+                                      "message": f"exec with {word} is not allowed"}]}}
+
+
+@pytest.mark.parametrize(("enforcement", "prefix"), [("NativeVAP", ""),
+                                                      ("Webhook", "sha256(object.kind) != '' && ")])
+def test_exec_into_a_running_pod_is_decided_by_policy(release: KubeCluster, enforcement: str, prefix: str) -> None:
+    namespace = f"helm-node-exec-{enforcement.lower()}"
+    release.kubectl("create", "namespace", namespace)
+    release.kubectl("run", "target", "-n", namespace, "--image=vpol.local/echo:1", "--image-pull-policy=Never")
+    release.kubectl("wait", "--for=condition=Ready", "pod/target", "-n", namespace, "--timeout=60s")
+    name = f"node-exec-{enforcement.lower()}"
+    release.kubectl("apply", "-f", "-", input=json.dumps(exec_policy(name, namespace, "forbidden", prefix)))
+    wait_for(f"the exec policy Ready and enforced ({enforcement})", lambda: ready_with(release, name, enforcement),
+             120, 1)
+
+    def run(path: str) -> subprocess.CompletedProcess[str]:
+        return release.kubectl("exec", "target", "-n", namespace, "--", "/echo", "--fetch",
+                               f"http://127.0.0.1:8080/{path}", check=False)
+
+    try:
+        denied = wait_for("the exec to be denied", lambda: (p := run("forbidden")).returncode != 0
+                          and "exec with forbidden is not allowed" in p.stderr and p, 30, 1)
+    except AssertionError:
+        hooks = release.kubectl("get", "validatingwebhookconfiguration", "vpol-validating", "-o", "json").stdout
+        logs = release.kubectl("logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=vpol", "--tail=40").stdout
+        raise AssertionError(f"{run('forbidden')}\n{hooks}\n{logs}") from None
+    assert "forbidden" not in denied.stdout
+    allowed = run("allowed")
+    assert allowed.returncode == 0 and json.loads(allowed.stdout.split("\n", 1)[1])["path"] == "/allowed", allowed
+
+
 def test_background_scans_write_reports(release: KubeCluster) -> None:
     namespace = "helm-node-reports"
     release.kubectl("create", "namespace", namespace)

@@ -63,6 +63,8 @@ def subject_for_request(request: Mapping[str, Any], *, namespaced: bool | None =
         namespace_object=namespace_object if rtype.namespaced else None,
         user_info=dict(request.get("userInfo") or {}),
         dry_run=bool(request.get("dryRun")),
+        request_name=str(request.get("name") or ""),
+        request_namespace=ns,
     )
 
 

@@ -50,6 +50,11 @@ class Subject:
     #: The ``request`` the policy sees when it is not this subject's own (a target of mutateExisting sees the
     #: request of its trigger, as in Kyverno).
     request: dict[str, Any] | None = None
+    #: The AdmissionRequest's ``name`` and ``namespace`` (empty outside admission): what the request is about even
+    #: when its object says nothing of it (``kubectl exec``: CONNECT pods/exec, a PodExecOptions object without
+    #: metadata; a name the API server generates is empty here too).
+    request_name: str = ""
+    request_namespace: str = ""
 
     @property
     def current(self) -> dict[str, Any]:
@@ -58,11 +63,15 @@ class Subject:
 
     @property
     def name(self) -> str:
+        if self.request_name:
+            return self.request_name
         md = self.current.get("metadata") if isinstance(self.current, dict) else None
         return str(md.get("name", "")) if isinstance(md, dict) else ""
 
     @property
     def namespace(self) -> str:
+        if self.request_namespace:
+            return self.request_namespace
         md = self.current.get("metadata") if isinstance(self.current, dict) else None
         return str(md.get("namespace", "") or "") if isinstance(md, dict) else ""
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.unit.policies import make_policy, pod
 from vpol.engine.admission import (ALLOW, AUDIT, DENY, ERRORED, WARNED, decide, failure_response, review_response,
                                    subject_for_request)
 from vpol.engine.evaluate import PolicyEngine
+from vpol.model.parse import parse_policy
 
 CHECK = [{"expression": "object.metadata.name != 'bad'", "messageExpression": "'name ' + object.metadata.name"}]
 
@@ -91,3 +94,39 @@ def test_a_namespaced_policy_sees_only_its_own_namespace():
     assert PolicyEngine(p).evaluate(there) is None
     d = decide([result], {p.key: p})
     assert not d.allowed and d.message == "Policy team/n failed: name bad"
+
+
+def test_a_connect_request_is_about_the_pod_it_names():
+    """`kubectl exec` is CONNECT pods/exec with a PodExecOptions object, which has no metadata: the request's name
+    and namespace say which Pod, as the API server's matching and Kyverno's `request` use them (a namespaceSelector,
+    a namespaced policy, `request.namespace`). vpol matched nothing there: a policy Ready and enforced by the
+    webhook let every exec through (found on the test node, tests/e2e/test_helm_node.py)."""
+    exec_request = {"uid": "u2", "kind": {"group": "", "version": "v1", "kind": "PodExecOptions"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "exec",
+                    "name": "web", "namespace": "team-a", "operation": "CONNECT",
+                    "userInfo": {"username": "alice"},
+                    "object": {"apiVersion": "v1", "kind": "PodExecOptions", "command": ["sh"], "stdin": True}}
+    subject = subject_for_request(exec_request, namespaced=True)
+    assert (subject.namespace, subject.name) == ("team-a", "web")
+    assert subject.admission_request()["namespace"] == "team-a" and subject.admission_request()["name"] == "web"
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"], "resources": ["pods/exec"]}
+    no_shell = [{"expression": "!object.command.exists(c, c == 'sh')",
+                 "messageExpression": "'no shell in ' + request.namespace + '/' + request.name"}]
+    selected = make_policy(name="selected", validations=no_shell, matchConstraints={
+        "resourceRules": [rule], "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}})
+    def namespaced_policy(name: str, namespace: str) -> Any:
+        policy, problems = parse_policy({
+            "apiVersion": "policies.kyverno.io/v1", "kind": "NamespacedValidatingPolicy",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"matchConstraints": {"resourceRules": [rule]}, "validations": no_shell}})
+        assert policy is not None and policy.namespace == namespace, problems
+        return policy
+
+    namespaced, elsewhere = namespaced_policy("mine", "team-a"), namespaced_policy("theirs", "team-b")
+    namespace = {"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}}}
+    for policy in (selected, namespaced):
+        subject = subject_for_request(exec_request, namespaced=True, namespace_object=namespace)
+        result = PolicyEngine(policy).evaluate(subject)
+        assert result is not None and result.result == "fail" and result.message == "no shell in team-a/web", policy
+    assert PolicyEngine(elsewhere).evaluate(subject_for_request(exec_request, namespaced=True,
+                                                                namespace_object=namespace)) is None
