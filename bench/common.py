@@ -130,8 +130,8 @@ class Cluster:
     script: Path | None = None
 
     @classmethod
-    def start(cls, state_dir: Path, apiserver_args: Sequence[str] = ()) -> "Cluster":
-        extra = [f"--apiserver-arg={a}" for a in apiserver_args]
+    def start(cls, state_dir: Path, apiserver_args: Sequence[str] = (), node: bool = False) -> "Cluster":
+        extra = [f"--apiserver-arg={a}" for a in apiserver_args] + (["--node"] if node else [])
         proc = None
         for script in (CLUSTER_SCRIPT, None):
             path = script or _committed_script()
@@ -181,7 +181,7 @@ class BenchRun:
 
     @classmethod
     def begin(cls, workdir: str | None, prefix: str, kubeconfig: str | None, kubectl: str | None,
-              apiserver_args: Sequence[str] = ()) -> "BenchRun":
+              apiserver_args: Sequence[str] = (), node: bool = False) -> "BenchRun":
         print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in machine().items()))
         print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
         work = Path(workdir or tempfile.mkdtemp(prefix=prefix))
@@ -190,7 +190,7 @@ class BenchRun:
         load.start()
         started = time.monotonic()
         cluster = Cluster.existing(kubeconfig, kubectl) if kubeconfig else Cluster.start(work / "cluster",
-                                                                                           apiserver_args)
+                                                                                           apiserver_args, node)
         return cls(work, cluster, load, started)
 
     def end(self) -> str:

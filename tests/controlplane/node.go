@@ -129,18 +129,9 @@ func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPo
 		return err
 	}
 
-	schedKubeconfig := u.path("pki/scheduler.kubeconfig")
-	if n.scheduler, err = startChild(self, "kube-scheduler", []string{
-		"--kubeconfig=" + schedKubeconfig,
-		"--authentication-kubeconfig=" + schedKubeconfig,
-		"--authorization-kubeconfig=" + schedKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedulerPort),
-		"--tls-cert-file=" + u.pki.ServingCert,
-		"--tls-private-key-file=" + u.pki.ServingKey,
-		"--leader-elect=false",
-		"--v=" + strconv.Itoa(u.verbosity),
-	}, u.path("kube-scheduler.log")); err != nil {
+	if n.scheduler, err = startChild(self, "kube-scheduler", append(
+		u.componentArgs("pki/scheduler.kubeconfig", schedulerPort), "--v="+strconv.Itoa(u.verbosity)),
+		u.path("kube-scheduler.log")); err != nil {
 		return err
 	}
 
@@ -539,15 +530,18 @@ func (n *node) removeContainers() {
 // cgroups, the cgroups, the bridge, iptables rules and chains, CNI caches.
 func cleanupNode(clusterDir string) {
 	n := identityOf(clusterDir)
-	// Processes of the node: in its mount namespace (containerd's shims, which outlive a killed containerd) or
-	// in its cgroups (containers). When they are gone, so is the namespace, with every mount made in it.
+	// Processes of the node: in its mount namespace and naming its directories (containerd's shims, which
+	// outlive a killed containerd; a namespace's number alone could be another's by now), or in its cgroups
+	// (containers). When they are gone, so is the namespace, with every mount made in it.
 	if data, err := os.ReadFile(n.path("namespace")); err == nil {
 		namespace := strings.TrimSpace(string(data))
 		mine, _ := os.Readlink("/proc/self/ns/mnt")
 		if namespace != "" && namespace != mine {
 			for attempt := 0; attempt < 50 && killWhere(func(pid string) bool {
 				ns, _ := os.Readlink("/proc/" + pid + "/ns/mnt")
-				return ns == namespace
+				cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+				return ns == namespace && (bytes.Contains(cmdline, []byte(n.dir)) ||
+					bytes.Contains(cmdline, []byte(n.runDir())))
 			}) > 0; attempt++ {
 				time.Sleep(100 * time.Millisecond)
 			}

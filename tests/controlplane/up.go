@@ -282,24 +282,15 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 	u.phase("kube-apiserver ready at " + u.server)
 
-	kcmKubeconfig := u.path("pki/controller-manager.kubeconfig")
-	kcmArgs := []string{
-		"--kubeconfig=" + kcmKubeconfig,
-		"--authentication-kubeconfig=" + kcmKubeconfig,
-		"--authorization-kubeconfig=" + kcmKubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
-		"--tls-cert-file=" + u.pki.ServingCert,
-		"--tls-private-key-file=" + u.pki.ServingKey,
-		"--leader-elect=false",
+	kcmArgs := append(u.componentArgs("pki/controller-manager.kubeconfig", kcmPort),
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + u.pki.SAKey,
-		"--root-ca-file=" + u.pki.CACert,
-		"--controllers=" + strings.Join(u.controllers(), ","),
+		"--service-account-private-key-file="+u.pki.SAKey,
+		"--root-ca-file="+u.pki.CACert,
+		"--controllers="+strings.Join(u.controllers(), ","),
 		"--kube-api-qps=100",
 		"--kube-api-burst=200",
-		"--v=" + strconv.Itoa(u.verbosity),
-	}
+		"--v="+strconv.Itoa(u.verbosity),
+	)
 	kcmArgs = append(kcmArgs, u.kcmExtra...)
 	if u.kcm, err = startChild(self, "kube-controller-manager", kcmArgs, u.path("kube-controller-manager.log")); err != nil {
 		return err
@@ -391,6 +382,23 @@ func (u *upper) startEtcd(ctx context.Context, clientPort, peerPort int) (string
 		return "", fmt.Errorf("etcd: %w", err)
 	case <-ctx.Done():
 		return "", fmt.Errorf("etcd not ready: %w", ctx.Err())
+	}
+}
+
+// componentArgs are the flags kube-controller-manager and kube-scheduler share: their kubeconfig (also for
+// delegated authentication and authorization), serving on the loopback with the cluster's serving certificate,
+// no leader election.
+func (u *upper) componentArgs(kubeconfig string, port int) []string {
+	path := u.path(kubeconfig)
+	return []string{
+		"--kubeconfig=" + path,
+		"--authentication-kubeconfig=" + path,
+		"--authorization-kubeconfig=" + path,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + u.pki.ServingCert,
+		"--tls-private-key-file=" + u.pki.ServingKey,
+		"--leader-elect=false",
 	}
 }
 

@@ -144,21 +144,26 @@ def test_exec_into_a_running_pod_is_decided_by_policy(release: KubeCluster, enfo
     assert allowed.returncode == 0 and json.loads(allowed.stdout.split("\n", 1)[1])["path"] == "/allowed", allowed
 
 
-def test_background_scans_write_reports(release: KubeCluster) -> None:
-    namespace = "helm-node-reports"
-    release.kubectl("create", "namespace", namespace)
-    release.kubectl("create", "configmap", "audited", "-n", namespace, "--from-literal=audited=1")
-    audit = policy("node-audit", namespace, "audited")
+def audited_result(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    """A ConfigMap `audited` in a new namespace, then an Audit policy `name` it violates: its result in the
+    ConfigMap's PolicyReport, written by the replica that scans."""
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("create", "configmap", "audited", "-n", namespace, "--from-literal=audited=1")
+    audit = policy(name, namespace, "audited")
     audit["spec"]["validationActions"] = ["Audit"]
-    release.kubectl("apply", "-f", "-", input=json.dumps(audit))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(audit))
 
     def result() -> dict[str, Any] | None:
-        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
+        reports = json.loads(cluster.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
                                              "-o", "json").stdout)["items"]
         return next((r for report in reports if (report.get("scope") or {}).get("name") == "audited"
-                     for r in report.get("results") or [] if r.get("policy") == "node-audit"), None)
+                     for r in report.get("results") or [] if r.get("policy") == name), None)
 
-    found = wait_for("the scan's result in the namespace's PolicyReport", result, 120, 1)
+    return dict(wait_for(f"{name}'s result in the ConfigMap's PolicyReport", result, 120, 1))
+
+
+def test_background_scans_write_reports(release: KubeCluster) -> None:
+    found = audited_result(release, "helm-node-reports", "node-audit")
     assert found["result"] == "fail" and "audited is not allowed" in found["message"], found
 
 
@@ -284,20 +289,7 @@ def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_
         time.sleep(3)
     assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
     # The new leader scans: a policy made now gets its results in the namespace's report.
-    namespace = "helm-node-failover"
-    release.kubectl("create", "namespace", namespace)
-    release.kubectl("create", "configmap", "audited", "-n", namespace, "--from-literal=audited=1")
-    audit = policy("node-audit-after", namespace, "audited")
-    audit["spec"]["validationActions"] = ["Audit"]
-    release.kubectl("apply", "-f", "-", input=json.dumps(audit))
-
-    def result() -> dict[str, Any] | None:
-        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
-                                             "-o", "json").stdout)["items"]
-        return next((r for report in reports if (report.get("scope") or {}).get("name") == "audited"
-                     for r in report.get("results") or [] if r.get("policy") == "node-audit-after"), None)
-
-    assert wait_for(f"{successor}'s scan result", result, 120, 1)["result"] == "fail"
+    assert audited_result(release, "helm-node-failover", "node-audit-after")["result"] == "fail", successor
 
 
 def test_evictions_take_one_replica_at_a_time(release: KubeCluster) -> None:
