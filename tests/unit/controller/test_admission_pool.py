@@ -236,3 +236,44 @@ def test_workers_start_only_when_some_request_may_need_one() -> None:
     asyncio.run(needed())
     w, pool = asyncio.run(scenario([bounded, unbounded]))
     assert pool.inline is not None and not pool.inline.covers("Fail") and w.starts == 1
+
+
+def test_a_replica_without_its_policies_asks_the_api_server_to_retry() -> None:
+    """A starting replica (failover, rollout, scale-up) is Ready for Kubernetes before its policies are loaded:
+    its answer is 429 with Retry-After, which the API server retries (at the Service's other endpoints) before the
+    failurePolicy decides, never an allow from an empty pool nor a denial another replica would not give."""
+    import json
+
+    from vpol.controller.admission.server import WebhookServer
+    from vpol.model.discovery import builtin
+
+    class Policies:
+        snapshot = Snapshot()
+        synced = False
+
+        def listen(self, fn: object) -> None:
+            pass
+
+    class Request:
+        path = "/validate/fail"
+        remote = "127.0.0.1"
+        headers: dict[str, str] = {}
+
+        async def read(self) -> bytes:
+            return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "u-9", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "operation": "CREATE",
+                "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}}}).encode()
+
+    server = WebhookServer(Policies(), None, builtin, None)  # type: ignore[arg-type]
+    response = asyncio.run(server._answer(Request(), "Fail", mutating=False))  # type: ignore[arg-type]  # noqa: SLF001
+    assert response.status == 429 and response.headers["Retry-After"] == "1"
+
+    async def rebuild_once() -> None:
+        server._changed.set()  # noqa: SLF001
+        task = asyncio.create_task(server._rebuild_loop())  # noqa: SLF001
+        await asyncio.sleep(0.5)
+        task.cancel()
+
+    asyncio.run(rebuild_once())
+    assert server._pool is None  # noqa: SLF001 - nothing is built before every kind has been listed

@@ -369,6 +369,11 @@ class WebhookServer:
             await self._changed.wait()
             await asyncio.sleep(0.2)  # gather a burst of policy changes into one rebuild
             self._changed.clear()
+            if not self.policies.synced:
+                # Not before every kind has been listed once: a pool of the policies seen so far would answer
+                # without the others (a starting replica admitting what they deny). Checked again shortly.
+                self._changed.set()
+                continue
             snapshot = self.policies.snapshot
             if self._pool is not None and self._pool.snapshot.version == snapshot.version:
                 continue
@@ -518,6 +523,13 @@ class WebhookServer:
         review = await self._read(request, webhook)
         if isinstance(review, web.Response):
             return review
+        if self._pool is None:
+            # A replica that has not loaded its policies yet (starting: a failover, a rollout, a scale-up) is no
+            # answer: 429 with Retry-After is one the API server retries, at its Service's other endpoints, and
+            # only when every try fails does the webhook's failurePolicy decide (a denial here would fail
+            # requests another replica answers; an empty pool would admit what the policies deny).
+            return web.json_response({"message": "the webhook has not loaded its policies yet"}, status=429,
+                                     headers={"Retry-After": "1"})
         answer = await self.answer(review, failure_policy, mutating)
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
         return web.Response(body=answer, content_type="application/json")
