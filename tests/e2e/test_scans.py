@@ -381,7 +381,7 @@ def test_kyverno_io_libraries_in_background_scans(policies: Policies, cluster: A
     assert res["result"] == "pass", res
 
     http_policy = policies.create("http", owner_policy(
-        validations=[{"expression": "http.Get('http://127.0.0.1:9/x').body.ok == true"}],
+        validations=[{"expression": "http.Get('http://127.0.0.1:9/x').ok == true"}],
         matchConditions=[{"name": "target-only", "expression": "object.metadata.name == 'target'"}]))
     res = wait_for("an error for a disabled http call", lambda: result_of(cluster, namespace, target, http_policy), 60)
     assert res["result"] == "error" and "disabled" in res["message"], res

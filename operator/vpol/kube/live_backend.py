@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -25,6 +26,7 @@ from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
 from vpol.model.discovery import builtin
 
 CACHE_SECONDS = 10.0
+MAX_HTTP_BODY = 1024 * 1024  # bytes of an http.* answer read
 
 
 class LiveBackend(Backend):
@@ -135,24 +137,31 @@ class LiveBackend(Backend):
         return {"group": info.group, "version": info.version, "resource": info.resource}
 
     def _http(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        """What Kyverno's live HTTP client answers: the decoded JSON body; a status outside 2xx
+        (``HTTP 404 Not Found``) and a body that is not JSON are errors. (Its CLI's mocks answer the whole
+        ``{statusCode, body}`` they are given: that is vpol.cel.offline_backend's.)"""
         if not self.http_allowlist:
             raise BackendUnavailable("http calls are disabled (enable them with --http-allow PREFIX)")
         if not any(url.startswith(prefix) for prefix in self.http_allowlist):
             raise BackendUnavailable(f"{url} is not under an allowed prefix ({', '.join(self.http_allowlist)})")
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json",
-                                                                             **(headers or {})})
+        # Kyverno sends a JSON body for Post/Put (null included) and only the headers given; urllib would label a
+        # body form-encoded unless told otherwise, so a JSON body says so unless the policy set its own type.
+        data = json.dumps(body).encode() if method != "GET" else None
+        sent = dict(headers or {})
+        if data is not None and not any(k.lower() == "content-type" for k in sent):
+            sent["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(req, timeout=self.http_timeout) as resp:  # noqa: S310 - allowlisted
-                raw = resp.read(1024 * 1024)
-                status = resp.status
+                raw = resp.read(MAX_HTTP_BODY)
+        except urllib.error.HTTPError as exc:
+            raise BackendUnavailable(f"HTTP {exc.code} {exc.reason}") from None
         except OSError as exc:
             raise BackendUnavailable(f"{method} {url}: {exc}") from None
         try:
-            parsed: Any = json.loads(raw)
-        except ValueError:
-            parsed = raw.decode(errors="replace")
-        return {"statusCode": status, "body": parsed}
+            return json.loads(raw)
+        except ValueError as exc:
+            raise BackendUnavailable(f"Unable to decode JSON body {exc}") from None
 
     def http_get(self, url: str, headers: dict[str, str] | None = None) -> Any:
         return self._http("GET", url, None, headers)
