@@ -6,6 +6,7 @@
 //	vpol-controlplane kube-controller-manager ...
 //	vpol-controlplane kube-scheduler ...    the upstream kube-scheduler (started by `up --node`)
 //	vpol-controlplane kubelet ...           the upstream kubelet (the optional node, see README.md)
+//	vpol-controlplane kube-proxy ...        the upstream kube-proxy (the node's Service routing)
 //	vpol-controlplane kubectl ...           the upstream kubectl of the same release
 //
 // When invoked through a link whose base name is one of the modes (e.g. a
@@ -38,6 +39,7 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 
@@ -54,6 +56,7 @@ modes:
   kube-controller-manager ... upstream kube-controller-manager
   kube-scheduler ARGS...      upstream kube-scheduler
   kubelet ARGS...             upstream kubelet
+  kube-proxy ARGS...          upstream kube-proxy
   kubectl ARGS...             upstream kubectl
   node-cleanup DIR            remove what the node of the cluster in DIR left on the host
   version                     print the Kubernetes version this binary was built from
@@ -63,7 +66,7 @@ func main() {
 	mode := filepath.Base(os.Args[0])
 	args := os.Args[1:]
 	switch mode {
-	case "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet":
+	case "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy":
 	default:
 		if len(args) == 0 {
 			fmt.Fprint(os.Stderr, usage)
@@ -83,6 +86,8 @@ func main() {
 		os.Exit(runCobra(schedulerapp.NewSchedulerCommand(), args))
 	case "kubelet":
 		os.Exit(runCobra(kubeletapp.NewKubeletCommand(context.Background()), args))
+	case "kube-proxy":
+		os.Exit(runCobra(proxyapp.NewProxyCommand(), args))
 	case "kubectl":
 		runKubectl(args)
 	case "node-cleanup":

@@ -18,6 +18,11 @@ package main
 //   - the cgroups are under a root of this cluster's own (/vpol-<tag>), the
 //     bridge and the network are named after the cluster (vpol<tag>), and the
 //     one iptables rule (Pods to the API server) carries the network's name;
+//   - Services: kube-proxy (iptables mode) routes cluster IPs, and a cluster
+//     DNS of the supervisor's own (dns.go) on the bridge's address answers
+//     their names. kube-proxy's chains (KUBE-*) have fixed names, so a host
+//     runs one node at a time (a lock, /run/vpol-node.lock, held by the
+//     supervisor); they are removed with `kube-proxy --cleanup`;
 //     cleanupNode removes all of them (and the mount points it had to make),
 //     and is also what `cluster stop` runs after a supervisor that was killed.
 
@@ -29,6 +34,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,6 +57,14 @@ const (
 var kubeletSysctls = []string{
 	"kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "vm/panic_on_oom",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// hostLock is held by the supervisor of the one node a host runs (see the package comment on kube-proxy).
+const hostLock = "/run/vpol-node.lock"
+
+// nodePorts are the loopback ports of the node's components.
+type nodePorts struct {
+	api, scheduler, kubelet, kubeletHealthz, proxyHealthz, proxyMetrics int
 }
 
 // nodeMounts are the host paths the node writes under no matter what it is
@@ -85,6 +99,7 @@ type nodeIdentity struct {
 	bridge  string
 	network string
 	subnet  string
+	gateway string // the bridge's address: the Pods' gateway and nameserver
 	cgroup  string // the kubelet's cgroupRoot
 }
 
@@ -97,6 +112,7 @@ func identityOf(clusterDir string) nodeIdentity {
 		bridge:  "vpol" + tag,
 		network: "vpol-" + tag,
 		subnet:  fmt.Sprintf("10.88.%d.0/24", sum[3]),
+		gateway: fmt.Sprintf("10.88.%d.1", sum[3]),
 		cgroup:  "/vpol-" + tag,
 	}
 }
@@ -107,15 +123,20 @@ func (n nodeIdentity) path(parts ...string) string {
 
 type node struct {
 	nodeIdentity
-	holder, containerd, kubelet, scheduler *child
+	holder, containerd, kubelet, scheduler, proxy *child
+	dns                                           *clusterDNS
+	lock                                          *os.File
 }
 
 // startNode starts the scheduler and the node; the API server runs already.
-func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPort, kubeletPort, healthzPort int) error {
+func (u *upper) startNode(ctx context.Context, self string, ports nodePorts) error {
 	n := &node{nodeIdentity: identityOf(u.dir)}
 	u.node = n
 	self, err := filepath.Abs(self)
 	if err != nil {
+		return err
+	}
+	if n.lock, err = lockHost(u.dir); err != nil {
 		return err
 	}
 	cleanupNode(u.dir) // what a killed supervisor of the same DIR may have left
@@ -130,7 +151,7 @@ func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPo
 	}
 
 	if n.scheduler, err = startChild(self, "kube-scheduler", append(
-		u.componentArgs("pki/scheduler.kubeconfig", schedulerPort), "--v="+strconv.Itoa(u.verbosity)),
+		u.componentArgs("pki/scheduler.kubeconfig", ports.scheduler), "--v="+strconv.Itoa(u.verbosity)),
 		u.path("kube-scheduler.log")); err != nil {
 		return err
 	}
@@ -141,13 +162,21 @@ func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPo
 	if err := run("ip", "link", "add", n.bridge, "type", "bridge"); err != nil {
 		return err
 	}
+	// Its address is the host-local IPAM's gateway (the first of the subnet), set before any Pod so that the
+	// cluster DNS can listen on it.
+	if err := run("ip", "addr", "add", n.gateway+"/24", "dev", n.bridge); err != nil {
+		return err
+	}
 	if err := run("ip", "link", "set", n.bridge, "up"); err != nil {
+		return err
+	}
+	if n.dns, err = startClusterDNS(n.gateway, u.serviceAddresses); err != nil {
 		return err
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.bridge+"/route_localnet", []byte("1"), 0o644); err != nil {
 		return err
 	}
-	if err := run(append([]string{"iptables", "-t", "nat", "-A"}, n.apiRule(apiPort)...)...); err != nil {
+	if err := run(append([]string{"iptables", "-t", "nat", "-A"}, n.apiRule(ports.api)...)...); err != nil {
 		return err
 	}
 
@@ -241,7 +270,11 @@ func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPo
 	if err := os.WriteFile(n.path("cni/net.d/10-vpol.conflist"), []byte(n.cniConfig()), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(n.kubeletConfig(kubeletPort, healthzPort)), 0o644); err != nil {
+	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(n.kubeletConfig(ports.kubelet, ports.kubeletHealthz)), 0o644); err != nil {
+		return err
+	}
+	// Recorded before the kubelet and kube-proxy start, for cleanupNode: the chains they make are host-wide.
+	if err := os.WriteFile(n.path("kube-chains"), nil, 0o644); err != nil {
 		return err
 	}
 	if n.kubelet, err = startProcess("kubelet", n.enter(self, "kubelet",
@@ -255,7 +288,47 @@ func (u *upper) startNode(ctx context.Context, self string, apiPort, schedulerPo
 	if err := waitFor(ctx, "node "+nodeName()+" Ready", n.kubelet, func() bool { return u.nodeReady() }); err != nil {
 		return err
 	}
-	return nil
+
+	// kube-proxy, in the node's namespace too (what it would write under /proc/sys is not asked of it: see its
+	// configuration); its rules are in the host's network namespace, where the Pods' packets are routed.
+	if err := os.WriteFile(n.path("kube-proxy.yaml"), []byte(n.proxyConfig(u.path("pki/kube-proxy.kubeconfig"),
+		ports.proxyHealthz, ports.proxyMetrics)), 0o644); err != nil {
+		return err
+	}
+	if n.proxy, err = startProcess("kube-proxy", n.enter(self, "kube-proxy", "--config="+n.path("kube-proxy.yaml"),
+		"--v="+strconv.Itoa(u.verbosity)), u.path("kube-proxy.log")); err != nil {
+		return err
+	}
+	proxyHealth := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports.proxyHealthz)
+	return waitFor(ctx, "kube-proxy synced", n.proxy, func() bool {
+		resp, err := http.Get(proxyHealth) //nolint:noctx // loopback, bounded by waitFor
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// lockHost takes the host's node lock for the cluster in dir, or says whose node holds it.
+func lockHost(dir string) (*os.File, error) {
+	f, err := os.OpenFile(hostLock, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(hostLock)
+		f.Close()
+		return nil, fmt.Errorf("this host already runs the node of the cluster in %s (one node per host: "+
+			"kube-proxy's iptables chains are host-wide); stop it first", strings.TrimSpace(string(holder)))
+	}
+	if err := f.Truncate(0); err != nil {
+		return nil, err
+	}
+	if _, err := f.WriteAt([]byte(dir+"\n"), 0); err != nil {
+		return nil, err
+	}
+	return f, nil // held until the supervisor exits
 }
 
 // enter is argv run inside the node's mount namespace.
@@ -323,6 +396,32 @@ func (n *node) cniConfig() string {
 	return string(data)
 }
 
+// proxyConfig is kube-proxy's: iptables mode; every Service connection masqueraded (replies from a Pod on the
+// bridge come back through the host, without br_netfilter); NodePorts on the bridge's address only, never on
+// the host's loopback (which would set route_localnet host-wide); conntrack settings left as the host has them.
+func (n *node) proxyConfig(kubeconfig string, healthzPort, metricsPort int) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+hostnameOverride: %s
+mode: iptables
+clusterCIDR: %s
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
+nodePortAddresses: ["%s/32"]
+iptables:
+  masqueradeAll: true
+  localhostNodePorts: false
+  minSyncPeriod: 0s
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, kubeconfig, nodeName(), n.subnet, healthzPort, metricsPort, n.gateway)
+}
+
 func (n *node) kubeletConfig(port, healthzPort int) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -331,7 +430,7 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: %s
 failSwapOn: false
-# No host-wide iptables chains of the kubelet's own.
+# No host-wide iptables chains of the kubelet's own (KUBE-IPTABLES-HINT, KUBE-FIREWALL: kube-proxy makes the latter).
 makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://%s
 port: %d
@@ -347,7 +446,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi"}
 serializeImagePulls: false
-`, n.cgroup, n.socket(), port, healthzPort)
+# The cluster DNS (dns.go) on the bridge's address.
+clusterDNS: [%s]
+clusterDomain: %s
+`, n.cgroup, n.socket(), port, healthzPort, n.gateway, clusterDomain)
 }
 
 // importProgram imports the static program at path as the one-layer image
@@ -448,6 +550,12 @@ func (u *upper) stopNode() {
 	n := u.node
 	if n.scheduler != nil {
 		n.scheduler.stop(5 * time.Second)
+	}
+	if n.proxy != nil {
+		n.proxy.stop(5 * time.Second)
+	}
+	if n.dns != nil {
+		n.dns.stop()
 	}
 	if n.kubelet != nil {
 		// Pods end through the kubelet (their networks are torn down by CNI)
@@ -563,6 +671,24 @@ func cleanupNode(clusterDir string) {
 	_ = os.RemoveAll(n.runDir())
 	_ = exec.Command("ip", "link", "del", n.bridge).Run()
 	removeIPTables(n.network)
+	if _, err := os.Stat(n.path("kube-chains")); err == nil {
+		// kube-proxy's own teardown of its chains (iptables, and the nftables and IPVS modes' if any), then what
+		// it leaves: KUBE-FIREWALL, the chain it shares with kubelets (which make it, KUBE-IPTABLES-HINT and
+		// KUBE-KUBELET-CANARY unless makeIPTablesUtilChains is false, as here). Every KUBE-* chain is this
+		// node's: a host runs one node at a time (hostLock).
+		if self, err := os.Executable(); err == nil {
+			if out, err := exec.Command(self, "kube-proxy", "--cleanup").CombinedOutput(); err != nil {
+				log.Printf("kube-proxy --cleanup: %v\n%s", err, out)
+			}
+		}
+		for _, binary := range []string{"iptables", "ip6tables"} {
+			for _, table := range []string{"filter", "nat", "mangle"} {
+				removeChains(binary, table, func(rule string) bool { return strings.Contains(rule, " -j KUBE-") },
+					"KUBE-")
+			}
+		}
+		_ = os.Remove(n.path("kube-chains"))
+	}
 	// The mount points made on the host (empty: what was written went to DIR/node).
 	if data, err := os.ReadFile(n.path("made-mount-points")); err == nil {
 		made := strings.Fields(string(data))
@@ -639,27 +765,41 @@ func removeCgroup(root string) error {
 // removeIPTables deletes the nat rules commented with the network's name (the
 // API server's DNAT, the bridge plugin's masquerading) and the chains they jump to.
 func removeIPTables(network string) {
-	out, err := exec.Command("iptables", "-t", "nat", "-S").Output()
+	removeChains("iptables", "nat", func(rule string) bool { return strings.Contains(rule, network) }, "CNI-")
+}
+
+// removeChains deletes the rules of table that match (outside the chains it deletes), and the chains named
+// with prefix that they jump to (prefix "KUBE-" and a rule matching " -j KUBE-": every chain of that prefix).
+func removeChains(binary, table string, match func(rule string) bool, prefix string) {
+	out, err := exec.Command(binary, "-t", table, "-S").Output()
 	if err != nil {
 		return
 	}
 	var chains []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.HasPrefix(line, "-A ") || !strings.Contains(line, network) {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
 			continue
 		}
-		fields := strings.Fields(line)
+		if fields[0] == "-N" && prefix == "KUBE-" && strings.HasPrefix(fields[1], prefix) {
+			chains = append(chains, fields[1])
+		}
+		if fields[0] != "-A" || strings.HasPrefix(fields[1], prefix) || !match(line) {
+			continue
+		}
 		for i, f := range fields {
-			if f == "-j" && i+1 < len(fields) && strings.HasPrefix(fields[i+1], "CNI-") {
+			if f == "-j" && i+1 < len(fields) && strings.HasPrefix(fields[i+1], prefix) {
 				chains = append(chains, fields[i+1])
 			}
 		}
 		// The rule as iptables -S printed it, deleted: its quoted comment re-split by a shell.
-		_ = exec.Command("sh", "-c", "iptables -t nat -D "+strings.TrimPrefix(line, "-A ")).Run()
+		_ = exec.Command("sh", "-c", binary+" -t "+table+" -D "+strings.TrimPrefix(line, "-A ")).Run()
+	}
+	for _, chain := range chains { // flushed first: a chain is deleted only once nothing jumps to it
+		_ = exec.Command(binary, "-t", table, "-F", chain).Run()
 	}
 	for _, chain := range chains {
-		_ = exec.Command("iptables", "-t", "nat", "-F", chain).Run()
-		_ = exec.Command("iptables", "-t", "nat", "-X", chain).Run()
+		_ = exec.Command(binary, "-t", table, "-X", chain).Run()
 	}
 }
 

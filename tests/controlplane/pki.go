@@ -29,6 +29,7 @@ type pki struct {
 	ControllerCert, ControllerKey string
 	SchedulerCert, SchedulerKey   string
 	NodeCert, NodeKey             string
+	ProxyCert, ProxyKey           string
 	SAKey, SAPub                  string
 	// Front proxy (requestheader authentication): the apiserver's client
 	// certificate towards aggregated API servers, and the CA that
@@ -53,6 +54,8 @@ func newPKI(dir string) *pki {
 		SchedulerKey:   j("scheduler.key"),
 		NodeCert:       j("node.crt"),
 		NodeKey:        j("node.key"),
+		ProxyCert:      j("kube-proxy.crt"),
+		ProxyKey:       j("kube-proxy.key"),
 		SAKey:          j("sa.key"),
 		SAPub:          j("sa.pub"),
 
@@ -130,6 +133,12 @@ func (p *pki) generate(serviceIP net.IP, nodeName string) error {
 	// What the Node authorizer and NodeRestriction expect of a kubelet's identity.
 	if err := leaf(caCert, caKey, p.NodeCert, p.NodeKey, pkix.Name{CommonName: "system:node:" + nodeName,
 		Organization: []string{"system:nodes"}}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return err
+	}
+
+	// The user the bootstrap ClusterRoleBinding system:node-proxier names.
+	if err := leaf(caCert, caKey, p.ProxyCert, p.ProxyKey, pkix.Name{CommonName: "system:kube-proxy"},
+		x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return err
 	}
 

@@ -206,7 +206,7 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 	u.phase("certificates generated")
 
-	ports, err := freePorts(7)
+	ports, err := freePorts(9)
 	if err != nil {
 		return fmt.Errorf("pick free ports: %w", err)
 	}
@@ -268,7 +268,8 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 	if u.withNode {
 		apiArgs = append(apiArgs,
-			// Webhooks and aggregated APIs behind Services are dialled at their endpoints: no kube-proxy here.
+			// Webhooks and aggregated APIs behind Services are dialled at their endpoints: kube-proxy routes
+			// the node's Pods, not the host's processes (as in a cluster whose API server is off the nodes).
 			"--enable-aggregator-routing=true",
 			// The kubelet is reached at the address it reports, not by a host name DNS may not know.
 			"--kubelet-preferred-address-types=InternalIP,Hostname")
@@ -308,7 +309,8 @@ func (u *upper) bringUp(ctx context.Context) error {
 	u.phase("kube-controller-manager ready")
 
 	if u.withNode {
-		if err := u.startNode(ctx, self, apiPort, schedulerPort, kubeletPort, kubeletHealthzPort); err != nil {
+		if err := u.startNode(ctx, self, nodePorts{api: apiPort, scheduler: schedulerPort, kubelet: kubeletPort,
+			kubeletHealthz: kubeletHealthzPort, proxyHealthz: ports[7], proxyMetrics: ports[8]}); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
 		u.phase("kube-scheduler and node " + nodeName() + " ready")
@@ -334,11 +336,13 @@ func (u *upper) bringUp(ctx context.Context) error {
 	if u.node != nil {
 		info.Node = nodeName()
 		info.NodeHost = map[string]string{"bridge": u.node.bridge, "network": u.node.network,
-			"cgroup": u.node.cgroup, "subnet": u.node.subnet, "containerd": u.node.socket()}
+			"cgroup": u.node.cgroup, "subnet": u.node.subnet, "containerd": u.node.socket(),
+			"dns": u.node.gateway}
 		info.Ports["kube-scheduler"], info.Ports["kubelet"] = schedulerPort, kubeletPort
 		info.ChildPIDs["kube-scheduler"] = u.node.scheduler.cmd.Process.Pid
 		info.ChildPIDs["kubelet"] = u.node.kubelet.cmd.Process.Pid
 		info.ChildPIDs["containerd"] = u.node.containerd.cmd.Process.Pid
+		info.ChildPIDs["kube-proxy"] = u.node.proxy.cmd.Process.Pid
 	}
 	data, _ := json.MarshalIndent(info, "", "  ")
 	tmp := u.path("ready.json.tmp")
@@ -432,6 +436,9 @@ func (u *upper) writeKubeconfigs() error {
 		return err
 	}
 	if err := write(u.path("pki/kubelet.kubeconfig"), "system:node:"+nodeName(), u.pki.NodeCert, u.pki.NodeKey); err != nil {
+		return err
+	}
+	if err := write(u.path("pki/kube-proxy.kubeconfig"), "system:kube-proxy", u.pki.ProxyCert, u.pki.ProxyKey); err != nil {
 		return err
 	}
 	// Written last-but-atomically so that a present DIR/kubeconfig is complete.

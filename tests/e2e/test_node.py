@@ -1,17 +1,14 @@
-"""The test control plane's node (issue 41): `cluster start DIR --node` runs kube-scheduler, a kubelet and
-containerd, so Pods are scheduled and really run here, reach the API server and are reached; `cluster stop` leaves
-nothing of the node on the host, also after a supervisor that was killed.
+"""The test control plane's node (issue 41): `cluster start DIR --node` runs kube-scheduler, a kubelet, containerd
+and kube-proxy, so Pods are scheduled and really run here, reach the API server and Services by name, and are
+reached. (What `cluster stop` leaves: test_node_teardown.py.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import pytest
@@ -94,82 +91,40 @@ def test_pods_reach_the_api_server_and_kubectl_reaches_pods(node_cluster: KubeCl
     assert json.loads(out.split("\n", 1)[1])["path"] == "/inside"
 
 
-# --- nothing left on the host ------------------------------------------------------------------------------------
+def fetch_from(cluster: KubeCluster, pod_name: str, url: str) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl("exec", pod_name, "--", "/echo", "--fetch", url, check=False)
 
 
-def host_traces(state: Path, host: dict[str, str], veths: list[str], existed: set[str]) -> dict[str, list[str]]:
-    """What of the node of the cluster in `state` is on the host: processes (its state directory on their command
-    line, or in its mount namespace), mounts, links, iptables rules, cgroups, sockets, paths that did not exist."""
-    namespace = (state / "node" / "namespace").read_text().strip()
-    processes, mounts = [], []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ns = os.readlink(entry / "ns" / "mnt")
-        except OSError:
-            continue
-        if str(state) in cmdline or ns == namespace:
-            processes.append(f"{entry.name}: {cmdline}")
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        if str(state) in line:
-            mounts.append(line)
-    links = [line for line in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()
-             if host["bridge"] in line or any(f" {v}@" in line for v in veths)]
-    rules = [line for line in subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True,
-                                             text=True).stdout.splitlines()
-             if host["network"] in line or host["bridge"] in line]
-    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{host['cgroup'].strip('/')}")]
-    sockets = [str(p) for p in Path("/run").glob(f"{host['network']}*")]
-    # What the kubelet and CNI write at fixed host paths goes to DIR/node (mounted over them in the node's
-    # namespace): the host sees at most the empty mount points made for them, and none once it stopped.
-    paths = [p for p in NODE_PATHS if Path(p).exists() and p not in existed]
-    written = [str(f) for p in paths for f in Path(p).rglob("*")]
-    return {k: v for k, v in {"processes": processes, "mounts": mounts, "links": links, "iptables": rules,
-                              "cgroups": cgroups, "sockets": sockets, "paths": paths, "written": written}.items()
-            if v}
+def test_pods_reach_services_by_name_through_the_cluster_dns_and_kube_proxy(node_cluster: KubeCluster) -> None:
+    """A Service's name resolves in a Pod (the kubelet's search path, the cluster DNS on the bridge) to its
+    cluster IP, which kube-proxy routes to an endpoint on another port; a headless Service's name resolves to its
+    Pods; a name the cluster lacks does not resolve."""
+    server = running_web_pod(node_cluster, "named")
+    running_web_pod(node_cluster, "client")
+    apply(node_cluster,
+          {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "named", "namespace": "default"},
+           "spec": {"selector": {"app": "named"}, "ports": [{"port": 80, "targetPort": 8080}]}},
+          {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "named-direct", "namespace": "default"},
+           "spec": {"clusterIP": "None", "selector": {"app": "named"}, "ports": [{"port": 8080}]}})
+    cluster_ip = get(node_cluster, "service", "named")["spec"]["clusterIP"]
+    assert cluster_ip.startswith("10.0.0."), cluster_ip
 
+    def answer(url: str) -> dict[str, Any] | None:
+        out = fetch_from(node_cluster, "client", url)
+        return json.loads(out.stdout.split("\n", 1)[1]) if out.returncode == 0 else None
 
-#: The kernel settings a kubelet changes when it starts (kernel.panic, ...): faked inside the node's namespace.
-SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "vm/panic_on_oom",
-           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
-
-
-def sysctls() -> dict[str, str]:
-    return {key: Path("/proc/sys", key).read_text().strip() for key in SYSCTLS}
-
-
-#: Where a kubelet and libcni write whatever they are told (certificates, container log links, the CNI cache).
-NODE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni")
-
-
-def host_veths(state: Path, network: str) -> list[str]:
-    """The host ends of the Pods' veth pairs, from the CNI results of the node's network (libcni's cache, which
-    the node keeps under its state directory)."""
-    names = []
-    for path in (state / "node" / "mnt" / "var-lib-cni" / "results").glob(f"{network}-*"):
-        result = json.loads(path.read_text()).get("result") or {}
-        names += [i["name"] for i in result.get("interfaces") or [] if i.get("name", "").startswith("veth")]
-    return names
-
-
-@pytest.mark.parametrize("supervisor", ["stopped", "killed"])
-def test_stop_leaves_nothing_of_the_node_on_the_host(local_clusters: Any, tmp_path: Path, supervisor: str) -> None:
-    state = tmp_path / "cluster"
-    existed = {p for p in NODE_PATHS if Path(p).exists()}
-    settings = sysctls()
-    cluster = local_clusters.start(state, node=True)
-    host = cluster.info["node_host"]
-    running_web_pod(cluster, "web")
-    veths = host_veths(state, host["network"])
-    during = host_traces(state, host, veths, existed)
-    # The checks see the node while it runs: every kind of trace is there to be found.
-    assert veths and {"processes", "links", "iptables", "cgroups", "sockets"} <= set(during), during
-    assert "written" not in during and sysctls() == settings, during
-    if supervisor == "killed":
-        # Its children die with it (Pdeathsig), containerd's shims do not: `cluster stop` removes the rest.
-        os.kill(int((state / "controlplane.pid").read_text()), signal.SIGKILL)
-        time.sleep(1)
-    local_clusters.stop(state)
-    assert host_traces(state, host, veths, existed) == {}
+    # Endpoints reach kube-proxy a moment after the Service is made, as in any cluster.
+    for url in ("http://named/a?q=1", "http://named.default.svc.cluster.local/a?q=1", "http://named.default/a?q=1",
+                f"http://{cluster_ip}/a?q=1", "http://named-direct:8080/a?q=1"):
+        got = wait_for(lambda: answer(url), 30, f"an answer at {url}")
+        assert got == {"host": "named", "path": "/a", "query": {"q": ["1"]}}, (url, got)
+    # The Pod itself through its own Service (hairpin): kube-proxy's masquerading brings the answer back. (Its
+    # short name would be its own address: the kubelet writes the Pod's hostname into its /etc/hosts.)
+    own = node_cluster.kubectl("exec", "named", "--", "/echo", "--fetch",
+                               "http://named.default.svc.cluster.local/self").stdout
+    assert json.loads(own.split("\n", 1)[1])["path"] == "/self"
+    missing = fetch_from(node_cluster, "client", "http://absent.default.svc.cluster.local/")
+    assert missing.returncode != 0 and "no such host" in missing.stdout, missing.stdout
+    # The cluster DNS answers what the API server holds: the headless name is the Pod's address.
+    assert server["status"]["podIP"] in node_cluster.kubectl(
+        "exec", "client", "--", "/echo", "--resolve", "named-direct.default.svc.cluster.local").stdout

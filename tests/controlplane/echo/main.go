@@ -6,6 +6,7 @@
 //	                           answers {"received": <the JSON body>}; /healthz answers ok
 //	/echo --fetch URL          GET URL once (TLS not verified), print the status
 //	                           line and body, exit 0 on a 2xx answer
+//	/echo --resolve NAME       print NAME's addresses (the Pod's resolver), one per line
 package main
 
 import (
@@ -14,17 +15,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
 func main() {
 	listen := flag.String("listen", ":8080", "address to serve on")
 	fetch := flag.String("fetch", "", "GET this URL once and exit")
+	resolve := flag.String("resolve", "", "print this name's addresses and exit")
 	flag.Parse()
 	if *fetch != "" {
 		os.Exit(get(*fetch))
+	}
+	if *resolve != "" {
+		addrs, err := net.LookupHost(*resolve)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println(strings.Join(addrs, "\n"))
+		return
 	}
 	host, _ := os.Hostname()
 	mux := http.NewServeMux()
