@@ -1,7 +1,8 @@
 """vpol installed as users install it (issue 41): `helm install` of the chart, with its default values but the
 image, into a control plane with a node, so the operator runs in its Pods, as the chart's ServiceAccount, under the
 restricted Pod Security level; the API server reaches the webhook through the chart's Service (at its endpoints);
-background scans write PolicyReports;
+background scans write PolicyReports; a policy calling a Service over http.Get/http.Post decides at admission and in
+scans (kube-proxy and the cluster DNS of the node);
 Prometheus scrapes every replica at the metrics Service's endpoints (as a ServiceMonitor does);
 `helm uninstall` leaves no webhook configuration.
 """
@@ -41,11 +42,17 @@ def ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
 
 
+#: The Service http.* policies call (the node's echo image), and what the release allows them to reach.
+HTTP_NAMESPACE = "helm-node-http"
+ANSWERS = f"http://answers.{HTTP_NAMESPACE}.svc.cluster.local"
+
+
 @pytest.fixture(scope="module")
 def release(node_cluster: KubeCluster, image: str, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
             ) -> Iterator[KubeCluster]:
-    """The chart installed with its defaults (the image aside) into a namespace that enforces the restricted
-    level; its Deployment's replicas Ready. Uninstalled after the module."""
+    """The chart installed with its defaults (the image aside, and `operator.httpAllow` naming the one Service
+    policies here may call) into a namespace that enforces the restricted level; its Deployment's replicas Ready.
+    Uninstalled after the module."""
     cluster = node_cluster
     archive = tmp_path_factory.mktemp("image") / "vpol.tar"
     docker("save", "-o", str(archive), image, timeout=300)
@@ -55,7 +62,8 @@ def release(node_cluster: KubeCluster, image: str, tmp_path_factory: pytest.Temp
     cluster.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
     repository, _, tag = image.rpartition(":")
     helm_on(cluster, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--set", f"image.repository={repository}",
-            "--set", f"image.tag={tag}", "--wait", "--timeout", "180s")
+            "--set", f"image.tag={tag}", "--set-json", f'operator.httpAllow=["{ANSWERS}/"]',
+            "--wait", "--timeout", "180s")
     try:
         yield cluster
     finally:
@@ -142,6 +150,53 @@ def test_exec_into_a_running_pod_is_decided_by_policy(release: KubeCluster, enfo
     assert "forbidden" not in denied.stdout
     allowed = run("allowed")
     assert allowed.returncode == 0 and json.loads(allowed.stdout.split("\n", 1)[1])["path"] == "/allowed", allowed
+
+
+def http_policy(name: str) -> dict[str, Any]:
+    """Asks the echo Service about every ConfigMap of HTTP_NAMESPACE: a GET whose answer (the path it was asked)
+    decides, and whose answering host is in the message; a POST whose answer must echo the name it was sent."""
+    url = f"'{ANSWERS}/' + object.metadata.name"
+    return {"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name},
+            "spec": {"validationActions": ["Deny"],
+                     "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                             "operations": ["CREATE", "UPDATE"],
+                                                             "resources": ["configmaps"]}],
+                                          "namespaceSelector": {"matchLabels": {
+                                              "kubernetes.io/metadata.name": HTTP_NAMESPACE}}},
+                     "validations": [
+                         {"expression": f"!http.Get({url}).path.startsWith('/forbidden')",
+                          "messageExpression": f"'forbidden, says ' + string(http.Get({url}).host)"},
+                         {"expression": f"http.Post('{ANSWERS}/check', {{'name': object.metadata.name}})"
+                                        ".received.name == object.metadata.name",
+                          "message": "the answer does not echo the name"}]}}
+
+
+def test_a_policy_calling_a_service_over_http_decides_at_admission_and_in_scans(release: KubeCluster) -> None:
+    ns = HTTP_NAMESPACE
+    release.kubectl("create", "namespace", ns)
+    release.kubectl("run", "answers", "-n", ns, "--image=vpol.local/echo:1", "--image-pull-policy=Never")
+    release.kubectl("expose", "pod", "answers", "-n", ns, "--port=80", "--target-port=8080")
+    release.kubectl("wait", "--for=condition=Ready", "pod/answers", "-n", ns, "--timeout=60s")
+    for name in ("forbidden-before", "fine-before"):
+        release.kubectl("create", "configmap", name, "-n", ns)
+    release.kubectl("apply", "-f", "-", input=json.dumps(http_policy("node-http")))
+    wait_for("the http policy Ready and enforced by the webhook", lambda: ready_with(release, "node-http", "Webhook"),
+             120, 1)
+    # At admission, through the webhook in vpol's Pods: the Service's answer decides.
+    expect_denied(lambda: dry_cm(release, ns, "forbidden-now", {}), "forbidden, says answers")
+    dry_cm(release, ns, "fine-now", {})
+
+    # In a scan of what was there before the policy.
+    def results() -> dict[str, dict[str, Any]] | None:
+        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", ns, "-o", "json").stdout)
+        found = {(report.get("scope") or {}).get("name"): r for report in reports["items"]
+                 for r in report.get("results") or [] if r.get("policy") == "node-http"}
+        return found if {"forbidden-before", "fine-before"} <= set(found) else None
+
+    found = wait_for("the scan's results for both ConfigMaps", results, 120, 1)
+    assert found["fine-before"]["result"] == "pass", found
+    assert found["forbidden-before"]["result"] == "fail" and \
+        "forbidden, says answers" in found["forbidden-before"]["message"], found
 
 
 def audited_result(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -250,6 +305,44 @@ class Load:
             w.join(60)
 
 
+class ReportWrites:
+    """Every write of a PolicyReport in a namespace, counted per report from a watch (ADDED and MODIFIED events)
+    opened before the block: what the API server stored, whichever replica wrote it."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self.api = client.CustomObjectsApi(cluster.api_client)
+        self.namespace = namespace
+        self.writes: dict[str, int] = {}
+        self.scopes: dict[str, str] = {}
+        self._opened = threading.Event()
+        self.ended: Exception | None = None
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+        listed = self.api.list_namespaced_custom_object("wgpolicyk8s.io", "v1alpha2", self.namespace, "policyreports")
+        assert not listed["items"], "the namespace has reports already"
+        self._opened.set()
+        try:
+            for event in watch.Watch().stream(self.api.list_namespaced_custom_object, "wgpolicyk8s.io", "v1alpha2",
+                                              self.namespace, "policyreports", timeout_seconds=900,
+                                              resource_version=listed["metadata"]["resourceVersion"]):
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    report = event["object"]
+                    name = report["metadata"]["name"]
+                    self.writes[name] = self.writes.get(name, 0) + 1
+                    self.scopes[name] = (report.get("scope") or {}).get("name", "")
+        except Exception as exc:  # noqa: BLE001 - the watch's end (the cluster stopped after the test) is recorded
+            self.ended = exc
+
+    def __enter__(self) -> "ReportWrites":
+        threading.Thread(target=self._watch, daemon=True).start()
+        assert self._opened.wait(30), "the report watch did not open"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # the watch ends with its timeout (a daemon thread)
+
+
 def scanner_holder(cluster: KubeCluster) -> str:
     lease = json.loads(cluster.kubectl("get", "lease", "vpol-scanner", "-n", NAMESPACE, "-o", "json").stdout)
     return str(lease["spec"].get("holderIdentity") or "")
@@ -275,19 +368,49 @@ def test_helm_upgrade_under_load_fails_no_admission_request(release: KubeCluster
     assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
 
 
+#: ConfigMaps the scan interrupted by the leader's deletion reports on (one PolicyReport each).
+SCANNED = 500
+
+
 def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_replica_scans(
         release: KubeCluster) -> None:
     leader = wait_for("a replica holding the scanner Lease", lambda: scanner_holder(release), 60, 1)
     (pod,) = [p["metadata"]["name"] for p in pods(release) if p["metadata"]["name"] in leader]
-    with Load(release, "helm-node-e2e") as load:
+    scanned = "helm-node-failover-scan"
+    release.kubectl("create", "namespace", scanned)
+    release.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": scanned},
+         "data": {"audited": "1"}} for i in range(SCANNED)]}))
+    audit = policy("node-audit-failover", scanned, "audited")
+    audit["spec"]["validationActions"] = ["Audit"]
+    with Load(release, "helm-node-e2e") as load, ReportWrites(release, scanned) as writes:
         time.sleep(3)
+        # A scan that the leader's deletion interrupts: the deletion as soon as its first report is written.
+        release.kubectl("apply", "-f", "-", input=json.dumps(audit))
+        wait_for("the scan's first report", lambda: writes.writes, 120, 0.05)
         release.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")
+        at_deletion = len(writes.writes)
+        print(f"the leader {pod} deleted with {at_deletion} of {SCANNED + 1} reports written")
         successor = wait_for("another replica holding the scanner Lease",
                              lambda: (h := scanner_holder(release)) and pod not in h and h, 120, 1)
         wait_for("the replacement Pod Ready", lambda: len([p for p in pods(release) if ready(p)
                                                           and p["metadata"]["name"] != pod]) == 2, 120, 1)
-        time.sleep(3)
+        # The successor finishes the scan: a report for every ConfigMap, each written once (the reports the old
+        # leader wrote are read back, not written again).
+        # (The namespace's kube-root-ca.crt too: the policy matches every ConfigMap there.)
+        expected = sorted([f"cm-{i}" for i in range(SCANNED)] + ["kube-root-ca.crt"])
+        wait_for(f"{len(expected)} reports", lambda: len(writes.writes) >= len(expected), 300, 1)
+        time.sleep(5)
     assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
+    assert writes.ended is None, writes.ended  # counted throughout
+    assert at_deletion < len(expected), f"the scan had ended ({at_deletion} reports) before the leader was deleted"
+    assert sorted(writes.scopes.values()) == expected
+    twice = {writes.scopes[n]: c for n, c in writes.writes.items() if c != 1}
+    assert sum(writes.writes.values()) / len(expected) == 1.0 and not twice, (at_deletion, twice)
+    reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", scanned, "-o", "json").stdout)
+    results = [r for report in reports["items"] for r in report.get("results") or []]
+    assert len(results) == len(expected) and {r["policy"] for r in results} == {"node-audit-failover"}
+    assert sorted(r["result"] for r in results) == ["fail"] * SCANNED + ["pass"]
     # The new leader scans: a policy made now gets its results in the namespace's report.
     assert audited_result(release, "helm-node-failover", "node-audit-after")["result"] == "fail", successor
 
