@@ -274,6 +274,15 @@ def _holds(check: Check, c: list[Doc], v: dict[str, list[Doc]]) -> bool:
         return False
 
 
+def test_the_default_readiness_probe_is_the_webhooks_when_there_is_one() -> None:
+    """A replica is Ready once its webhook has loaded every policy (a starting one joins the webhook Service's
+    endpoints only then: HTTPS /readyz on the webhook port); without the webhook, once the operator runs."""
+    assert container(template())["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "webhook",
+                                                                   "scheme": "HTTPS"}
+    off = container(template(sets=["webhook.enabled=false"]))["readinessProbe"]
+    assert off["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
 def test_the_self_signed_ca_of_cert_manager_without_an_issuer() -> None:
     docs = template(sets=["webhook.certManager.enabled=true"])
     assert find(docs, "Issuer", "vpol-selfsigned")["spec"] == {"selfSigned": {}}  # type: ignore[index]

@@ -277,3 +277,14 @@ def test_a_replica_without_its_policies_asks_the_api_server_to_retry() -> None:
 
     asyncio.run(rebuild_once())
     assert server._pool is None  # noqa: SLF001 - nothing is built before every kind has been listed
+    # Nor is the replica Ready (the chart's readinessProbe): it stays out of the Service's endpoints.
+    assert asyncio.run(server._readyz(Request())).status == 503  # type: ignore[arg-type]  # noqa: SLF001
+
+    Policies.synced = True  # every kind listed: a pool of them, and Ready
+    asyncio.run(rebuild_once())
+    try:
+        assert server._pool is not None  # noqa: SLF001
+        ready = asyncio.run(server._readyz(Request()))  # type: ignore[arg-type]  # noqa: SLF001
+        assert ready.status == 200 and json.loads(ready.body)["ready"] is True  # type: ignore[arg-type]
+    finally:
+        server._pool.close()  # type: ignore[union-attr]  # noqa: SLF001

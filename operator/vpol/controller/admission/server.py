@@ -76,6 +76,8 @@ from vpol.model.discovery import Discovery
 logger = logging.getLogger(__name__)
 
 FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
+#: The webhook port's readiness (the chart's readinessProbe, HTTPS): 200 once every policy is loaded, else 503.
+READY_PATH = "/readyz"
 #: Longest a request waits for the workers of newer policies to be built (see WebhookServer._current_pool).
 REBUILD_WAIT = 2.0
 MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
@@ -311,6 +313,7 @@ class WebhookServer:
         app.router.add_post(PROBE_PATH, self._probe)
         app.router.add_post(POLICY_VALIDATION_PATH, self._validate_policy)
         app.router.add_get("/healthz", self._healthz)
+        app.router.add_get(READY_PATH, self._readyz)
         # Bodies are decoded by vpol.engine.review, bounded after decompression too (aiohttp's own decoding has
         # no such bound and answers a bad gzip body with a 500).
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False,
@@ -411,6 +414,15 @@ class WebhookServer:
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"serving": self._pool is not None, "version": self.serving_version})
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        """What the chart's readiness probe reads: ready once this replica answers with every policy loaded, so
+        that a starting one (a failover, a rollout) joins its Service's endpoints only then; until then the API
+        server would get 429s from it and retry elsewhere."""
+        if self._pool is None:
+            return web.json_response({"ready": False, "reason": "the webhook has not loaded its policies yet"},
+                                     status=503)
+        return web.json_response({"ready": True, "version": self.serving_version})
 
     @web.middleware
     async def _unexpected(self, request: web.Request, handler: Any) -> web.StreamResponse:
