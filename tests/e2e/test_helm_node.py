@@ -199,6 +199,38 @@ def test_a_policy_calling_a_service_over_http_decides_at_admission_and_in_scans(
         "forbidden, says answers" in found["forbidden-before"]["message"], found
 
 
+def test_scans_follow_pods_through_their_real_phases(release: KubeCluster) -> None:
+    """Pods that really run: a policy on `status.phase` scans a Pod created after it as it goes from Pending to
+    Running (its status changes, its spec does not), and one whose container exits with an error as Failed."""
+    ns = "helm-node-phases"
+    release.kubectl("create", "namespace", ns)
+    running = policy("node-running", ns, "unused")
+    running["spec"].update(validationActions=["Audit"], validations=[
+        {"expression": "object.status.phase == 'Running'",
+         "messageExpression": "'the Pod is ' + object.status.phase"}])
+    running["spec"]["matchConstraints"]["resourceRules"] = [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                             "operations": ["CREATE", "UPDATE"],
+                                                             "resources": ["pods"]}]
+    release.kubectl("apply", "-f", "-", input=json.dumps(running))
+    wait_for("the phase policy Ready", lambda: ready_with(release, "node-running", "NativeVAP"), 120, 1)
+    release.kubectl("run", "serves", "-n", ns, "--image=vpol.local/echo:1", "--image-pull-policy=Never")
+    release.kubectl("run", "fails", "-n", ns, "--image=vpol.local/echo:1", "--image-pull-policy=Never",
+                    "--restart=Never", "--", "--fetch", "http://127.0.0.1:1/")
+
+    def results() -> dict[str, dict[str, Any]]:
+        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", ns, "-o", "json").stdout)
+        return {(report.get("scope") or {}).get("name"): r for report in reports["items"]
+                for r in report.get("results") or [] if r.get("policy") == "node-running"}
+
+    final = wait_for("the reports of a running and a failed Pod", lambda: (r := results()) and
+                     (r.get("serves") or {}).get("result") == "pass" and
+                     "Failed" in (r.get("fails") or {}).get("message", "") and r, 120, 1)
+    assert final["fails"]["result"] == "fail" and final["fails"]["message"] == "the Pod is Failed", final
+    phases = {p["metadata"]["name"]: p["status"]["phase"] for p in json.loads(release.kubectl(
+        "get", "pods", "-n", ns, "-o", "json").stdout)["items"]}
+    assert phases == {"serves": "Running", "fails": "Failed"}, phases
+
+
 def audited_result(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
     """A ConfigMap `audited` in a new namespace, then an Audit policy `name` it violates: its result in the
     ConfigMap's PolicyReport, written by the replica that scans."""
