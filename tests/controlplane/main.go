@@ -101,7 +101,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		cleanupNode(dir)
+		// The KUBE-* chains are this node's only while no other node runs here (hostLock, released with its
+		// supervisor): another one started since holds the lock, and its chains stay.
+		_, err = lockHost(dir)
+		cleanupNode(dir, err == nil)
 	case "version":
 		fmt.Println(version.Get().GitVersion)
 	case "-h", "--help", "help":

@@ -139,7 +139,7 @@ func (u *upper) startNode(ctx context.Context, self string, ports nodePorts) err
 	if n.lock, err = lockHost(u.dir); err != nil {
 		return err
 	}
-	cleanupNode(u.dir) // what a killed supervisor of the same DIR may have left
+	cleanupNode(u.dir, true) // what a killed supervisor of the same DIR may have left
 	for _, d := range []string{"containerd/root", "containerd/state", "runc", "cni/net.d", "cni/ipam", "sysctl",
 		"logs"} {
 		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
@@ -574,7 +574,7 @@ func (u *upper) stopNode() {
 	if n.holder != nil {
 		n.holder.stop(5 * time.Second)
 	}
-	cleanupNode(u.dir)
+	cleanupNode(u.dir, true)
 }
 
 func (u *upper) deleteAllPods() {
@@ -635,8 +635,9 @@ func (n *node) removeContainers() {
 
 // cleanupNode removes, idempotently, everything host-wide a node of the
 // cluster in clusterDir may have left: processes in its mount namespace or
-// cgroups, the cgroups, the bridge, iptables rules and chains, CNI caches.
-func cleanupNode(clusterDir string) {
+// cgroups, the cgroups, the bridge, iptables rules and chains, CNI caches;
+// the KUBE-* chains only when ownsChains (it holds hostLock).
+func cleanupNode(clusterDir string, ownsChains bool) {
 	n := identityOf(clusterDir)
 	// Processes of the node: in its mount namespace and naming its directories (containerd's shims, which
 	// outlive a killed containerd; a namespace's number alone could be another's by now), or in its cgroups
@@ -671,7 +672,9 @@ func cleanupNode(clusterDir string) {
 	_ = os.RemoveAll(n.runDir())
 	_ = exec.Command("ip", "link", "del", n.bridge).Run()
 	removeIPTables(n.network)
-	if _, err := os.Stat(n.path("kube-chains")); err == nil {
+	if _, err := os.Stat(n.path("kube-chains")); err == nil && !ownsChains {
+		log.Printf("left the KUBE-* iptables chains: another cluster's node runs on this host now")
+	} else if err == nil {
 		// kube-proxy's own teardown of its chains (iptables, and the nftables and IPVS modes' if any), then what
 		// it leaves: KUBE-FIREWALL, the chain it shares with kubelets (which make it, KUBE-IPTABLES-HINT and
 		// KUBE-KUBELET-CANARY unless makeIPTablesUtilChains is false, as here). Every KUBE-* chain is this
