@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import time
 import urllib.request
 from pathlib import Path
@@ -131,12 +132,16 @@ class Pod:
         return self
 
     def probe(self, which: str) -> bool:
-        """The kubelet's HTTP probe: a 2xx from the probe's path on its (named) port."""
+        """The kubelet's HTTP probe: a 2xx from the probe's path on its (named) port, over its scheme (HTTPS
+        without verifying the certificate, as the kubelet does)."""
         get = self.container[which]["httpGet"]
         ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
         port = ports.get(get["port"], get["port"])
+        scheme = str(get.get("scheme", "HTTP")).lower()
+        unverified = ssl._create_unverified_context() if scheme == "https" else None  # noqa: S323 - as the kubelet
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{get['path']}", timeout=3) as r:
+            with urllib.request.urlopen(f"{scheme}://127.0.0.1:{port}{get['path']}", timeout=3,
+                                        context=unverified) as r:
                 return 200 <= r.status < 300
         except OSError:
             return False
