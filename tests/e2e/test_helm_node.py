@@ -24,7 +24,7 @@ from kubernetes import client
 from tests.e2e.conftest import KubeCluster
 from tests.e2e.prometheus import PrometheusServer, ScrapeJob
 from tests.e2e.test_admission import dry_cm
-from tests.e2e.test_helm import RELEASE, helm_on, policy, ready_with, webhook_configurations
+from tests.e2e.test_helm import RELEASE, helm_on, policy, policy_status, ready_with, webhook_configurations
 from tests.e2e.test_image import docker, image  # noqa: F401 - fixture
 from tests.e2e.test_operator import expect_denied
 from tests.e2e.vpol_fixtures import wait_for
@@ -150,6 +150,45 @@ def test_exec_into_a_running_pod_is_decided_by_policy(release: KubeCluster, enfo
     assert "forbidden" not in denied.stdout
     allowed = run("allowed")
     assert allowed.returncode == 0 and json.loads(allowed.stdout.split("\n", 1)[1])["path"] == "/allowed", allowed
+
+
+@pytest.mark.parametrize(("enforcement", "prefix"), [("NativeVAP", ""),
+                                                      ("Webhook", "sha256(object.kind) != '' && ")])
+def test_labels_on_the_real_node_are_decided_by_policy(release: KubeCluster, enforcement: str, prefix: str) -> None:
+    """A cluster-scoped object that is really there: a label on the Node the kubelet registered is denied, natively
+    and through the webhook, another label is admitted."""
+    node = release.info["node"]
+    word = f"forbidden-{enforcement.lower()}"
+    name = f"node-labels-{enforcement.lower()}"
+    release.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name},
+        # Admission only: the chart's rbac.scannedKinds has no nodes, so a background policy on them is not Ready
+        # (RBACPermissionsGranted=False names the missing get/list/watch nodes).
+        "spec": {"validationActions": ["Deny"], "evaluation": {"background": {"enabled": False}},
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["UPDATE"], "resources": ["nodes"]}]},
+                 "validations": [{"expression": f"{prefix}!(has(object.metadata.labels) && "
+                                                f"'example.com/{word}' in object.metadata.labels)",
+                                  "message": f"{word} is not a Node label"}]}}))
+    try:
+        try:
+            wait_for(f"the Node policy Ready and enforced ({enforcement})",
+                     lambda: ready_with(release, name, enforcement), 120, 1)
+        except AssertionError:
+            logs = release.kubectl("logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=vpol", "--tail=60",
+                                   "--prefix").stdout
+            conditions = (policy_status(release, name).get("conditionStatus") or {}).get("conditions") or []
+            raise AssertionError("\n".join(f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message')}"
+                                           for c in conditions) + f"\n{logs[-3000:]}") from None
+        wait_for("the label to be denied", lambda: (p := release.kubectl("label", "node", node, f"example.com/{word}=1",
+                                                                          check=False)).returncode != 0
+                 and f"{word} is not a Node label" in p.stderr and p, 30, 1)
+        release.kubectl("label", "node", node, f"example.com/fine-{enforcement.lower()}=1", "--overwrite")
+        labels = json.loads(release.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+        assert f"example.com/{word}" not in labels and labels[f"example.com/fine-{enforcement.lower()}"] == "1"
+    finally:
+        release.kubectl("delete", "validatingpolicy", name, "--ignore-not-found")
+        release.kubectl("label", "node", node, f"example.com/fine-{enforcement.lower()}-", check=False)
 
 
 def http_policy(name: str) -> dict[str, Any]:
@@ -469,6 +508,34 @@ def test_evictions_take_one_replica_at_a_time(release: KubeCluster) -> None:
     assert api.read_namespaced_pod_disruption_budget("vpol", NAMESPACE).spec.max_unavailable == 1
     wait_for("the evicted replica replaced and Ready", lambda: len([p for p in pods(release) if ready(p)
                                                                    and p["metadata"]["name"] != first]) == 2, 120, 1)
+
+
+def test_one_replica_handles_policy_events_and_a_policy_made_late_is_reconciled_at_once(release: KubeCluster
+                                                                                        ) -> None:
+    """Kopf peering: the live replica of the highest priority handles policy events, and replicas that share the
+    highest are all paused for good. The chart's replicas, which get the same arguments, each draw their own: long
+    after both run (they have seen each other in the peering object), a new policy is reconciled at once, not at
+    the next resync (operator.resync, 10 minutes)."""
+    wait_for("both replicas Ready", lambda: len([p for p in pods(release) if ready(p)]) == 2, 120, 1)
+    peering = json.loads(release.kubectl("get", "clusterkopfpeering", "vpol", "-o", "json").stdout)
+
+    def live() -> dict[str, Any]:
+        status = json.loads(release.kubectl("get", "clusterkopfpeering", "vpol", "-o", "json").stdout).get("status")
+        names = {p["metadata"]["name"] for p in pods(release)}
+        found = {k: v for k, v in (status or {}).items() if k.split("@", 1)[-1].split("/", 1)[0] in names}
+        return found if len(found) == 2 else {}
+
+    peers = wait_for("both replicas in the peering object", live, 120, 1)
+    priorities = [v["priority"] for v in peers.values()]
+    assert len(set(priorities)) == 2, peering
+    # Both have seen each other: the peering object has been written since both started, and a while ago.
+    time.sleep(75)
+    release.kubectl("create", "namespace", "helm-node-late")
+    started = time.monotonic()
+    release.kubectl("apply", "-f", "-", input=json.dumps(policy("node-late", "helm-node-late", "late")))
+    wait_for("the late policy Ready", lambda: ready_with(release, "node-late", "NativeVAP"), 60, 1)
+    assert time.monotonic() - started < 60
+    expect_denied(lambda: dry_cm(release, "helm-node-late", "a", {"late": "1"}), "late is not allowed")
 
 
 def test_uninstall_leaves_no_webhook_configuration(release: KubeCluster) -> None:

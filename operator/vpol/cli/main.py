@@ -638,7 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness-port", type=int, default=8081, help="port of /healthz (default 8081)")
     p.add_argument("--peering", default="", metavar="NAME",
                    help="Kopf peering name for running several replicas (default: standalone)")
-    p.add_argument("--priority", type=int, default=0, help="peering priority (the highest one works)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="peering priority: the highest one handles policy events (default: drawn at random, "
+                        "so that replicas never share it: Kopf pauses every replica sharing the highest)")
     p.add_argument("--workers", type=int, default=2, help="concurrent policy reconciles")
     p.add_argument("--resync", type=float, default=600.0, metavar="SECONDS",
                    help="period of full re-reconciles of every policy")

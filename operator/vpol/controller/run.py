@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import secrets
 import socket
 
 import kopf
@@ -53,6 +54,19 @@ def peering_identity() -> Identity:
     return Identity(f"{user}@{host}/{os.getpid()}")
 
 
+def peering_priority() -> int:
+    """A priority of this replica's own in Kopf peering, when none is given.
+
+    Kopf lets the live peer of the highest priority handle events and pauses the others; peers that share the
+    highest priority are all paused ("Possibly conflicting operators with the same priority"), for good. Replicas
+    of one Deployment get the same arguments, so a fixed default left every replica of the chart paused once they
+    saw each other: policies were reconciled only at start and by the periodic resync. Drawn at random, exactly
+    one replica handles events; when it goes, the next highest resumes (at once after a clean exit, which removes
+    it from the peering object; after the peering lifetime when it was killed).
+    """
+    return secrets.randbelow(2**31 - 1) + 1
+
+
 def run(options: Options) -> None:
     limit_arenas()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,7 +77,7 @@ def run(options: Options) -> None:
         clusterwide=True,
         standalone=not options.peering,
         peering_name=options.peering or None,
-        priority=options.priority,
+        priority=options.priority if options.priority is not None else peering_priority(),
         identity=peering_identity(),
         liveness_endpoint=f"http://0.0.0.0:{options.liveness_port}/healthz",
         memo=kopf.Memo(vpol=rt),

@@ -21,7 +21,7 @@ class Options:
     liveness_port: int = 8081
     #: Kopf peering name; empty runs standalone (a single replica).
     peering: str = ""
-    priority: int = 0
+    priority: int | None = None  # None: drawn at random (vpol.controller.run.peering_priority)
     workers: int = 2
     #: Seconds between full re-reconciles of every policy.
     resync: float = 600.0
