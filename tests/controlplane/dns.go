@@ -16,11 +16,9 @@ package main
 // and built with golang.org/x/net/dns/dnsmessage.
 
 import (
-	"encoding/json"
 	"fmt"
 	"log"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -213,21 +211,4 @@ func (u *upper) serviceAddresses(ns, name string) ([]net.IP, bool, error) {
 		}
 	}
 	return addrs, true, nil
-}
-
-// getJSON decodes the API server's answer at path into out; found is false on 404.
-func (u *upper) getJSON(path string, out any) (bool, error) {
-	resp, err := u.client.Get(u.server + path)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return true, json.NewDecoder(resp.Body).Decode(out)
-	case http.StatusNotFound:
-		return false, nil
-	default:
-		return false, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
 }

@@ -299,15 +299,8 @@ func (u *upper) startNode(ctx context.Context, self string, ports nodePorts) err
 		"--v="+strconv.Itoa(u.verbosity)), u.path("kube-proxy.log")); err != nil {
 		return err
 	}
-	proxyHealth := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports.proxyHealthz)
-	return waitFor(ctx, "kube-proxy synced", n.proxy, func() bool {
-		resp, err := http.Get(proxyHealth) //nolint:noctx // loopback, bounded by waitFor
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	return u.waitHTTP(ctx, "kube-proxy synced (/healthz)", http.DefaultClient,
+		fmt.Sprintf("http://127.0.0.1:%d/healthz", ports.proxyHealthz), n.proxy)
 }
 
 // lockHost takes the host's node lock for the cluster in dir, or says whose node holds it.
@@ -520,20 +513,12 @@ func imageArchive(ref string, entrypoint []string, files map[string][]byte) ([]b
 }
 
 func (u *upper) nodeReady() bool {
-	resp, err := u.client.Get(u.server + "/api/v1/nodes/" + nodeName())
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
 	var obj struct {
 		Status struct {
 			Conditions []struct{ Type, Status string } `json:"conditions"`
 		} `json:"status"`
 	}
-	if json.NewDecoder(resp.Body).Decode(&obj) != nil {
+	if found, err := u.getJSON("/api/v1/nodes/"+nodeName(), &obj); !found || err != nil {
 		return false
 	}
 	for _, c := range obj.Status.Conditions {
@@ -578,22 +563,12 @@ func (u *upper) stopNode() {
 }
 
 func (u *upper) deleteAllPods() {
-	req, err := http.NewRequest(http.MethodGet, u.server+"/api/v1/pods", nil)
-	if err != nil {
-		return
-	}
-	resp, err := u.client.Do(req)
-	if err != nil {
-		return
-	}
 	var list struct {
 		Items []struct {
 			Metadata struct{ Name, Namespace string } `json:"metadata"`
 		} `json:"items"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if err != nil {
+	if found, err := u.getJSON("/api/v1/pods", &list); !found || err != nil {
 		return
 	}
 	for _, p := range list.Items {

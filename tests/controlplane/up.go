@@ -212,6 +212,7 @@ func (u *upper) bringUp(ctx context.Context) error {
 	}
 	etcdClientPort, etcdPeerPort, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
 	schedulerPort, kubeletPort, kubeletHealthzPort := ports[4], ports[5], ports[6]
+	proxyHealthzPort, proxyMetricsPort := ports[7], ports[8]
 	u.server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
 	etcdURL, err := u.startEtcd(ctx, etcdClientPort, etcdPeerPort)
@@ -310,7 +311,7 @@ func (u *upper) bringUp(ctx context.Context) error {
 
 	if u.withNode {
 		if err := u.startNode(ctx, self, nodePorts{api: apiPort, scheduler: schedulerPort, kubelet: kubeletPort,
-			kubeletHealthz: kubeletHealthzPort, proxyHealthz: ports[7], proxyMetrics: ports[8]}); err != nil {
+			kubeletHealthz: kubeletHealthzPort, proxyHealthz: proxyHealthzPort, proxyMetrics: proxyMetricsPort}); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
 		u.phase("kube-scheduler and node " + nodeName() + " ready")
@@ -447,6 +448,23 @@ func (u *upper) writeKubeconfigs() error {
 		return err
 	}
 	return os.Rename(tmp, u.path("kubeconfig"))
+}
+
+// getJSON decodes the API server's answer at path into out; found is false on 404.
+func (u *upper) getJSON(path string, out any) (bool, error) {
+	resp, err := u.client.Get(u.server + path)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, json.NewDecoder(resp.Body).Decode(out)
+	case http.StatusNotFound:
+		return false, nil
+	default:
+		return false, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
 }
 
 func (u *upper) adminHTTPClient() (*http.Client, error) {
