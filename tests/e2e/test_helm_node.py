@@ -191,6 +191,13 @@ def test_labels_on_the_real_node_are_decided_by_policy(release: KubeCluster, enf
         release.kubectl("label", "node", node, f"example.com/fine-{enforcement.lower()}-", check=False)
 
 
+def scan_results(cluster: KubeCluster, namespace: str, policy_name: str) -> dict[str, dict[str, Any]]:
+    """The results of one policy in a namespace's PolicyReports, by the name of the object each is about."""
+    reports = json.loads(cluster.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace, "-o", "json").stdout)
+    return {(report.get("scope") or {}).get("name"): r for report in reports["items"]
+            for r in report.get("results") or [] if r.get("policy") == policy_name}
+
+
 def http_policy(name: str) -> dict[str, Any]:
     """Asks the echo Service about every ConfigMap of HTTP_NAMESPACE: a GET whose answer (the path it was asked)
     decides, and whose answering host is in the message; a POST whose answer must echo the name it was sent."""
@@ -227,9 +234,7 @@ def test_a_policy_calling_a_service_over_http_decides_at_admission_and_in_scans(
 
     # In a scan of what was there before the policy.
     def results() -> dict[str, dict[str, Any]] | None:
-        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", ns, "-o", "json").stdout)
-        found = {(report.get("scope") or {}).get("name"): r for report in reports["items"]
-                 for r in report.get("results") or [] if r.get("policy") == "node-http"}
+        found = scan_results(release, ns, "node-http")
         return found if {"forbidden-before", "fine-before"} <= set(found) else None
 
     found = wait_for("the scan's results for both ConfigMaps", results, 120, 1)
@@ -256,14 +261,10 @@ def test_scans_follow_pods_through_their_real_phases(release: KubeCluster) -> No
     release.kubectl("run", "fails", "-n", ns, "--image=vpol.local/echo:1", "--image-pull-policy=Never",
                     "--restart=Never", "--", "--fetch", "http://127.0.0.1:1/")
 
-    def results() -> dict[str, dict[str, Any]]:
-        reports = json.loads(release.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", ns, "-o", "json").stdout)
-        return {(report.get("scope") or {}).get("name"): r for report in reports["items"]
-                for r in report.get("results") or [] if r.get("policy") == "node-running"}
-
-    final = wait_for("the reports of a running and a failed Pod", lambda: (r := results()) and
-                     (r.get("serves") or {}).get("result") == "pass" and
-                     "Failed" in (r.get("fails") or {}).get("message", "") and r, 120, 1)
+    final = wait_for("the reports of a running and a failed Pod",
+                     lambda: (r := scan_results(release, ns, "node-running"))
+                     and (r.get("serves") or {}).get("result") == "pass"
+                     and "Failed" in (r.get("fails") or {}).get("message", "") and r, 120, 1)
     assert final["fails"]["result"] == "fail" and final["fails"]["message"] == "the Pod is Failed", final
     phases = {p["metadata"]["name"]: p["status"]["phase"] for p in json.loads(release.kubectl(
         "get", "pods", "-n", ns, "-o", "json").stdout)["items"]}
@@ -279,13 +280,8 @@ def audited_result(cluster: KubeCluster, namespace: str, name: str) -> dict[str,
     audit["spec"]["validationActions"] = ["Audit"]
     cluster.kubectl("apply", "-f", "-", input=json.dumps(audit))
 
-    def result() -> dict[str, Any] | None:
-        reports = json.loads(cluster.kubectl("get", "policyreports.wgpolicyk8s.io", "-n", namespace,
-                                             "-o", "json").stdout)["items"]
-        return next((r for report in reports if (report.get("scope") or {}).get("name") == "audited"
-                     for r in report.get("results") or [] if r.get("policy") == name), None)
-
-    return dict(wait_for(f"{name}'s result in the ConfigMap's PolicyReport", result, 120, 1))
+    return dict(wait_for(f"{name}'s result in the ConfigMap's PolicyReport",
+                         lambda: scan_results(cluster, namespace, name).get("audited"), 120, 1))
 
 
 def test_background_scans_write_reports(release: KubeCluster) -> None:

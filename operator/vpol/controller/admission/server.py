@@ -78,6 +78,8 @@ logger = logging.getLogger(__name__)
 FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
 #: The webhook port's readiness (the chart's readinessProbe, HTTPS): 200 once every policy is loaded, else 503.
 READY_PATH = "/readyz"
+#: Why a replica does not answer yet (a 429 to the API server, a 503 to the readiness probe).
+NOT_LOADED = "the webhook has not loaded its policies yet"
 #: Longest a request waits for the workers of newer policies to be built (see WebhookServer._current_pool).
 REBUILD_WAIT = 2.0
 MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
@@ -420,8 +422,7 @@ class WebhookServer:
         that a starting one (a failover, a rollout) joins its Service's endpoints only then; until then the API
         server would get 429s from it and retry elsewhere."""
         if self._pool is None:
-            return web.json_response({"ready": False, "reason": "the webhook has not loaded its policies yet"},
-                                     status=503)
+            return web.json_response({"ready": False, "reason": NOT_LOADED}, status=503)
         return web.json_response({"ready": True, "version": self.serving_version})
 
     @web.middleware
@@ -540,7 +541,7 @@ class WebhookServer:
             # answer: 429 with Retry-After is one the API server retries, at its Service's other endpoints, and
             # only when every try fails does the webhook's failurePolicy decide (a denial here would fail
             # requests another replica answers; an empty pool would admit what the policies deny).
-            return web.json_response({"message": "the webhook has not loaded its policies yet"}, status=429,
+            return web.json_response({"message": NOT_LOADED}, status=429,
                                      headers={"Retry-After": "1"})
         answer = await self.answer(review, failure_policy, mutating)
         metrics.ADMISSION_LATENCY.labels(webhook).observe(time.perf_counter() - started)
@@ -554,7 +555,7 @@ class WebhookServer:
             if pool is not None and pool.snapshot.version < self.policies.snapshot.version:
                 pool = await self._current_pool(pool)
             if pool is None:
-                return self._failed(uid, "the webhook has not loaded its policies yet", failure_policy)
+                return self._failed(uid, NOT_LOADED, failure_policy)
             if not pool.answers(failure_policy, mutating):
                 return json.dumps(review_response(uid, Decision())).encode()
             return await self._in_worker(pool, req, uid, body, failure_policy, mutating)
