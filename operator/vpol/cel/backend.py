@@ -4,7 +4,10 @@
 backend that is current for the evaluation (a context variable, so one
 compiled environment serves the offline CLI, tests and the operator).
 Offline, the CLI installs a backend fed from test context files; in the
-cluster, the operator installs one backed by its caches and the API.
+cluster, the operator builds one (vpol.kube.live_backend) when it starts and
+makes it the process's default (:func:`install`), so every thread that
+evaluates (a webhook's thread pool, the scanner, generation, deletion) is
+served by it even where no :func:`using` block was opened.
 """
 
 from __future__ import annotations
@@ -61,11 +64,55 @@ class Backend:
         raise BackendUnavailable(f"image.GetMetadata is not available ({self.name} backend)")
 
 
-_CURRENT: contextvars.ContextVar[Backend] = contextvars.ContextVar("vpol_cel_backend", default=Backend())
+class Delegating(Backend):
+    """A backend that passes every call to ``inner``; subclasses answer one library themselves."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def get_resource(self, api_version: str, resource: str, namespace: str, name: str) -> dict[str, Any]:
+        return self.inner.get_resource(api_version, resource, namespace, name)
+
+    def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:
+        return self.inner.list_resources(api_version, resource, namespace)
+
+    def post_resource(self, api_version: str, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.inner.post_resource(api_version, resource, namespace, body)
+
+    def to_gvr(self, api_version: str, kind: str) -> dict[str, str]:
+        return self.inner.to_gvr(api_version, kind)
+
+    def http_get(self, url: str, headers: dict[str, str] | None = None) -> Any:
+        return self.inner.http_get(url, headers)
+
+    def http_post(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self.inner.http_post(url, body, headers)
+
+    def http_put(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+        return self.inner.http_put(url, body, headers)
+
+    def global_context(self, name: str, projection: str) -> Any:
+        return self.inner.global_context(name, projection)
+
+    def image_metadata(self, image: str) -> dict[str, Any]:
+        return self.inner.image_metadata(image)
+
+
+_CURRENT: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("vpol_cel_backend", default=None)
+#: What a thread without a :func:`using` block gets (:func:`install`).
+_PROCESS: list[Backend] = [Backend()]
 
 
 def current() -> Backend:
-    return _CURRENT.get()
+    return _CURRENT.get() or _PROCESS[0]
+
+
+def install(backend: Backend) -> Backend:
+    """Make ``backend`` this process's default (every thread's, where no :func:`using` block says otherwise);
+    the previous default is returned."""
+    previous, _PROCESS[0] = _PROCESS[0], backend
+    return previous
 
 
 @contextlib.contextmanager

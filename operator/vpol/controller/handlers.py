@@ -21,12 +21,14 @@ events or more: its own, its VAPs' and its bindings').
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from vpol.cel.backend import install as install_backend
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import IMAGE_PREFIX, covered
@@ -46,6 +48,8 @@ from vpol.controller.reconcile_lifecycle import key_for as lifecycle_key
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
 from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
+from vpol.controller.admission.images import REGISTRY_TIMEOUT
+from vpol.controller.registry_credentials import metadata_client
 from vpol.controller.scanner import ScanOptions, Scanner, StartupPolicies
 from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
@@ -105,7 +109,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         # One leader (a Lease) scans and writes the webhook configuration; every replica serves admission.
         rt.leader = LeaderElection(rt.api, options.namespace)
         rt.leader.start()
-    backend = LiveBackend(options.kubeconfig, options.context, http_allowlist=options.http_allow)
     if options.events:
         rt.events = EventRecorder(Objects(rt.api).create_event, per_second=options.events_per_second,
                                   burst=max(1, int(options.events_per_second * 10)))
@@ -118,6 +121,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                      max_bytes=options.global_context_max_bytes,
                                      call_timeout=options.global_context_call_timeout))
     rt.global_context_controller.start()
+    # One evaluation context for every path (resource.*, http.*, globalContext.*, image.GetMetadata), handed to
+    # each and made the process's default, so a thread that evaluates without being handed it is served too.
+    backend = LiveBackend(options.kubeconfig, options.context, http_allowlist=options.http_allow,
+                          global_context=rt.global_context,
+                          registry=functools.partial(metadata_client, timeout=REGISTRY_TIMEOUT),
+                          registry_timeout=REGISTRY_TIMEOUT)
+    install_backend(backend)
     if options.scan_interval > 0:
         limits = Limits(seconds_per_subject=options.eval_timeout, memory_bytes=options.eval_memory_mib * 1024**2)
         rt.scanner = Scanner(rt.api, backend, discovery, leading=rt.leader.leading,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vpol.cel.backend import Backend, current, using
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
@@ -37,8 +38,10 @@ def scanned(policy: ImageValidatingPolicy | None) -> bool:
 
 class ImageScans:
     def __init__(self, exceptions: Callable[[], Sequence[CompiledException]] = lambda: (),
-                 clients: RegistryClients | None = None):
+                 clients: RegistryClients | None = None, backend: Backend | None = None):
         self.exceptions = exceptions
+        #: What serves the policies' I/O libraries (None: the process's default).
+        self.backend = backend
         #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
         self.clients = clients or RegistryClients(None, "")
         self.cache = VerificationCache()
@@ -97,9 +100,9 @@ class ImageScans:
         verified = Outcomes()
         loaded: dict[str, Any] = {}
         deadline = time.monotonic() + OBJECT_SECONDS
-        outcomes = [o for e in engines if (o := e.evaluate(subject, registry=self.clients.for_policy(e.policy),
-                                                           outcomes=verified,
-                                                           cache=self.cache, deadline=deadline,
-                                                           loaded=loaded)) is not None]
+        with using(self.backend or current()):
+            outcomes = [o for e in engines if (o := e.evaluate(subject, registry=self.clients.for_policy(e.policy),
+                                                               outcomes=verified, cache=self.cache,
+                                                               deadline=deadline, loaded=loaded)) is not None]
         apply_required(outcomes, verified)
         return [o.result for o in outcomes]

@@ -110,3 +110,15 @@ class RegistryClients:
                 continue
             out.append(config)
         return out
+
+
+def _count_request(kind: str) -> None:
+    metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc()
+
+
+def metadata_client(timeout: float = 5.0) -> RegistryClient:
+    """The registry client of ``image.GetMetadata`` in every kind and path: anonymous (Kyverno's, without its
+    ``--imagePullSecrets``, reads with its default keychain, which a Pod without registry credentials has empty),
+    plain HTTP where go-containerregistry uses it (vpol.oci.registry.plain_http). A module-level function, so the
+    backend that names it can be sent to evaluation workers."""
+    return RegistryClient(None, timeout=timeout, on_request=_count_request)

@@ -259,7 +259,7 @@ class Scanner(threading.Thread):
                                  on_run=self._notify_deleting)
         #: ImageValidatingPolicies (vpol.controller.image_scans): evaluated here beside the validating policies.
         self.images = ImageScans(exceptions=self._compiled_exceptions,
-                                 clients=RegistryClients(api, self.options.namespace))
+                                 clients=RegistryClients(api, self.options.namespace), backend=backend)
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
         self.notify: Any = None
         #: GeneratingPolicies that became invalid: when deleted, their downstreams go as they said.

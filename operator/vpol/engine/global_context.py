@@ -11,7 +11,9 @@ changed since the version it has (:meth:`GlobalContextStore.changes_since`), nev
 * nothing at all is sent while nothing changed (one integer compared per request).
 
 Inside the worker, :class:`GlobalContextBackend` answers ``globalContext.Get`` from the view and passes every
-other I/O library call to the backend it wraps.
+other I/O library call to the backend it wraps. What evaluates in the operator's own process (generation,
+deletion, the image webhooks and image scans) reads the store through a :class:`SyncedView`, which applies the
+same changes before a read.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from vpol.cel.backend import Backend
+from vpol.cel.backend import Backend, Delegating
 from vpol.cel.compat import tokenize
 from vpol.cel.compat.syntax import names
 from vpol.cel.global_context import EntryChange, EntryState, GlobalContextView, object_key
@@ -175,37 +177,30 @@ class GlobalContextStore:
         return view
 
 
-class GlobalContextBackend(Backend):
+class SyncedView:
+    """A :class:`GlobalContextView` of a source in this process, brought up to date before each read (one integer
+    compared while nothing changed); thread-safe."""
+
+    def __init__(self, source: GlobalContextSource) -> None:
+        self.source = source
+        self._view = GlobalContextView()
+        self._version = -1
+        self._lock = threading.Lock()
+
+    def get_checked(self, name: str, projection: str) -> Any:
+        with self._lock:
+            if self.source.version != self._version:
+                self._version, changes = self.source.changes_since(self._version)
+                self._view.apply(changes)
+            return self._view.get_checked(name, projection)
+
+
+class GlobalContextBackend(Delegating):
     """A backend answering ``globalContext.Get`` from a view and everything else from ``inner``."""
 
-    def __init__(self, inner: Backend, view: GlobalContextView) -> None:
-        self.inner = inner
+    def __init__(self, inner: Backend, view: GlobalContextView | SyncedView) -> None:
+        super().__init__(inner)
         self.view = view
-        self.name = inner.name
-
-    def get_resource(self, api_version: str, resource: str, namespace: str, name: str) -> dict[str, Any]:
-        return self.inner.get_resource(api_version, resource, namespace, name)
-
-    def list_resources(self, api_version: str, resource: str, namespace: str) -> dict[str, Any]:
-        return self.inner.list_resources(api_version, resource, namespace)
-
-    def post_resource(self, api_version: str, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.inner.post_resource(api_version, resource, namespace, body)
-
-    def to_gvr(self, api_version: str, kind: str) -> dict[str, str]:
-        return self.inner.to_gvr(api_version, kind)
-
-    def http_get(self, url: str, headers: dict[str, str] | None = None) -> Any:
-        return self.inner.http_get(url, headers)
-
-    def http_post(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
-        return self.inner.http_post(url, body, headers)
-
-    def http_put(self, url: str, body: Any, headers: dict[str, str] | None = None) -> Any:
-        return self.inner.http_put(url, body, headers)
 
     def global_context(self, name: str, projection: str) -> Any:
         return self.view.get_checked(name, projection)
-
-    def image_metadata(self, image: str) -> dict[str, Any]:
-        return self.inner.image_metadata(image)

@@ -25,11 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpol.cel.backend import current, using
 from vpol.cel.compiler import CompiledImageValidatingPolicy, compile_image_validating_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
 from vpol.engine.autogen import image_autogen_configs
+from vpol.engine.image_metadata import MetadataCache, PolicyRegistryBackend
 from vpol.engine.evaluate import (
     ERROR,
     FAIL,
@@ -97,6 +99,8 @@ class ImagePolicyEngine:
         self.policy = policy
         self.compiled: CompiledImageValidatingPolicy = compile_image_validating_policy(policy)
         self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
+        #: image.GetMetadata's answers, read with the policy's registry client.
+        self._metadata = MetadataCache()
         #: The policy and its pod-controller variants (autogen), each compiled when first needed.
         self._variants: list[tuple[ImageValidatingPolicy, CompiledImageValidatingPolicy | None]] = [
             (policy, self.compiled), *((variant, None) for _n, _t, variant in image_autogen_configs(policy))]
@@ -146,7 +150,15 @@ class ImagePolicyEngine:
                  cache: VerificationCache | None = None, deadline: float | None = None,
                  loaded: dict[str, Any] | None = None) -> ImageOutcome | None:
         """The policy's outcome on ``subject`` (None when it does not apply). ``outcomes``: the request's
-        verification outcomes, shared by its policies; ``loaded``: images loaded for the request, shared too."""
+        verification outcomes, shared by its policies; ``loaded``: images loaded for the request, shared too.
+        The I/O libraries are served by the current backend, ``image.GetMetadata`` with ``registry``."""
+        with using(PolicyRegistryBackend(current(), registry, self._metadata, deadline)):
+            return self._evaluate(subject, registry=registry, outcomes=outcomes, cache=cache, deadline=deadline,
+                                  loaded=loaded)
+
+    def _evaluate(self, subject: Subject, *, registry: Registry, outcomes: Outcomes | None,
+                  cache: VerificationCache | None, deadline: float | None,
+                  loaded: dict[str, Any] | None) -> ImageOutcome | None:
         compiled = self._variant(subject)
         if compiled is None:
             return None

@@ -1,28 +1,36 @@
-"""The in-cluster backend of Kyverno's I/O libraries.
+"""The in-cluster backend of Kyverno's I/O libraries: one per operator process, built from its options when it
+starts, handed to every path that evaluates (the webhook's workers and its inline path, the image webhooks, the
+scanner, background mutation, generation, deletion, image scans) and made the process's default.
 
 - ``resource.Get/List`` read from the API server (with a short-lived cache,
   so a scan that asks for the same ConfigMap for every Pod asks once);
 - ``resource.Post`` creates (for SubjectAccessReview-style calls);
 - ``http.*`` only when enabled, and only for URLs under an allowlisted prefix;
-- ``globalContext.Get`` is answered from the operator's GlobalContextEntry
-  data by the evaluation workers (vpol.engine.global_context wraps this
-  backend); this backend alone has none;
-- ``image.GetMetadata`` needs registry access vpol does not have: it fails
-  with a clear reason, which the policy reports as ``error``.
+- ``globalContext.Get`` from the operator's GlobalContextEntry data: in the
+  operator's own process read from its store (``global_context``); an
+  evaluation worker (vpol.engine.sandbox) is sent the data and wraps this
+  backend (vpol.engine.global_context.GlobalContextBackend);
+- ``image.GetMetadata`` from the image's registry (vpol.engine.image_metadata,
+  through the registry client ``registry`` makes), answers kept for a while.
 
-The backend is picklable (it holds only how to connect), because evaluation
-runs in a worker process (``vpol.engine.sandbox``) that builds its own client.
+The backend is picklable (it holds only how to connect; the store stays behind), because evaluation runs in
+worker processes that build their own clients.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
+from vpol.engine.global_context import GlobalContextSource, SyncedView
+from vpol.engine.image_metadata import MetadataCache
+from vpol.engine.registry_access import Registry, RegistryError
 from vpol.model.discovery import builtin
 
 CACHE_SECONDS = 10.0
@@ -34,28 +42,42 @@ class LiveBackend(Backend):
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
                  http_allowlist: tuple[str, ...] = (), http_timeout: float = 5.0,
-                 cache_seconds: float = CACHE_SECONDS):
+                 cache_seconds: float = CACHE_SECONDS, global_context: GlobalContextSource | None = None,
+                 registry: Callable[[], Registry] | None = None, registry_timeout: float = 5.0):
         self.kubeconfig = kubeconfig
         self.context = context
         self.http_allowlist = tuple(http_allowlist)
         self.http_timeout = http_timeout
         self.cache_seconds = cache_seconds
+        #: The operator's GlobalContextEntry store (None in a worker process, which is sent the data instead).
+        self.global_context_source = global_context
+        self._view = SyncedView(global_context) if global_context is not None else None
+        #: Makes the registry client of image.GetMetadata (picklable: a class or a partial of one).
+        self.registry = registry
+        self.registry_timeout = registry_timeout
+        self._registry: Registry | None = None
+        self._images = MetadataCache()
         self._api: Any = None
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
 
     def fresh(self) -> "LiveBackend":
         """The same backend without the cache: what generation clones and deletion evaluates must be the objects as
         they are now (a changed clone source is copied at once, not seconds later)."""
         return LiveBackend(self.kubeconfig, self.context, http_allowlist=self.http_allowlist,
-                           http_timeout=self.http_timeout, cache_seconds=0.0)
+                           http_timeout=self.http_timeout, cache_seconds=0.0,
+                           global_context=self.global_context_source, registry=self.registry,
+                           registry_timeout=self.registry_timeout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"kubeconfig": self.kubeconfig, "context": self.context, "http_allowlist": self.http_allowlist,
-                "http_timeout": self.http_timeout, "cache_seconds": self.cache_seconds}
+                "http_timeout": self.http_timeout, "cache_seconds": self.cache_seconds, "registry": self.registry,
+                "registry_timeout": self.registry_timeout}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["kubeconfig"], state["context"], http_allowlist=state["http_allowlist"],  # type: ignore[misc]
-                      http_timeout=state["http_timeout"], cache_seconds=state.get("cache_seconds", CACHE_SECONDS))
+                      http_timeout=state["http_timeout"], cache_seconds=state.get("cache_seconds", CACHE_SECONDS),
+                      registry=state.get("registry"), registry_timeout=state.get("registry_timeout", 5.0))
 
     def _client(self) -> Any:
         if self._api is None:
@@ -173,7 +195,19 @@ class LiveBackend(Backend):
         return self._http("PUT", url, body, headers)
 
     def global_context(self, name: str, projection: str) -> Any:
-        raise BackendUnavailable("GlobalContextEntry data is not available in this process")
+        if self._view is None:
+            raise BackendUnavailable("GlobalContextEntry data is not available in this process")
+        return self._view.get_checked(name, projection)
 
     def image_metadata(self, image: str) -> dict[str, Any]:
-        raise BackendUnavailable("image.GetMetadata needs registry access, which vpol's scanner does not have")
+        if self.registry is None:
+            raise BackendUnavailable("image.GetMetadata has no registry client here")
+        with self._lock:
+            if self._registry is None:
+                self._registry = self.registry()
+            registry = self._registry
+        try:
+            # A few requests (manifest, index child, config) share one deadline.
+            return self._images.get(registry, image, time.monotonic() + 2 * self.registry_timeout)
+        except RegistryError as exc:
+            raise BackendUnavailable(str(exc)) from None

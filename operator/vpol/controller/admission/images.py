@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from vpol.cel.backend import Backend, current, using
 from vpol.cel.libraries.kyverno import imageref
 from vpol.controller import metrics
 from vpol.controller.admission.policies import Snapshot
@@ -52,8 +53,11 @@ class ImageAdmission:
     """Answers the image webhooks from the current snapshot's ImageValidatingPolicies."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], namespace_of: Callable[[str], Any], *,
-                 clients: RegistryClients | None = None, workers: int = 8, timeout_seconds: int = 10):
+                 clients: RegistryClients | None = None, workers: int = 8, timeout_seconds: int = 10,
+                 backend: Backend | None = None):
         self.snapshot = snapshot
+        #: What serves the policies' I/O libraries in the pool's threads (None: the process's default).
+        self.backend = backend
         self.namespace_of = namespace_of
         #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
         self.clients = clients or RegistryClients(None, "", timeout=REGISTRY_TIMEOUT)
@@ -114,11 +118,12 @@ class ImageAdmission:
         verified = Outcomes()
         loaded: dict[str, Any] = {}
         outcomes: list[ImageOutcome] = []
-        for engine in engines.values():
-            outcome = engine.evaluate(subject, registry=self.clients.for_policy(engine.policy), outcomes=verified,
-                                      cache=self.cache, deadline=deadline, loaded=loaded)
-            if outcome is not None:
-                outcomes.append(outcome)
+        with using(self.backend or current()):
+            for engine in engines.values():
+                outcome = engine.evaluate(subject, registry=self.clients.for_policy(engine.policy),
+                                          outcomes=verified, cache=self.cache, deadline=deadline, loaded=loaded)
+                if outcome is not None:
+                    outcomes.append(outcome)
         apply_required(outcomes, verified)
         decision = decide([o.result for o in outcomes], {k: e.policy for k, e in engines.items()})
         for key, what in decision.outcomes:

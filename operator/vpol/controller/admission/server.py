@@ -55,7 +55,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vpol.cel.backend import Backend, using
+from vpol.cel.backend import Backend, current, using
 from vpol.controller import garbage, metrics
 from vpol.controller.admission.images import ImageAdmission
 from vpol.controller.registry_credentials import RegistryClients
@@ -277,7 +277,8 @@ class WebhookServer:
         self.namespaces = namespaces
         self.discovery = discovery
         self.certificates = certificates
-        self.backend = backend or Backend()
+        #: The evaluation context of every policy this server evaluates (None: the process's default).
+        self.backend = backend or current()
         self.options = options
         #: GlobalContextEntry data, sent to each evaluation worker as it changes.
         self.global_context = global_context
@@ -297,7 +298,8 @@ class WebhookServer:
         #: Refusals logged per reason (one line per reason and LOG_EVERY seconds: a flood logs little).
         self._refusals_logged: dict[str, tuple[float, int]] = {}
         self.images = ImageAdmission(lambda: self.policies.snapshot, self._namespace_object,
-                                     clients=registry_clients, timeout_seconds=options.image_timeout)
+                                     clients=registry_clients, timeout_seconds=options.image_timeout,
+                                     backend=self.backend)
 
     # -- lifecycle
 
