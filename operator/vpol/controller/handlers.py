@@ -149,14 +149,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
                                generation=options.vap_generation, webhook=options.webhook,
                                webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover,
-                               requeue=rt.queue.add_at_delay)
+                               requeue=rt.queue.add_at_delay, http_enabled=bool(options.http_allow))
     rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
                                      generation=options.vap_generation, webhook=options.webhook, prover=rt.prover,
                                      access=rt.reconciler.access,
                                      on_policy=rt.scanner.set_mutating if rt.scanner else None,
-                                     scans=rt.scanner is not None)
+                                     scans=rt.scanner is not None, http_enabled=bool(options.http_allow))
     rt.lifecycle = LifecycleReconciler(rt.reconciler.objects, discovery, access=rt.reconciler.access,
-                                       runner=rt.scanner, webhook=options.webhook, prover=rt.prover)
+                                       runner=rt.scanner, webhook=options.webhook, prover=rt.prover,
+                                       exceptions=rt.reconciler.exceptions, http_enabled=bool(options.http_allow))
     if rt.scanner is not None:
         rt.scanner.notify = rt.queue.add  # thread-safe: the queue hands adds from other threads to its loop
     if options.webhook:

@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.cel.library_use import unserved_libraries
 from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
@@ -120,8 +121,10 @@ class Reconciler:
                  on_exceptions: Callable[[list[PolicyException]], None] | None = None,
                  generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
                  webhook_configuration: str = "", prover: EnforcementProver | None = None,
-                 requeue: Callable[[str, float], None] | None = None):
+                 requeue: Callable[[str, float], None] | None = None, http_enabled: bool = True):
         self.api = api
+        #: Whether http.* can be served (the operator was given --http-allow prefixes): vpol.cel.library_use.
+        self.http_enabled = http_enabled
         #: requeue(key, delay): reconcile a policy again later (when an exception naming it expires).
         self.requeue = requeue or (lambda key, delay: None)
         #: (policy key, expiresAt) of the exception expiries already scheduled.
@@ -197,6 +200,7 @@ class Reconciler:
         result.background = policy.spec.evaluation.background_enabled
         compiled = compile_verdict(policy)  # the scanner and the webhook asked the same of this spec already
         findings.compile_errors = [p.short() for p in compiled.errors]
+        findings.unserved_libraries = unserved_libraries(policy.expressions(), http_enabled=self.http_enabled)
         findings.background_enabled = policy.spec.evaluation.background_enabled
         self.on_policy(name, policy if compiled.ok else None)
         # Read once per reconcile (the scanner is told; the native plan below uses the same list).

@@ -14,8 +14,9 @@ says what it does and what it lacks, written only when it changed:
   into another namespace); ``Scheduled`` (when a DeletingPolicy runs next);
 - an ImageValidatingPolicy's ``AdmissionEnforced`` (when admission is enabled): True (reason ``Webhook``) once
   vpol's validating webhook configuration, and for a policy that pins digests its mutating one too, cover the
-  policy's generation and the API server is known to call vpol with them; and ``BackgroundScanned``
-  (informational): False, reason ``NotSupported``, since existing workloads are not scanned with the kind yet;
+  policy's generation and the API server is known to call vpol with them; ``BackgroundScanned``
+  (informational): True while existing objects are verified in background scans (vpol.controller.image_scans),
+  False with ``ScansDisabled`` when the operator runs none; ``AttestorsVerifiable`` (informational);
 - ``Ready`` when every condition but the informational ones is True.
 
 Queue keys are ``gpol:<key>``, ``dpol:<key>`` and ``ivpol:<key>`` (``<key>``: ``name`` or ``namespace/name``).
@@ -24,9 +25,10 @@ Queue keys are ``gpol:<key>``, ``dpol:<key>`` and ``ivpol:<key>`` (``<key>``: ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from vpol.cel.library_use import unserved_libraries
 from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy, compile_image_validating_policy
 from vpol.controller.deletion import candidates, due_at
 from vpol.controller.enforcement_proof import EnforcementProver
@@ -116,8 +118,15 @@ def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[Resou
 
 class LifecycleReconciler:
     def __init__(self, objects: Objects, discovery: DiscoveryCache, *, access: AccessChecker | None = None,
-                 runner: Runner | None = None, webhook: bool = False, prover: EnforcementProver | None = None):
+                 runner: Runner | None = None, webhook: bool = False, prover: EnforcementProver | None = None,
+                 exceptions: Callable[[], Any] | None = None, http_enabled: bool = True):
         self.objects = objects
+        #: Whether http.* can be served (vpol.cel.library_use).
+        self.http_enabled = http_enabled
+        #: Reads the cluster's PolicyExceptions and hands them to the scanner (Reconciler.exceptions): a
+        #: PolicyException event queues the policies it names, and generation and deletion must see it then, even
+        #: where no ValidatingPolicy is reconciled to hand them over.
+        self.exceptions = exceptions
         #: Whether the operator runs its admission webhook (which enforces ImageValidatingPolicies), and the
         #: prover of the API server calling it.
         self.webhook = webhook
@@ -132,6 +141,8 @@ class LifecycleReconciler:
     def reconcile(self, key: str) -> ReconcileResult:
         kind, _, name = key.partition(":")
         result = ReconcileResult(key)
+        if self.exceptions is not None and self.runner is not None:
+            self.exceptions()
         body = self.objects.get_lifecycle_policy(kind, name)
         if body is None:
             self._tell(kind, name, None, "", gone=True)
@@ -155,6 +166,11 @@ class LifecycleReconciler:
             result.status_written = True
         return result
 
+    def _libraries(self, findings: Findings, policy: Any) -> None:
+        """What the policy calls that this operator cannot serve (vpol.cel.library_use) goes into its status."""
+        if policy is not None:
+            findings.unserved_libraries = unserved_libraries(policy.expressions(), http_enabled=self.http_enabled)
+
     def _tell(self, kind: str, name: str, policy: Any, last_execution: str, *, gone: bool = False) -> None:
         """Hand the scanner the policy (None: invalid, or ``gone``: deleted)."""
         if self.runner is None:
@@ -175,6 +191,7 @@ class LifecycleReconciler:
 
     def _generating(self, name: str, body: dict[str, Any], findings: Findings) -> None:
         policy, problems = parse_generating_policy(body)
+        self._libraries(findings, policy)
         errors = [p.short() for p in problems if p.severity == "error"]
         if policy is not None and not errors:
             errors = [p.short() for p in compile_generating_policy(policy).errors()]
@@ -219,6 +236,7 @@ class LifecycleReconciler:
     def _image_validating(self, name: str, body: dict[str, Any], generation: int, findings: Findings) -> str:
         """Compiled, and enforced once vpol's image webhooks serve this generation (the route in one word)."""
         policy, problems = parse_image_validating_policy(body)
+        self._libraries(findings, policy)
         errors = [p.short() for p in problems if p.severity == "error"]
         if policy is not None and not errors:
             errors = [p.short() for p in compile_image_validating_policy(policy).errors()]
@@ -265,6 +283,7 @@ class LifecycleReconciler:
 
     def _deleting(self, name: str, body: dict[str, Any], findings: Findings) -> None:
         policy, problems = parse_deleting_policy(body)
+        self._libraries(findings, policy)
         errors = [p.short() for p in problems if p.severity == "error"]
         if policy is not None and not errors:
             errors = [p.short() for p in compile_deleting_policy(policy).errors()]

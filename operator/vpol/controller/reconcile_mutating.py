@@ -29,6 +29,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from vpol.cel.library_use import unserved_libraries
 from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP, EnforcementProver
@@ -84,8 +85,10 @@ class MutatingReconciler:
                  *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
                  prover: EnforcementProver | None = None, access: AccessChecker | None = None,
                  on_policy: Callable[[str, MutatingPolicy | None], None] | None = None,
-                 scans: bool = True):
+                 scans: bool = True, http_enabled: bool = True):
         self.objects = objects
+        #: Whether http.* can be served (vpol.cel.library_use).
+        self.http_enabled = http_enabled
         #: Asks what the operator may do (for mutateExisting: read triggers and targets, patch targets).
         self.access = access
         #: Told about every valid policy that mutates existing objects (None when gone): the scanner listens.
@@ -146,6 +149,7 @@ class MutatingReconciler:
             findings.type_checked = False
             findings.type_check_note = f"type checking could not run: {exc}"
         findings.compile_errors = errors
+        findings.unserved_libraries = unserved_libraries(policy.expressions(), http_enabled=self.http_enabled)
         self.on_policy(name, policy if not errors and policy.spec.evaluation.mutate_existing_enabled else None)
         if policy.spec.evaluation.mutate_existing_enabled:
             self._mutate_existing_findings(policy, findings, discovery)

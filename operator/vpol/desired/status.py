@@ -1,4 +1,4 @@
-"""The status a ValidatingPolicy should have, from what reconciling found (pure).
+"""The status a policy of any kind should have, from what reconciling found (pure).
 
 Conditions (metav1.Condition shape), written both to
 ``status.conditionStatus.conditions`` (Kyverno's place) and to
@@ -27,6 +27,9 @@ Conditions (metav1.Condition shape), written both to
   last error, while generating for some trigger fails); a DeletingPolicy's
   ``Scheduled`` (when it runs next). Their status holds only
   ``conditionStatus``, ``conditions`` and (DeletingPolicy) ``lastExecutionTime``;
+- ``LibrariesServed`` (any kind; only when False): the policy calls a library
+  this operator cannot serve, so every evaluation would fail (``http.*`` without
+  ``--http-allow``: vpol.cel.library_use);
 - ``Ready``: every condition above that applies, TypeChecked, VAPGenerated and
   GenerationSucceeded excepted, is True.
 
@@ -52,6 +55,8 @@ MAP_GENERATED = "MAPGenerated"
 ADMISSION_ENFORCED = "AdmissionEnforced"
 MUTATE_EXISTING = "MutateExisting"
 READY = "Ready"
+#: Present only when False: a library the policy calls cannot be served here (vpol.cel.library_use).
+LIBRARIES_SERVED = "LibrariesServed"
 #: Conditions that inform but never block readiness.
 INFORMATIONAL = (TYPE_CHECKED, VAP_GENERATED, MAP_GENERATED)
 
@@ -99,6 +104,8 @@ class Findings:
     rbac_message: str = "the operator may get, list and watch every matched resource"
     #: Conditions of the kind's own: (type, ok, reason, message, informational).
     extra: Sequence[tuple[str, bool, str, str, bool]] = ()
+    #: What the policy calls that the operator cannot serve (vpol.cel.library_use), a sentence each.
+    unserved_libraries: Sequence[str] = ()
 
 
 def _truncate(text: str) -> str:
@@ -140,6 +147,8 @@ def conditions_for(f: Findings) -> list[Condition]:
     if f.mutate_existing is not None:
         ok, reason, message = f.mutate_existing
         out.append(Condition(MUTATE_EXISTING, ok, reason, _truncate(message)))
+    if f.unserved_libraries:
+        out.append(Condition(LIBRARIES_SERVED, False, "Unavailable", _truncate("; ".join(f.unserved_libraries))))
     informational = set(INFORMATIONAL)
     for type_, ok, reason, message, info in f.extra:
         out.append(Condition(type_, ok, reason, _truncate(message)))
