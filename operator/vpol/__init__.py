@@ -1,10 +1,12 @@
-"""vpol: a Kyverno-compatible ValidatingPolicy operator and offline CLI.
+"""vpol: a Kubernetes operator and offline CLI for Kyverno's CEL policies: ValidatingPolicy, MutatingPolicy,
+GeneratingPolicy, DeletingPolicy and ImageValidatingPolicy (each also namespaced), PolicyException and
+GlobalContextEntry.
 
-Layers, lowest first (enforced by import-linter, see pyproject.toml):
-``model`` (typed policies), ``cel`` (environment, libraries, compiler),
-``engine`` (matching, evaluation, autogen), ``build`` (desired VAPs and
-reports), ``kube`` (the only API client code), ``controller`` (Kopf
-handlers), ``cli``.
+Layers, lowest first (enforced by import-linter, see pyproject.toml): ``model`` (typed policies), ``cel``
+(environment, libraries, compiler, type checker), ``engine`` (matching, evaluation, autogen, generation,
+image verification), ``desired`` (the objects vpol writes: VAPs, MAPs, bindings, webhook configurations,
+reports, status), ``kube`` and ``oci`` (the only Kubernetes API and registry clients), ``controller`` (Kopf
+handlers, reconcilers, webhook, scanner), ``cli``.
 """
 
 __version__ = "0.1.0"

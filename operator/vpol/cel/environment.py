@@ -1,4 +1,4 @@
-"""CEL environments for ValidatingPolicies.
+"""CEL environments for every policy kind.
 
 An environment is cel-expr-python's ``Env`` with the cel-go extensions the
 API server enables (strings v2, optional syntax, sets, lists, two-variable
@@ -7,7 +7,7 @@ Kyverno libraries, and the policy's variables. Environments are cached by
 what distinguishes them; building one costs milliseconds, compiling against
 one ~0.1 ms.
 
-Two flavours exist (see NOTES.md, cel-expr-python): a *run* environment
+Two flavours exist (see ../shared/NOTES.md, cel-expr-python): a *run* environment
 where ``object``/``oldObject`` are ``dyn`` and evaluation uses plain dicts,
 and a *check* environment where they are schema-derived message types, used
 only for type checking.

@@ -1,4 +1,5 @@
-"""``vpol``: check, apply, test and generate ValidatingPolicies and MutatingPolicies offline.
+"""``vpol``: check, apply, test and generate every kind of Kyverno CEL policy offline (Validating, Mutating,
+Generating, Deleting and ImageValidating policies, namespaced ones too), and ``run`` the operator.
 
 Exit codes: 0 success; 1 policy errors, failing results (``apply`` with
 ``--fail-on-violation``... see each command) or disagreeing tests; 2

@@ -2,7 +2,10 @@
 
 - every event of a ValidatingPolicy or NamespacedValidatingPolicy (any served
   version) queues that policy (key ``name`` or ``namespace/name``); a
-  MutatingPolicy queues ``mpol:<name>``;
+  MutatingPolicy queues ``mpol:<key>``, a GeneratingPolicy ``gpol:<key>``, a
+  DeletingPolicy ``dpol:<key>`` and an ImageValidatingPolicy ``ivpol:<key>``
+  (``<key>``: ``name``, or ``namespace/name`` for their namespaced variants);
+- startup builds the one evaluation context every path is handed (vpol.kube.live_backend);
 - an event of a generated VAP, MAP or binding (label ``vpol.kyverno.io/policy``)
   queues its policy, so edits and deletions are repaired within seconds;
 - an event of a PolicyException queues the policies it references;

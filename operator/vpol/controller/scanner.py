@@ -1,6 +1,6 @@
 """Background scans: evaluate existing resources, keep one PolicyReport per resource up to date.
 
-How it runs (NOTES.md sections 3 and 5):
+How it runs (../shared/NOTES.md sections 3 and 5):
 - only while this replica holds the scanner Lease;
 - one watcher per resource type that some background policy (or its
   autogen variant) matches, plus a namespace watcher for ``namespaceObject``;

@@ -1,1 +1,2 @@
-"""Pure builders of desired Kubernetes objects: generated VAPs and bindings, PolicyReports."""
+"""Pure builders of the objects vpol writes: ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their
+bindings, webhook configurations, PolicyReports, policy status and Events."""

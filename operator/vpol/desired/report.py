@@ -1,6 +1,6 @@
 """PolicyReports for background scan results (pure).
 
-Kyverno's layout (NOTES.md section 5): one wgpolicyk8s.io/v1alpha2
+Kyverno's layout (../shared/NOTES.md section 5): one wgpolicyk8s.io/v1alpha2
 ``PolicyReport`` per namespaced resource (``ClusterPolicyReport`` for a
 cluster-scoped one), owned by the resource so the garbage collector removes
 it with the resource, ``scope`` naming the resource, the managed-by label, a

@@ -1,1 +1,2 @@
-"""The pure policy engine: matching, exceptions, evaluation and pod-controller autogen."""
+"""The pure policy engine of every kind: matching, exceptions, evaluation, mutation, generation, deletion, image
+verification, pod-controller autogen and the evaluation sandbox."""

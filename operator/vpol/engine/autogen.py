@@ -1,6 +1,6 @@
 """Pod-controller autogen: the Deployment/Job/CronJob... variants of a pod policy.
 
-Kyverno's rule (NOTES.md section 3): only a policy whose matchConstraints is
+Kyverno's rule (../shared/NOTES.md section 3): only a policy whose matchConstraints is
 exactly one rule on core v1 ``pods`` (no resourceNames, no exclusions, no
 objectSelector) gets variants. ``spec.autogen.podControllers.controllers``
 absent means all of daemonsets, deployments, replicasets, statefulsets,

@@ -1,6 +1,6 @@
 """Evaluating policies against subjects: pass, fail, warn, error or skip.
 
-Per policy and subject (NOTES.md section 3):
+Per policy and subject (../shared/NOTES.md section 3):
 1. matchConstraints (no match: no result at all);
 2. PolicyExceptions referencing the policy: all their matchConditions true
    exempts (``skip``, or ``pass`` with ``reportResult: pass``); exceptions

@@ -2,7 +2,7 @@
 
 The same structure serves admission-like evaluation (CLI with an
 operation), background scans (a synthetic CREATE without user info, see
-NOTES.md section 3) and JSON payloads.
+../shared/NOTES.md section 3) and JSON payloads.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bounded evaluation: untrusted expressions run in a worker process with a deadline and a memory cap.
 
-cel-cpp has no cost estimator and no interrupt (NOTES.md section 6): a
+cel-cpp has no cost estimator and no interrupt (../shared/NOTES.md section 6): a
 single ``lists.range(5000).map(x, lists.range(5000))`` takes a second and
 over a gigabyte, and nothing inside the engine can stop it. So evaluation
 runs in a child process whose address space is capped (``RLIMIT_AS``) and

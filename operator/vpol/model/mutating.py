@@ -28,7 +28,7 @@ MUTATING_KIND = "MutatingPolicy"
 #: The namespaced twin: the same spec, acting only on objects in its own namespace.
 NAMESPACED_MUTATING_KIND = "NamespacedMutatingPolicy"
 MUTATING_KINDS = (MUTATING_KIND, NAMESPACED_MUTATING_KIND)
-#: Versions Kyverno serves for MutatingPolicy (NOTES.md section 10); v1alpha1 is deprecated.
+#: Versions Kyverno serves for MutatingPolicy (../shared/NOTES.md section 10); v1alpha1 is deprecated.
 MUTATING_VERSIONS = ("v1", "v1beta1", "v1alpha1")
 #: Versions Kyverno serves for the namespaced policy kinds (no v1alpha1).
 NAMESPACED_VERSIONS = ("v1", "v1beta1")

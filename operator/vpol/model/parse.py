@@ -3,7 +3,7 @@
 The parser never raises on bad content: it collects a ``Problem`` for each
 wrong field (missing, wrong type, invalid value, duplicate name, unknown
 field) with its field path and position, and returns a policy only when
-nothing blocks it. Defaults are Kyverno's (see NOTES.md, section 1).
+nothing blocks it. Defaults are Kyverno's (see ../shared/NOTES.md, section 1).
 """
 
 from __future__ import annotations
