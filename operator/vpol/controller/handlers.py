@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -259,11 +259,37 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(rt.leader.join, 10)
 
 
+#: Each kind a PolicyException's policyRefs may name -> the queue key of one of its policies, from the policy's key.
+QUEUE_KEYS: dict[str, Callable[[str], str]] = {
+    "ValidatingPolicy": str, "NamespacedValidatingPolicy": str,
+    "MutatingPolicy": mutating_key, "NamespacedMutatingPolicy": mutating_key,
+    **{f"{prefix}{kind}": functools.partial(lifecycle_key, short)
+       for kind, short in (("GeneratingPolicy", GENERATING), ("DeletingPolicy", DELETING),
+                           ("ImageValidatingPolicy", IMAGE_VALIDATING))
+       for prefix in ("", "Namespaced")},
+}
+
+
+def _seen(memo: Any, kind: str, event_type: str | None, meta: Mapping[str, Any]) -> None:
+    """Keep the queue keys of the namespaced policies seen (Runtime.namespaced)."""
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    if not namespace:
+        return
+    kind = f"Namespaced{kind}"
+    keys = _runtime(memo).namespaced.setdefault((kind, name), set())
+    key = QUEUE_KEYS[kind](policy_key(meta))
+    if event_type == "DELETED":
+        keys.discard(key)
+    else:
+        keys.add(key)
+
+
 @kopf.on.event(POLICIES)
 @kopf.on.event(NAMESPACED_POLICIES)
-async def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """A policy changed: it is reconciled. (Background scans learn of it from their own watch of the policies,
     vpol.controller.scanner, before the reconcile gets to it.)"""
+    _seen(memo, "ValidatingPolicy", type, meta)
     rt = _runtime(memo)
     key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
@@ -274,7 +300,8 @@ async def policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> No
 
 @kopf.on.event(MUTATING_POLICIES)
 @kopf.on.event(NAMESPACED_MUTATING_POLICIES)
-async def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def mutating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _seen(memo, "MutatingPolicy", type, meta)
     rt = _runtime(memo)
     key = policy_key(meta)
     version = str(meta.get("resourceVersion", ""))
@@ -285,19 +312,22 @@ async def mutating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: A
 
 @kopf.on.event(GENERATING_POLICIES)
 @kopf.on.event(NAMESPACED_GENERATING_POLICIES)
-async def generating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def generating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _seen(memo, "GeneratingPolicy", type, meta)
     _lifecycle_event(GENERATING, meta, memo)
 
 
 @kopf.on.event(DELETING_POLICIES)
 @kopf.on.event(NAMESPACED_DELETING_POLICIES)
-async def deleting_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def deleting_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _seen(memo, "DeletingPolicy", type, meta)
     _lifecycle_event(DELETING, meta, memo)
 
 
 @kopf.on.event(IMAGE_VALIDATING_POLICIES)
 @kopf.on.event(NAMESPACED_IMAGE_VALIDATING_POLICIES)
-async def image_validating_policy_event(meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def image_validating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _seen(memo, "ImageValidatingPolicy", type, meta)
     _lifecycle_event(IMAGE_VALIDATING, meta, memo)
 
 
@@ -382,14 +412,21 @@ async def binding_event(type: str | None, name: str, meta: Mapping[str, Any], la
 
 @kopf.on.event(EXCEPTIONS)
 async def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """The policies an exception names (by kind and name; a namespaced kind's in every namespace, as Kyverno matches
+    them) are reconciled. A reference without a kind names the policies of that name of every kind (what
+    PolicyException.applies_to exempts)."""
+    rt = _runtime(memo)
     for ref in spec.get("policyRefs") or []:
-        if isinstance(ref, Mapping) and ref.get("name"):
-            kind, name = str(ref.get("kind") or ""), str(ref["name"])
-            key = mutating_key(name) if kind == "MutatingPolicy" else \
-                lifecycle_key(GENERATING, name) if kind == "GeneratingPolicy" else \
-                lifecycle_key(DELETING, name) if kind == "DeletingPolicy" else \
-                lifecycle_key(IMAGE_VALIDATING, name) if kind == "ImageValidatingPolicy" else name
-            _enqueue(memo, key)
+        if not isinstance(ref, Mapping) or not ref.get("name"):
+            continue
+        name = str(ref["name"])
+        for kind in [str(ref["kind"])] if ref.get("kind") else list(QUEUE_KEYS):
+            if kind not in QUEUE_KEYS:
+                continue
+            keys = sorted(rt.namespaced.get((kind, name), ())) if kind.startswith("Namespaced") else \
+                [QUEUE_KEYS[kind](name)]
+            for key in keys:
+                _enqueue(memo, key)
 
 
 @kopf.on.probe(id="leader")

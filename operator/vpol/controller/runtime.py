@@ -105,6 +105,9 @@ class Runtime:
     covered_mutating: dict[str, int] = field(default_factory=dict)
     #: What the operator needs from the cluster and lacks (vpol.kube.dependencies), by dependency.
     dependency_problems: dict[str, str] = field(default_factory=dict)
+    #: The namespaced policies seen, (kind, name) -> their queue keys: a PolicyException names a policy by kind and
+    #: name only, and exempts it in every namespace (Kyverno), so its events queue each of them.
+    namespaced: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:

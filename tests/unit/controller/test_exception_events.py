@@ -1,0 +1,58 @@
+"""A PolicyException's events queue the policies it names, of every kind: a namespaced kind's policies of that
+name in every namespace they were seen in (Kyverno matches an exception to a policy by kind and name only), a
+reference without a kind every policy of that name; deleted policies are forgotten."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from vpol.controller import handlers
+from vpol.controller.runtime import Options, Runtime
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def add(self, key: str) -> None:
+        self.keys.append(key)
+
+
+def memo() -> dict[str, Any]:
+    rt = Runtime(Options(), api=None)  # type: ignore[arg-type]
+    rt.queue = Queue()  # type: ignore[assignment]
+    return {"vpol": rt}
+
+
+def queued(m: dict[str, Any]) -> list[str]:
+    keys = m["vpol"].queue.keys
+    out, keys[:] = list(keys), []
+    return out
+
+
+def test_every_kind_and_namespace_is_queued() -> None:
+    m = memo()
+    events = [(handlers.policy_event, "a", "p"), (handlers.policy_event, "b", "p"),
+              (handlers.generating_policy_event, "a", "g"), (handlers.image_validating_policy_event, "b", "i"),
+              (handlers.deleting_policy_event, "", "d"), (handlers.mutating_policy_event, "c", "m")]
+    for handler, namespace, name in events:
+        asyncio.run(handler(type="ADDED", meta={"name": name, "namespace": namespace}, memo=m))
+    queued(m)
+
+    def refs(*pairs: tuple[str, str]) -> list[str]:
+        asyncio.run(handlers.exception_event(spec={"policyRefs": [{"kind": k, "name": n} for k, n in pairs]},
+                                             memo=m))
+        return sorted(queued(m))
+
+    assert refs(("NamespacedValidatingPolicy", "p")) == ["a/p", "b/p"]
+    assert refs(("NamespacedGeneratingPolicy", "g"), ("NamespacedImageValidatingPolicy", "i")) == \
+        ["gpol:a/g", "ivpol:b/i"]
+    assert refs(("DeletingPolicy", "d"), ("NamespacedMutatingPolicy", "m"), ("ValidatingPolicy", "v")) == \
+        ["dpol:d", "mpol:c/m", "v"]
+    assert refs(("ClusterPolicy", "legacy")) == []
+    # No kind: every policy of that name (PolicyException.applies_to exempts them all).
+    assert {"a/p", "b/p", "p", "mpol:p", "gpol:p"} <= set(refs(("", "p")))
+    asyncio.run(handlers.policy_event(type="DELETED", meta={"name": "p", "namespace": "a"}, memo=m))
+    queued(m)
+    assert refs(("NamespacedValidatingPolicy", "p")) == ["b/p"]
