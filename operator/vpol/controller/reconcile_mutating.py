@@ -116,6 +116,10 @@ class MutatingReconciler:
         name = key[len(KEY_PREFIX):] if is_mutating_key(key) else key
         key = key_for(name)
         result = ReconcileResult(key)
+        if self.scans:
+            # The cluster's exceptions reach the scanner's mutation of existing objects (also when no
+            # ValidatingPolicy is reconciled to hand them over): an exception's event queues this policy.
+            self.exceptions()
         api_version = self.map_api_version()
         body = self.objects.get_mutating_policy(name)
         existing = self.objects.list_generated_maps(_selector(name), api_version) if api_version else {}
