@@ -194,6 +194,8 @@ type input struct {
 	Generate   bool                      `json:"generate"`
 	Generating []json.RawMessage         `json:"generating"`
 	Deleting   []json.RawMessage         `json:"deleting"`
+	// Images whose image.GetMetadata answer is asked for (read from their registries: imagedata.go).
+	ImageData []string `json:"imageData"`
 }
 
 type rule struct {
@@ -253,6 +255,9 @@ func shape(operation string, obj *unstructured.Unstructured) (admissionv1.Operat
 }
 
 func run(in input) (map[string]any, error) {
+	if len(in.ImageData) > 0 {
+		return fetchImageData(in.ImageData)
+	}
 	exceptions, err := decode[policiesv1beta1.PolicyException](in.Exceptions)
 	if err != nil {
 		return nil, fmt.Errorf("exception: %w", err)
