@@ -108,7 +108,9 @@ def world(vpol_installed: Any, cluster: Any, tmp_path_factory: pytest.TempPathFa
                            "verbs": ["get", "list", "watch", "delete"]}]})
     tmp = tmp_path_factory.mktemp("operator-libs")
     proc = OperatorProcess(sa_kubeconfig(vpol_installed, tmp / "kubeconfig"), tmp / "operator.log",
-                           extra=("--scan-interval", str(SCAN_INTERVAL), "--http-allow", url + "/")).start()
+                           # No resync within the module: what an exception's event does not deliver stays undelivered.
+                           extra=("--scan-interval", str(SCAN_INTERVAL), "--http-allow", url + "/",
+                                  "--resync", "3600")).start()
     try:
         yield World(namespace, entry, url, f"{registry.host}/libs/app:v1", digest, proc)
     finally:
@@ -321,3 +323,57 @@ def test_image_validating_policies_at_admission_and_in_a_scan(kind: str, world: 
                                                                  key(kind, run, world.namespace)),
                      timeout=90)
     assert found["result"] == "pass", found
+
+
+def test_an_exception_made_after_the_policies_reaches_each_of_them(world: World, kube: Kube, cluster: Any,
+                                                                 unique_name: Callable[..., str]) -> None:
+    """One PolicyException naming a GeneratingPolicy, a NamespacedValidatingPolicy the API server enforces natively
+    and an ImageValidatingPolicy, made once they are Ready: each exempts from then on (generation hears of it from
+    the exception's event, the native policy is regenerated with it, the image webhook reads it)."""
+    run = unique_name("after")
+    labels = {"libs-run": run}
+    native, generating, image = f"{run}-native", f"{run}-gen", f"{run}-image"
+    kube.apply(
+        policy("NamespacedValidatingPolicy", native, world.namespace, {
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [CM_RULE], "objectSelector": {"matchLabels": labels}},
+            "validations": [{"expression": "!('deny' in object.?data.orValue({}))", "message": "denied"}]}),
+        policy("GeneratingPolicy", generating, "", {
+            "matchConstraints": {"resourceRules": [CM_RULE], "objectSelector": {"matchLabels": labels}},
+            "evaluation": {"synchronize": {"enabled": False}},
+            "generate": [{"expression": (
+                "generator.Apply(object.metadata.namespace, [{'apiVersion': 'v1', 'kind': 'ConfigMap', "
+                "'metadata': {'name': object.metadata.name + '-generated'}, 'data': {}}])")}]}),
+        policy("ImageValidatingPolicy", image, "", {
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [POD_RULE], "objectSelector": {"matchLabels": labels}},
+            "matchImageReferences": [{"glob": world.image.split("/")[0] + "/*"}],
+            "validationConfigurations": {"mutateDigest": False, "verifyDigest": False, "required": False},
+            "attestors": [{"name": "unused", "cosign": {"key": {"data": KEY}, "ctlog": {"insecureIgnoreTlog": True}}}],
+            "validations": [{"expression": "!('deny' in object.metadata.?annotations.orValue({}))",
+                             "message": "denied"}]}))
+    kube.wait_ready("namespacedvalidatingpolicy", native, world.namespace, timeout=90)
+    kube.wait_ready("generatingpolicy", generating, timeout=90)
+    kube.wait_ready("imagevalidatingpolicy", image, timeout=90)
+    denied, said = create(kube, cluster, configmap("exempt-early", world.namespace, labels, deny="yes"))
+    assert not denied, "admitted before any exception"
+    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "PolicyException",
+                "metadata": {"name": f"{run}-exempt", "namespace": world.namespace},
+                "spec": {"policyRefs": [{"name": native, "kind": "NamespacedValidatingPolicy"},
+                                        {"name": generating, "kind": "GeneratingPolicy"},
+                                        {"name": image, "kind": "ImageValidatingPolicy"}],
+                         "matchConditions": [{"name": "exempt",
+                                              "expression": "object.metadata.name.startsWith('exempt-')"}]}})
+    # The native policy: regenerated with the exception (the API server then admits what it exempts).
+    wait_for("the exempt ConfigMap admitted", lambda: create(kube, cluster, configmap(
+        "exempt-late", world.namespace, labels, deny="yes"))[0], timeout=45)
+    wait_for("the exempt Pod admitted", lambda: create(kube, cluster, pod(
+        "exempt-pod", world.namespace, labels, world.image, deny="yes"))[0], timeout=45)
+    # Generation: the exempt trigger first; once the other's object is generated, the exempt one's would be too.
+    kube.apply(configmap("exempt-trigger", world.namespace, labels))
+    kube.apply(configmap("trigger", world.namespace, labels))
+    wait_for("the generated ConfigMap", lambda: kube.get("configmap", "trigger-generated", world.namespace),
+             timeout=60)
+    kube.created.append(("configmap", "trigger-generated", world.namespace))
+    assert kube.get("configmap", "exempt-trigger-generated", world.namespace) is None, \
+        "the exception made after the GeneratingPolicy did not reach generation"
