@@ -165,11 +165,14 @@ class Generation:
                  store: Callable[[ResourceRef, str, ReportEntry | None], None],
                  reported: Callable[[str, str], str], backend: Backend | None = None,
                  writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None,
-                 events: Any = None):
+                 events: Any = None, lookup: Callable[[str, str], ResourceInfo | None] | None = None):
         self.api = api
         self.resolve = resolve
         self.namespaces = namespaces
         self.discovery = discovery
+        #: What serves a kind (the scanner's DiscoveryCache.resource_for_kind: a kind it does not know is looked up
+        #: again, so a CRD installed after the operator started is generated).
+        self.lookup = lookup or (lambda api_version, kind: self.discovery().resource_for_kind(api_version, kind))
         #: store(trigger, policy key, entry or None): the scanner's report store for one policy's result.
         self.store = store
         #: reported(trigger uid, policy key): the policy's result in the trigger's report ("" when none).
@@ -242,7 +245,7 @@ class Generation:
             return engine
 
     def _scope(self, api_version: str, kind: str) -> bool | None:
-        info = self.discovery().resource_for_kind(api_version, kind)
+        info = self.lookup(api_version, kind)
         return None if info is None else info.namespaced
 
     def watched(self, discovery: Discovery) -> dict[GVR, ResourceInfo]:
@@ -359,7 +362,12 @@ class Generation:
             return 0
         # A trigger just created (its creation not seen before: see above) has no downstreams yet.
         fresh = trigger.operation == "CREATE" and not self._has(policy, uid)
-        return int(self._generate(policy, trigger, sync=ev.synchronize, fresh=fresh) != "")
+        outcome = self._generate(policy, trigger, sync=ev.synchronize, fresh=fresh)
+        if outcome == "" and trigger.operation == "UPDATE" and ev.synchronize and self._has(policy, uid):
+            # Its matchConditions no longer hold: its downstreams go too, as for matchConstraints (Kyverno 1.19,
+            # kyverno/kyverno#16832); they are generated again when the conditions hold again.
+            return self._forget_trigger(policy, uid)
+        return int(outcome != "")
 
     def _has(self, policy: GeneratingPolicy, trigger_uid: str) -> bool:
         with self._lock:
@@ -548,7 +556,7 @@ class Generation:
             self.on_error(policy.key)
 
     def _info(self, obj: Mapping[str, Any]) -> ResourceInfo | None:
-        return self.discovery().resource_for_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+        return self.lookup(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
 
     def _write(self, policy: GeneratingPolicy, trigger: Subject, downstream: Downstream, *,
                fresh: bool = False) -> tuple[str, Any]:
@@ -661,7 +669,7 @@ class Generation:
     def _regenerate(self, policy: GeneratingPolicy, ref: TriggerRef,
                     orphan: tuple[Mapping[str, Any], str] | None = None) -> int:
         """Render the trigger ``ref`` names again; when it is gone, the downstream ``orphan`` goes too."""
-        info = self.discovery().resource_for_kind(ref.api_version, ref.kind)
+        info = self.lookup(ref.api_version, ref.kind)
         live = get_object(self.api, info.group, info.version, info.resource, ref.namespace, ref.name) \
             if info is not None else None
         if live is None or str(_md(live).get("uid", "")) != ref.uid:

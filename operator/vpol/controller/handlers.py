@@ -106,7 +106,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     rt.queue = WorkQueue()
-    discovery = DiscoveryCache(rt.api)
+    discovery = rt.discovery = DiscoveryCache(rt.api)
+    rt.kinds_changed = asyncio.Event()
     options = rt.options
     if options.scan_interval > 0 or options.webhook:
         # One leader (a Lease) scans and writes the webhook configuration; every replica serves admission.
@@ -185,6 +186,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
     rt.tasks.append(asyncio.create_task(_resync(rt), name="vpol-resync"))
+    rt.tasks.append(asyncio.create_task(_follow_kinds(rt), name="vpol-kinds"))
     rt.tasks.append(asyncio.create_task(_dependencies(rt), name="vpol-dependencies"))
 
 
@@ -212,28 +214,78 @@ async def _dependencies(rt: Runtime) -> None:
         await asyncio.sleep(DEPENDENCY_PERIOD_MISSING if rt.dependency_problems else DEPENDENCY_PERIOD)
 
 
+async def _queue_every_policy(rt: Runtime) -> None:
+    try:
+        assert rt.reconciler is not None and rt.queue is not None
+        objects = rt.reconciler.objects
+        listed = await asyncio.to_thread(StartupPolicies.read, objects)
+        if rt.scanner is not None:
+            rt.scanner.expect(listed.expected())
+        names = [policy_key(p["metadata"]) for p in listed.validating]
+        mutating = [mutating_key(policy_key(p["metadata"])) for p in listed.mutating]
+        deleting = await asyncio.to_thread(objects.list_lifecycle_policies, DELETING)
+        image = await asyncio.to_thread(objects.list_lifecycle_policies, IMAGE_VALIDATING)
+        lifecycle = [lifecycle_key(kind, policy_key(p["metadata"]))
+                     for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting),
+                                          (IMAGE_VALIDATING, image)) for p in bodies]
+        for name in [*names, *mutating, *lifecycle]:
+            rt.queue.add(name)
+    except Exception as exc:  # noqa: BLE001 - try again at the next period
+        # A missing CRD is said by the dependency check (vpol.kube.dependencies), once.
+        log = logger.debug if getattr(exc, "status", None) == 404 else logger.warning
+        log("listing policies for resync failed: %s", describe(exc))
+
+
 async def _resync(rt: Runtime) -> None:
     while True:
-        try:
-            assert rt.reconciler is not None and rt.queue is not None
-            objects = rt.reconciler.objects
-            listed = await asyncio.to_thread(StartupPolicies.read, objects)
-            if rt.scanner is not None:
-                rt.scanner.expect(listed.expected())
-            names = [policy_key(p["metadata"]) for p in listed.validating]
-            mutating = [mutating_key(policy_key(p["metadata"])) for p in listed.mutating]
-            deleting = await asyncio.to_thread(objects.list_lifecycle_policies, DELETING)
-            image = await asyncio.to_thread(objects.list_lifecycle_policies, IMAGE_VALIDATING)
-            lifecycle = [lifecycle_key(kind, policy_key(p["metadata"]))
-                         for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting),
-                                              (IMAGE_VALIDATING, image)) for p in bodies]
-            for name in [*names, *mutating, *lifecycle]:
-                rt.queue.add(name)
-        except Exception as exc:  # noqa: BLE001 - try again at the next period
-            # A missing CRD is said by the dependency check (vpol.kube.dependencies), once.
-            log = logger.debug if getattr(exc, "status", None) == 404 else logger.warning
-            log("listing policies for resync failed: %s", describe(exc))
+        await _queue_every_policy(rt)
         await asyncio.sleep(rt.options.resync)
+
+
+#: Seconds gathered after a CRD changed before discovery is refreshed (a CRD is created, then established).
+KINDS_SETTLE = 1.0
+
+
+async def _follow_kinds(rt: Runtime) -> None:
+    """Kinds came or went (a CRD was created, changed what it serves, or was deleted): discovery is refreshed, the
+    scanner watches what the policies match now, and every policy is reconciled (its matched kinds, RBAC, webhook
+    rules and native eligibility follow)."""
+    assert rt.kinds_changed is not None
+    while True:
+        await rt.kinds_changed.wait()
+        await asyncio.sleep(KINDS_SETTLE)
+        rt.kinds_changed.clear()
+        if rt.discovery is not None:
+            rt.discovery.invalidate()
+        if rt.scanner is not None:
+            rt.scanner.kinds_changed()
+        await _queue_every_policy(rt)
+
+
+def _served(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a CustomResourceDefinition serves: (group, kind, served versions, established)."""
+    spec = body.get("spec") or {}
+    versions = tuple(sorted(str(v.get("name")) for v in spec.get("versions") or []
+                            if isinstance(v, Mapping) and v.get("served")))
+    established = any(c.get("type") == "Established" and c.get("status") == "True"
+                      for c in (body.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping))
+    return str(spec.get("group") or ""), str((spec.get("names") or {}).get("kind") or ""), versions, established
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+async def crd_event(type: str | None, name: str, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """Kinds follow the cluster's CRDs: a change of what one serves (after the first listing, whose objects were
+    served when the operator started) sets Runtime.kinds_changed."""
+    rt = _runtime(memo)
+    state = None if type == "DELETED" else _served(body)
+    if rt.crds.get(name) == state:
+        return
+    if state is None:
+        rt.crds.pop(name, None)
+    else:
+        rt.crds[name] = state
+    if type is not None and rt.kinds_changed is not None:
+        rt.kinds_changed.set()
 
 
 @kopf.on.cleanup()

@@ -39,7 +39,7 @@ from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
 from vpol.kube.objects import Listed, Objects
 from vpol.kube.openapi import cluster_discovery
-from vpol.model.discovery import Discovery, builtin
+from vpol.model.discovery import Discovery, ResourceInfo, builtin
 from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions
 
@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 DISCOVERY_TTL = 300.0
 #: After a failed discovery, how soon to try again (seconds).
 RETRY_AFTER_FAILURE = 15.0
+#: Seconds between the rediscoveries that a kind missing from the cached discovery may cause.
+MISS_REFRESH = 5.0
 
 
 @dataclass
@@ -96,6 +98,17 @@ class DiscoveryCache:
     def invalidate(self) -> None:
         with self._lock:
             self._at = 0.0
+
+    def resource_for_kind(self, api_version: str, kind: str) -> ResourceInfo | None:
+        """What serves ``kind`` of ``api_version``; a kind the cached discovery does not know is looked up again
+        first (a CRD installed since), at most once every :data:`MISS_REFRESH` seconds."""
+        found = self.get().resource_for_kind(api_version, kind)
+        if found is not None:
+            return found
+        with self._lock:
+            if time.monotonic() - self._at >= MISS_REFRESH:
+                self._at = 0.0
+        return self.get().resource_for_kind(api_version, kind)
 
 
 #: Seconds after an exception's expiresAt at which the policies it names are reconciled again (it has expired then).

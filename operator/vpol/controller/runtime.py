@@ -108,6 +108,12 @@ class Runtime:
     #: The namespaced policies seen, (kind, name) -> their queue keys: a PolicyException names a policy by kind and
     #: name only, and exempts it in every namespace (Kyverno), so its events queue each of them.
     namespaced: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    #: The cluster's discovery (vpol.controller.reconcile.DiscoveryCache), shared by every part.
+    discovery: Any = None
+    #: What each CustomResourceDefinition serves (group, kind, served versions, established), by name; and the
+    #: signal that it changed (kinds came or went: discovery is refreshed and every policy reconciled).
+    crds: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    kinds_changed: asyncio.Event | None = None
 
     def record(self, result: ReconcileResult) -> None:
         if result.ready is None:

@@ -250,7 +250,8 @@ class Scanner(threading.Thread):
                                      discovery=lambda: self.discovery.get(), store=self._store_one,
                                      reported=self._reported,
                                      backend=fresh, writes_per_second=self.options.generation_writes_per_second,
-                                     on_error=self._notify_generating, events=events)
+                                     on_error=self._notify_generating, events=events,
+                                     lookup=getattr(self.discovery, "resource_for_kind", None))
         self.deletion = Deletion(api, resolve=self._resolve, namespaces=self._namespaces,
                                  discovery=lambda: self.discovery.get(), backend=fresh, access=AccessChecker(api),
                                  write_status=lambda key, status: Objects(api).patch_lifecycle_status(
@@ -416,6 +417,11 @@ class Scanner(threading.Thread):
             self._exceptions = new
             self._policies_changed = time.monotonic()
         self._events.put(("exceptions",))
+
+    def kinds_changed(self) -> None:
+        """The cluster's kinds changed (a CRD came or went; discovery has been refreshed): watch what the policies
+        match now."""
+        self._events.put(("kinds",))
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -609,6 +615,12 @@ class Scanner(threading.Thread):
                 images.add(event[1])
             elif event[0] == "exceptions":
                 resync_all = True
+            elif event[0] == "kinds":
+                # Discovery changed (vpol.controller.handlers.crd_event): kinds newly matched are scanned whole.
+                if set(self._wanted()) - set(self._watchers):
+                    resync_all = True
+                else:
+                    self._sync_watchers()
             elif event[0] == "stop":
                 return
         if policies or resync_all or mutating or generating or removed or images:

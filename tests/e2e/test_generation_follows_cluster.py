@@ -1,0 +1,136 @@
+"""GeneratingPolicies as Kyverno runs them while the cluster changes, on the real control plane:
+
+- a kind whose CRD is installed after the operator started is generated (and scanned) without a restart;
+- a synchronized trigger that stops matching the policy's matchConditions takes its downstream with it, and gets it
+  back when it matches again (Kyverno 1.19);
+- a PolicyException with ``reportResult: pass`` exempts a trigger from generation and reports it passed.
+
+The module's operator resyncs hourly: what must follow the cluster does so through its own watches, not a resync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
+from tests.e2e.test_generate_delete import Kube, report_results
+from tests.e2e.vpol_fixtures import vpol_installed, wait_for  # noqa: F401
+
+GROUP = "policies.kyverno.io"
+CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
+
+
+@pytest.fixture(scope="module")
+def operator(vpol_installed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    tmp = tmp_path_factory.mktemp("operator-follows")
+    proc = OperatorProcess(sa_kubeconfig(vpol_installed, tmp / "kubeconfig"), tmp / "operator.log",
+                           extra=("--scan-interval", "3600", "--resync", "3600")).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def kube(operator: OperatorProcess, cluster: Any) -> Iterator[Kube]:
+    k = Kube(cluster)
+    yield k
+    k.cleanup()
+
+
+def gpol(name: str, labels: dict[str, str], generate: str, *, sync: bool,
+         conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/v1", "kind": "GeneratingPolicy", "metadata": {"name": name},
+            "spec": {"matchConstraints": {"resourceRules": [CM_RULE], "objectSelector": {"matchLabels": labels}},
+                     "matchConditions": conditions or [],
+                     "evaluation": {"synchronize": {"enabled": sync}},
+                     "generate": [{"expression": generate}]}}
+
+
+def configmap(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace,
+                                                                  "labels": labels}, "data": {}}
+
+
+def test_a_kind_whose_crd_is_installed_later_is_generated_and_scanned(kube: Kube, cluster: Any, namespace: str,
+                                                                      operator: OperatorProcess,
+                                                                      unique_name: Callable[..., str]) -> None:
+    run = unique_name("later")
+    group = f"{run}.e2e.vpol.io"
+    labels = {"run": run}
+    # A background policy on the kind, made while no API serves it.
+    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "ValidatingPolicy", "metadata": {"name": f"{run}-size"},
+                "spec": {"validationActions": ["Audit"],
+                         "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"],
+                                                                 "operations": ["CREATE", "UPDATE"],
+                                                                 "resources": ["widgets"]}]},
+                         "validations": [{"expression": "object.spec.size <= 3", "message": "too big"}]}})
+    # Installed now, with the rights to write its objects (aggregated into vpol's roles).
+    kube.apply({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"widgets.{group}"},
+                "spec": {"group": group, "scope": "Namespaced",
+                         "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                         "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                             "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}},
+               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": f"{run}-widgets", "labels": {"vpol.kyverno.io/aggregate-to-generate": "true"}},
+                "rules": [{"apiGroups": [group], "resources": ["widgets"],
+                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]})
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=30s")
+    name = f"{run}-gen"
+    kube.apply(gpol(name, labels, (
+        f"generator.Apply(object.metadata.namespace, [{{'apiVersion': '{group}/v1', 'kind': 'Widget', "
+        "'metadata': {'name': object.metadata.name}, 'spec': {'size': 5}}])"), sync=False))
+    kube.wait_ready("generatingpolicy", name, timeout=90)
+    kube.apply(configmap("trigger", namespace, labels))
+    widget = wait_for("the Widget generated", lambda: kube.get(f"widgets.{group}", "trigger", namespace), timeout=60)
+    assert widget["spec"]["size"] == 5
+    # The policy made before the kind existed scans it now.
+    found = wait_for("the Widget's scan result", lambda: next(
+        (r for r in report_results(cluster, f"widgets.{group}", "trigger", namespace)
+         if r.get("policy") == f"{run}-size"), None), timeout=60)
+    assert found["result"] == "fail" and found["message"] == "too big", found
+
+
+def test_a_trigger_that_stops_matching_loses_its_downstream_and_gets_it_back(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str]) -> None:
+    run = unique_name("optin")
+    labels = {"run": run}
+    name = f"{run}-gen"
+    kube.apply(gpol(name, labels, (
+        "generator.Apply(object.metadata.namespace, [{'apiVersion': 'v1', 'kind': 'ConfigMap', "
+        "'metadata': {'name': object.metadata.name + '-copy'}, 'data': {'from': object.metadata.name}}])"),
+        sync=True, conditions=[{"name": "opted-in",
+                                "expression": "object.metadata.?labels['opt-in'].orValue('') == 'true'"}]))
+    kube.wait_ready("generatingpolicy", name, timeout=90)
+    kube.apply(configmap("trigger", namespace, {**labels, "opt-in": "true"}))
+    wait_for("the copy generated", lambda: kube.get("configmap", "trigger-copy", namespace), timeout=60)
+    cluster.kubectl("label", "configmap", "trigger", "-n", namespace, "opt-in=false", "--overwrite")
+    wait_for("the copy deleted", lambda: kube.get("configmap", "trigger-copy", namespace) is None, timeout=60)
+    cluster.kubectl("label", "configmap", "trigger", "-n", namespace, "opt-in=true", "--overwrite")
+    wait_for("the copy generated again", lambda: kube.get("configmap", "trigger-copy", namespace), timeout=60)
+
+
+def test_an_exception_reporting_pass_exempts_a_trigger(kube: Kube, cluster: Any, namespace: str,
+                                                       unique_name: Callable[..., str]) -> None:
+    run = unique_name("passed")
+    labels = {"run": run}
+    name = f"{run}-gen"
+    kube.apply(gpol(name, labels, (
+        "generator.Apply(object.metadata.namespace, [{'apiVersion': 'v1', 'kind': 'ConfigMap', "
+        "'metadata': {'name': object.metadata.name + '-copy'}, 'data': {}}])"), sync=False))
+    kube.wait_ready("generatingpolicy", name, timeout=90)
+    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "PolicyException",
+                "metadata": {"name": f"{run}-testing", "namespace": namespace},
+                "spec": {"policyRefs": [{"name": name, "kind": "GeneratingPolicy"}], "reportResult": "pass",
+                         "matchConditions": [{"name": "testing",
+                                              "expression": "object.metadata.name == 'testing'"}]}})
+    # Made after the policy: the exempt trigger first, so once the other's copy exists the exempt one's would.
+    kube.apply(configmap("testing", namespace, labels), configmap("other", namespace, labels))
+    wait_for("the other trigger's copy", lambda: kube.get("configmap", "other-copy", namespace), timeout=60)
+    assert kube.get("configmap", "testing-copy", namespace) is None
+    found = wait_for("the exempt trigger's result", lambda: next(
+        (r for r in report_results(cluster, "configmap", "testing", namespace) if r.get("policy") == name), None),
+        timeout=60)
+    assert found["result"] == "pass" and found["message"].startswith("rule is passed due to policy exception"), found
