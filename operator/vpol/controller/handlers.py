@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -40,16 +40,9 @@ from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.events import EventRecorder
 from vpol.controller.reconcile import DiscoveryCache, Reconciler
-from vpol.controller.reconcile_lifecycle import (
-    DELETING,
-    GENERATING,
-    IMAGE_VALIDATING,
-    LifecycleReconciler,
-    is_lifecycle_key,
-)
-from vpol.controller.reconcile_lifecycle import key_for as lifecycle_key
+from vpol.controller.queue_keys import DELETING, GENERATING, IMAGE_VALIDATING, QUEUE_KEYS, lifecycle_key, mutating_key
+from vpol.controller.reconcile_lifecycle import LifecycleReconciler, is_lifecycle_key
 from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
-from vpol.controller.reconcile_mutating import key_for as mutating_key
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.admission.images import REGISTRY_TIMEOUT
 from vpol.controller.registry_credentials import metadata_client
@@ -309,17 +302,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)
-
-
-#: Each kind a PolicyException's policyRefs may name -> the queue key of one of its policies, from the policy's key.
-QUEUE_KEYS: dict[str, Callable[[str], str]] = {
-    "ValidatingPolicy": str, "NamespacedValidatingPolicy": str,
-    "MutatingPolicy": mutating_key, "NamespacedMutatingPolicy": mutating_key,
-    **{f"{prefix}{kind}": functools.partial(lifecycle_key, short)
-       for kind, short in (("GeneratingPolicy", GENERATING), ("DeletingPolicy", DELETING),
-                           ("ImageValidatingPolicy", IMAGE_VALIDATING))
-       for prefix in ("", "Namespaced")},
-}
 
 
 def _seen(memo: Any, kind: str, event_type: str | None, meta: Mapping[str, Any]) -> None:

@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.cel.library_use import unserved_libraries
+from vpol.controller.queue_keys import QUEUE_KEYS
 from vpol.controller.generated_apply import GeneratedObjects, api_message
 from vpol.controller.enforcement_proof import VAP, EnforcementProver, Proof
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, NATIVE, WEBHOOK, WebhookState, admission_finding, route
@@ -116,15 +117,15 @@ EXPIRY_MARGIN = 1.0
 
 
 def exception_policy_keys(exc: PolicyException) -> list[str]:
-    """The work-queue keys of the policies an exception names: ``name`` for a ValidatingPolicy, ``namespace/name``
-    for a NamespacedValidatingPolicy (in the exception's namespace), the mutating reconciler's keys for the
-    MutatingPolicy kinds."""
-    from vpol.controller.reconcile_mutating import key_for  # the mutating reconciler imports this module
-
+    """The work-queue keys of the policies an exception names (vpol.controller.queue_keys), a namespaced kind's
+    in the exception's namespace; a reference without a kind names a ValidatingPolicy."""
     out = []
     for ref in exc.policy_refs:
-        key = f"{exc.namespace}/{ref.name}" if ref.kind.startswith("Namespaced") and exc.namespace else ref.name
-        out.append(key_for(key) if ref.kind.endswith("MutatingPolicy") else key)
+        kind = ref.kind or "ValidatingPolicy"
+        if kind not in QUEUE_KEYS:
+            continue
+        key = f"{exc.namespace}/{ref.name}" if kind.startswith("Namespaced") and exc.namespace else ref.name
+        out.append(QUEUE_KEYS[kind](key))
     return out
 
 

@@ -32,6 +32,7 @@ from vpol.cel.library_use import unserved_libraries
 from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy, compile_image_validating_policy
 from vpol.controller.deletion import candidates, due_at
 from vpol.controller.enforcement_proof import EnforcementProver
+from vpol.controller.queue_keys import DELETING, GENERATING, IMAGE_VALIDATING, lifecycle_key
 from vpol.controller.reconcile import DiscoveryCache, ReconcileResult, webhook_state
 from vpol.desired.enforcement import WebhookState
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
@@ -48,7 +49,6 @@ from vpol.model.templates import parse as parse_template
 
 logger = logging.getLogger(__name__)
 
-GENERATING, DELETING, IMAGE_VALIDATING = "gpol", "dpol", "ivpol"
 GENERATING_CONDITION = "Generating"
 BACKGROUND_SCANNED = "BackgroundScanned"
 ATTESTORS_VERIFIABLE = "AttestorsVerifiable"
@@ -58,8 +58,7 @@ SCHEDULED = "Scheduled"
 WRITE_VERBS = ("create", "update", "delete", "get", "list", "watch")
 
 
-def key_for(kind: str, key: str) -> str:
-    return f"{kind}:{key}"
+key_for = lifecycle_key
 
 
 def is_lifecycle_key(key: str) -> bool:

@@ -50,17 +50,17 @@ from vpol.model.discovery import Discovery
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_mutating_policy
 from vpol.model.policy import PolicyException
+from vpol.controller.queue_keys import MUTATING, mutating_key
 
 logger = logging.getLogger(__name__)
 
-KEY_PREFIX = "mpol:"
+KEY_PREFIX = MUTATING + ":"
 NATIVE_MAP = "NativeMAP"
 #: Label telling generated MAPs of one policy apart from VAPs of a ValidatingPolicy of the same name.
 KIND_LABEL = "vpol.kyverno.io/policy-kind"
 
 
-def key_for(name: str) -> str:
-    return KEY_PREFIX + name
+key_for = mutating_key
 
 
 def is_mutating_key(key: str) -> bool:

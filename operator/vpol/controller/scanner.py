@@ -65,7 +65,7 @@ from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
 from vpol.controller.registry_credentials import RegistryClients
-from vpol.controller.reconcile_lifecycle import GENERATING
+from vpol.controller.queue_keys import GENERATING
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.kube.errors import describe
 from vpol.engine.evaluate import SKIP, CompiledException, Result, compile_exception

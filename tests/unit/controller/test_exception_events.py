@@ -56,3 +56,15 @@ def test_every_kind_and_namespace_is_queued() -> None:
     asyncio.run(handlers.policy_event(type="DELETED", meta={"name": "p", "namespace": "a"}, memo=m))
     queued(m)
     assert refs(("NamespacedValidatingPolicy", "p")) == ["b/p"]
+
+
+def test_an_expiring_exception_requeues_the_policies_it_names_of_every_kind() -> None:
+    from vpol.controller.reconcile import exception_policy_keys
+    from vpol.model.policy import PolicyException, PolicyRef
+
+    exc = PolicyException("x", "team", policy_refs=tuple(PolicyRef(n, k) for n, k in (
+        ("v", "ValidatingPolicy"), ("nv", "NamespacedValidatingPolicy"), ("m", "MutatingPolicy"),
+        ("g", "GeneratingPolicy"), ("ng", "NamespacedGeneratingPolicy"), ("d", "DeletingPolicy"),
+        ("i", "NamespacedImageValidatingPolicy"), ("old", "ClusterPolicy"))))
+    assert exception_policy_keys(exc) == ["v", "team/nv", "mpol:m", "gpol:g", "gpol:team/ng", "dpol:d",
+                                          "ivpol:team/i"]
