@@ -66,6 +66,20 @@ def test_a_kind_whose_crd_is_installed_later_is_generated_and_scanned(kube: Kube
                                                                  "operations": ["CREATE", "UPDATE"],
                                                                  "resources": ["widgets"]}]},
                          "validations": [{"expression": "object.spec.size <= 3", "message": "too big"}]}})
+    # A policy whose template names the kind says that it is not served yet.
+    templated = f"{run}-template"
+    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "GeneratingPolicy", "metadata": {"name": templated},
+                "spec": {"matchConstraints": {"resourceRules": [CM_RULE],
+                                              "objectSelector": {"matchLabels": {"run": f"{run}-t"}}},
+                         "generate": [{"template": {"interpolate": "cel", "value": (
+                             f"apiVersion: {group}/v1\nkind: Widget\nmetadata:\n"
+                             "  name: (( object.metadata.name + '-t' ))\n"
+                             "  namespace: (( object.metadata.namespace ))\nspec:\n  size: 1\n")}}]}})
+
+    def generating_message() -> str:
+        return str((kube.condition("generatingpolicy", templated, "Generating") or {}).get("message") or "")
+
+    wait_for("the template's kind said unserved", lambda: "serves no" in generating_message(), timeout=60)
     # Installed now, with the rights to write its objects (aggregated into vpol's roles).
     kube.apply({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                 "metadata": {"name": f"widgets.{group}"},
@@ -86,6 +100,7 @@ def test_a_kind_whose_crd_is_installed_later_is_generated_and_scanned(kube: Kube
     kube.apply(configmap("trigger", namespace, labels))
     widget = wait_for("the Widget generated", lambda: kube.get(f"widgets.{group}", "trigger", namespace), timeout=60)
     assert widget["spec"]["size"] == 5
+    wait_for("the template's kind served", lambda: "serves no" not in generating_message(), timeout=30)
     # The policy made before the kind existed scans it now.
     found = wait_for("the Widget's scan result", lambda: next(
         (r for r in report_results(cluster, f"widgets.{group}", "trigger", namespace)

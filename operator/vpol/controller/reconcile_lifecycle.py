@@ -96,9 +96,10 @@ def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[t
     return (True, "Webhook", f"enforced by vpol's image webhooks ({names})"), "Webhook"
 
 
-def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[ResourceInfo]:
-    """The resources of the kinds a policy's templates name literally (expressions decide theirs at run time)."""
-    found: dict[tuple[str, str, str], ResourceInfo] = {}
+def _template_types(policy: GeneratingPolicy) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of each object a policy's templates name literally (expressions decide theirs at run
+    time)."""
+    out: list[tuple[str, str]] = []
     for item in policy.spec.generate:
         if not item.is_template:
             continue
@@ -109,10 +110,23 @@ def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[Resou
         for doc in template.documents:
             api_version, kind = doc.get("apiVersion"), doc.get("kind")
             if isinstance(api_version, str) and isinstance(kind, str) and "((" not in api_version + kind:
-                info = discovery.resource_for_kind(api_version, kind)
-                if info is not None:
-                    found[(info.group, info.version, info.resource)] = info
+                out.append((api_version, kind))
+    return out
+
+
+def template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[ResourceInfo]:
+    """The resources of the kinds a policy's templates name literally."""
+    found: dict[tuple[str, str, str], ResourceInfo] = {}
+    for api_version, kind in _template_types(policy):
+        info = discovery.resource_for_kind(api_version, kind)
+        if info is not None:
+            found[(info.group, info.version, info.resource)] = info
     return [found[k] for k in sorted(found)]
+
+
+def unserved_template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> list[str]:
+    """``<apiVersion>, Kind=<kind>`` of each kind a policy's templates name that the API server does not serve."""
+    return sorted({f"{v}, Kind={k}" for v, k in _template_types(policy) if discovery.resource_for_kind(v, k) is None})
 
 
 class LifecycleReconciler:
@@ -220,6 +234,10 @@ class LifecycleReconciler:
         what = "generates " + (" and ".join(when) if when else "nothing (admission and generateExisting are off)")
         if ev.synchronize:
             what += ", keeping its objects synchronized"
+        unserved = unserved_template_kinds(policy, discovery)
+        if unserved:
+            # Said, not blocking: the kind's CRD may come later (vpol.controller.handlers.crd_event follows it).
+            what += f"; the API server serves no {'; no '.join(unserved)}: those objects cannot be generated yet"
         extra: list[tuple[str, bool, str, str, bool]] = []
         if self.runner is None:
             extra.append((GENERATING_CONDITION, False, "ScansDisabled", "nothing is generated: the operator runs "
