@@ -127,21 +127,27 @@ def test_a_trigger_that_stops_matching_loses_its_downstream_and_gets_it_back(
     wait_for("the copy generated again", lambda: kube.get("configmap", "trigger-copy", namespace), timeout=60)
 
 
-def test_an_exception_reporting_pass_exempts_a_trigger(kube: Kube, cluster: Any, namespace: str,
+@pytest.mark.parametrize("made", ["before", "after"])
+def test_an_exception_reporting_pass_exempts_a_trigger(made: str, kube: Kube, cluster: Any, namespace: str,
                                                        unique_name: Callable[..., str]) -> None:
+    """The exception made before the policy, or after it is Ready (in another namespace than the triggers')."""
     run = unique_name("passed")
     labels = {"run": run}
     name = f"{run}-gen"
+    exception = {"apiVersion": f"{GROUP}/v1", "kind": "PolicyException",
+                 "metadata": {"name": f"{run}-testing", "namespace": "default"},
+                 "spec": {"policyRefs": [{"name": name, "kind": "GeneratingPolicy"}], "reportResult": "pass",
+                          "matchConditions": [{"name": "testing",
+                                               "expression": "object.metadata.name == 'testing'"}]}}
+    if made == "before":
+        kube.apply(exception)
     kube.apply(gpol(name, labels, (
         "generator.Apply(object.metadata.namespace, [{'apiVersion': 'v1', 'kind': 'ConfigMap', "
         "'metadata': {'name': object.metadata.name + '-copy'}, 'data': {}}])"), sync=False))
     kube.wait_ready("generatingpolicy", name, timeout=90)
-    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "PolicyException",
-                "metadata": {"name": f"{run}-testing", "namespace": namespace},
-                "spec": {"policyRefs": [{"name": name, "kind": "GeneratingPolicy"}], "reportResult": "pass",
-                         "matchConditions": [{"name": "testing",
-                                              "expression": "object.metadata.name == 'testing'"}]}})
-    # Made after the policy: the exempt trigger first, so once the other's copy exists the exempt one's would.
+    if made == "after":
+        kube.apply(exception)
+    # The exempt trigger first, so once the other's copy exists the exempt one's would.
     kube.apply(configmap("testing", namespace, labels), configmap("other", namespace, labels))
     wait_for("the other trigger's copy", lambda: kube.get("configmap", "other-copy", namespace), timeout=60)
     assert kube.get("configmap", "testing-copy", namespace) is None
