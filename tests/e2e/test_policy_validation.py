@@ -32,7 +32,7 @@ def vpol_check(path: Path) -> list[str]:
                           text=True, cwd=REPO)
     out = []
     for line in proc.stdout.splitlines():
-        if "policies checked" in line or not line.strip():
+        if " checked: " in line or not line.strip():
             continue
         for label in ("error: ", "warning: "):
             if line.startswith(str(path)) and label in line:

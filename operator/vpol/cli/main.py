@@ -70,11 +70,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     warnings = len(problems) - errors
     invalid = {p.file + p.object for p in problems if p.severity == "error"}
     total = len(policies) + len(entries) + len({p.file + p.object for p in loaded.problems if p.severity == "error"})
-    print(f"{total} policies checked: {total - len(invalid)} valid, {len(invalid)} invalid "
-          f"({errors} errors, {warnings} warnings)")
+    print(f"{total} {'policy' if total == 1 else 'policies'} checked: {total - len(invalid)} valid, "
+          f"{len(invalid)} invalid ({errors} {'error' if errors == 1 else 'errors'}, "
+          f"{warnings} {'warning' if warnings == 1 else 'warnings'})")
     if loaded.unreadable:
         return EXIT_INPUT
-    return EXIT_FAIL if errors else EXIT_OK
+    if errors:
+        return EXIT_FAIL
+    if warnings and args.strict:
+        print(f"--strict: {warnings} {'warning fails' if warnings == 1 else 'warnings fail'} the check",
+              file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
 
 
 def _global_context_problems(paths: Sequence[str]) -> list[list[Problem]]:
@@ -581,6 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="compile and type-check policies", parents=[inputs])
     p.add_argument("paths", nargs="+", metavar="PATH", help="policy files or directories")
     p.add_argument("--no-typecheck", action="store_true", help="skip schema-aware type checking")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings fail the check too (exit 1), the type checker's findings among them: the CI gate")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("apply", help="evaluate policies against resources offline", parents=[inputs])

@@ -262,7 +262,7 @@ def test_vpol_check_locates_problems_in_the_file(tmp_path: Path, capsys: pytest.
     line = doc.position("spec.validations[0].expression")
     assert line is not None
     assert f"{path}:{line.line}:" in out and "spec.validations[0].expression at 1:" in out
-    assert "1 policies checked: 0 valid, 1 invalid" in out
+    assert "1 policy checked: 0 valid, 1 invalid" in out
     path.write_text(yaml.safe_dump(document(SPEC), sort_keys=False))
     assert main(["check", str(path)]) == 0
 

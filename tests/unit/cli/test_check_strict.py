@@ -1,0 +1,50 @@
+"""``vpol check --strict``: the CI gate. A typo the type checker finds (a field no matched kind has) is a warning:
+the check passes without --strict (exit 0) and fails with it (exit 1); errors fail either way; a clean policy
+passes both; the summary says its numbers in the singular when they are one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vpol.cli.main import main
+
+POLICY = """apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata:
+  name: {name}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  validations:
+  - expression: "{expression}"
+"""
+
+
+def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], expression: str, *flags: str) -> tuple[int, str]:
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY.format(name="p", expression=expression))
+    code = main(["check", *flags, str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize("expression,plain,strict", [
+    ("object.spec.containrs.all(c, c.name != '')", 0, 1),
+    ("object.spec.containers.all(c, c.name != '')", 0, 0),
+    ("object.spec.containers.all(c, c.name != ", 1, 1),
+])
+def test_strict_fails_on_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str], expression: str, plain: int,
+                                  strict: int) -> None:
+    code, out = check(tmp_path, capsys, expression)
+    assert code == plain, out
+    code, out = check(tmp_path, capsys, expression, "--strict")
+    assert code == strict, out
+    if expression.startswith("object.spec.containrs"):
+        assert "undefined field 'containrs'" in out and "1 policy checked: 1 valid, 0 invalid (0 errors, 1 warning)" \
+            in out and "--strict: 1 warning fails the check" in out
