@@ -1,5 +1,7 @@
-"""``vpol``: check, apply, test and generate every kind of Kyverno CEL policy offline (Validating, Mutating,
-Generating, Deleting and ImageValidating policies, namespaced ones too), and ``run`` the operator.
+"""vpol: check, apply, test and generate Kyverno's CEL policies offline, and run the operator.
+
+Every kind: Validating, Mutating, Generating, Deleting and ImageValidating policies (namespaced ones too),
+PolicyExceptions and GlobalContextEntries.
 
 Exit codes: 0 success; 1 policy errors, failing results (``apply`` with
 ``--fail-on-violation``... see each command) or disagreeing tests; 2
@@ -54,9 +56,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems = list(loaded.problems)
     entries = _global_context_problems(args.paths)
     if not loaded.any_policy and not loaded.problems and not loaded.unreadable and not entries:
-        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy, ImageValidatingPolicy or "
-              f"GlobalContextEntry found "
-              f"in {' '.join(args.paths)}", file=sys.stderr)
+        _none_found(f"{POLICY_KINDS} or GlobalContextEntry", args.paths)
         return EXIT_FAIL
     policies: list[AnyPolicy] = [*loaded.policies, *loaded.mutating, *loaded.generating, *loaded.deleting,
                                  *loaded.image_validating]
@@ -82,6 +82,33 @@ def cmd_check(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+#: The kinds of policy the CLI reads, as its messages name them.
+POLICY_KINDS = "ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy, ImageValidatingPolicy (or a " \
+               "namespaced one)"
+#: Kyverno's policy kinds before its CEL policies (group kyverno.io), which vpol does not serve.
+LEGACY_KINDS = ("ClusterPolicy", "Policy", "CleanupPolicy", "ClusterCleanupPolicy")
+
+
+def _none_found(what: str, paths: Sequence[str]) -> None:
+    """Say that ``paths`` hold no ``what``; and, for each of Kyverno's legacy policies among them, why it does not
+    count."""
+    from vpol.cli.inputs import expand, load_documents
+
+    print(f"no {what} found in {' '.join(paths)}", file=sys.stderr)
+    for path in expand(paths):
+        try:
+            docs = load_documents(path)
+        except InputError:
+            continue
+        for doc in docs:
+            data = doc.data if isinstance(doc.data, dict) else {}
+            if data.get("kind") in LEGACY_KINDS and str(data.get("apiVersion", "")).startswith("kyverno.io/"):
+                name = (data.get("metadata") or {}).get("name", "")
+                print(f"{path}: {data['kind']}/{name} ({data['apiVersion']}) is one of Kyverno's legacy policy kinds, "
+                      f"which vpol does not serve: vpol runs Kyverno's CEL policies (policies.kyverno.io: "
+                      f"{POLICY_KINDS})", file=sys.stderr)
 
 
 def _global_context_problems(paths: Sequence[str]) -> list[list[Problem]]:
@@ -128,8 +155,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         _print_problems(loaded.unreadable)
         return EXIT_INPUT
     if not loaded.any_policy and not loaded.has_errors:
-        print(f"no ValidatingPolicy, MutatingPolicy, GeneratingPolicy or DeletingPolicy found in "
-              f"{' '.join(args.policy)}", file=sys.stderr)
+        _none_found(POLICY_KINDS, args.policy)
         return EXIT_FAIL
     missing = [p for p in args.resource if p != "-" and not os.path.exists(p)]
     if missing:
@@ -463,7 +489,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(f"no such file or directory: {' '.join(missing)}", file=sys.stderr)
         return EXIT_INPUT
     if not find_test_files(args.paths):
-        print(f"no {' or '.join(('kyverno-test.yaml',))} found under: {' '.join(args.paths)}", file=sys.stderr)
+        print(f"no kyverno-test.yaml found under: {' '.join(args.paths)}", file=sys.stderr)
         return EXIT_INPUT
     outcomes = run_tests(args.paths)
     agreed = disagreed = unsupported = 0
@@ -594,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("apply", help="evaluate policies against resources offline", parents=[inputs])
     p.add_argument("--policy", "-p", nargs="+", action="extend", required=True, metavar="PATH",
-                   help="policy files or directories (ValidatingPolicy, MutatingPolicy, PolicyException); repeatable")
+                   help="policy files or directories (policies of every kind, PolicyExceptions); repeatable")
     p.add_argument("--resource", "-r", nargs="+", action="extend", required=True, metavar="PATH",
                    help="resource files or directories (kind: List is flattened); repeatable")
     p.add_argument("--exceptions", "-e", nargs="+", action="extend", metavar="PATH",

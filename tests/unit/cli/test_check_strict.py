@@ -48,3 +48,20 @@ def test_strict_fails_on_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[
     if expression.startswith("object.spec.containrs"):
         assert "undefined field 'containrs'" in out and "1 policy checked: 1 valid, 0 invalid (0 errors, 1 warning)" \
             in out and "--strict: 1 warning fails the check" in out
+
+
+def test_a_legacy_kyverno_policy_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "legacy.yaml"
+    path.write_text("apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: old\nspec:\n  rules: []\n")
+    for argv in (["check", str(path)], ["apply", "--policy", str(path), "--resource", str(path)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "no ValidatingPolicy" in err and "ImageValidatingPolicy" in err, err
+        assert f"{path}: ClusterPolicy/old (kyverno.io/v1) is one of Kyverno's legacy policy kinds" in err, err
+
+
+def test_test_says_what_is_missing_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test", str(tmp_path / "nowhere")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert main(["test", str(tmp_path)]) == 2
+    assert "no kyverno-test.yaml found under" in capsys.readouterr().err
