@@ -320,8 +320,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
             yaml.safe_dump(dicts, sys.stdout, sort_keys=False)
         else:
             _table(dicts)
+    kept = sum(1 for row in lifecycle.rows if row.get("deletion") and row["result"] == "fail")
     print(", ".join(f"{v} {k}" for k, v in counts.items()) +
-          (f"; {lifecycle.deletions} to delete" if loaded.deleting else ""), file=sys.stderr)
+          (f"; {lifecycle.deletions} to delete, {kept} kept" if loaded.deleting else ""), file=sys.stderr)
     if loaded.unreadable:
         return EXIT_INPUT
     if loaded.has_errors or any(not e.ok for e in engines) or not lifecycle.ok or not images_ok:
@@ -466,12 +467,18 @@ def _print_mutated(patched: list[tuple[dict[str, Any], dict[str, Any]]], *, diff
         sys.stdout.writelines(difflib.unified_diff(before, after, f"{name} (input)", f"{name} (mutated)"))
 
 
+#: What the table says for a DeletingPolicy's result on an object.
+DELETION_WORDS = {"pass": "delete", "fail": "keep"}
+
+
 def _table(rows: list[dict[str, Any]]) -> None:
     headers = ["POLICY", "RESOURCE", "RESULT", "MESSAGE"]
     lines = []
     for r in rows:
         res = "/".join(x for x in (r["kind"], r["namespace"], r["name"]) if x)
-        lines.append([r["policy"], res, r["result"].upper(), r["message"].replace("\n", " ")])
+        # A DeletingPolicy's rows say what it would do (their JSON result stays Kyverno's pass/fail).
+        result = DELETION_WORDS.get(r["result"], r["result"]) if r.get("deletion") else r["result"]
+        lines.append([r["policy"], res, result.upper(), r["message"].replace("\n", " ")])
     widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(headers[:-1])]
     print("  ".join(h.ljust(w) for h, w in zip(headers[:-1], widths)) + "  " + headers[-1])
     for line in lines:

@@ -65,3 +65,31 @@ def test_test_says_what_is_missing_with_exit_2(tmp_path: Path, capsys: pytest.Ca
     assert "no such file or directory" in capsys.readouterr().err
     assert main(["test", str(tmp_path)]) == 2
     assert "no kyverno-test.yaml found under" in capsys.readouterr().err
+
+
+def test_a_deleting_policys_table_says_delete_and_keep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy, resources = tmp_path / "p.yaml", tmp_path / "r.yaml"
+    policy.write_text("""apiVersion: policies.kyverno.io/v1
+kind: DeletingPolicy
+metadata: {name: old-pods}
+spec:
+  schedule: "*/5 * * * *"
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: ["*"], resources: [pods]}]
+  conditions: [{name: expired, expression: "object.metadata.?labels.expired.orValue('') == 'true'"}]
+""")
+    resources.write_text("""apiVersion: v1
+kind: Pod
+metadata: {name: old, namespace: default, labels: {expired: "true"}}
+spec: {containers: [{name: a, image: nginx:1.27}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fresh, namespace: default}
+spec: {containers: [{name: a, image: nginx:1.27}]}
+""")
+    assert main(["apply", "-p", str(policy), "-r", str(resources)]) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[1]: line.split()[2] for line in captured.out.splitlines()[1:]}
+    assert rows == {"Pod/default/old": "DELETE", "Pod/default/fresh": "KEEP"}, captured.out
+    assert captured.err.strip().endswith("; 1 to delete, 1 kept") and "FAIL" not in captured.out

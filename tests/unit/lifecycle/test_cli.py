@@ -317,7 +317,7 @@ def test_apply_deleting_policies(capsys: Capture) -> None:
         ("labelled-temporary", "preview"): ("pass", "resource matched"),
     }
     # keep-me is excluded, settings is not labelled temporary: no row. Deletions are not counted as results.
-    assert err.strip().splitlines()[-1] == "0 pass, 0 fail, 0 warn, 0 error, 0 skip; 5 to delete"
+    assert err.strip().splitlines()[-1] == "0 pass, 0 fail, 0 warn, 0 error, 0 skip; 5 to delete, 6 kept"
 
 
 def test_apply_keeping_objects_is_no_failure(tmp_path: Path, capsys: Capture) -> None:
@@ -328,4 +328,4 @@ def test_apply_keeping_objects_is_no_failure(tmp_path: Path, capsys: Capture) ->
     code, rows, err = apply_json(capsys, *deleting_args(policies))
     assert code == 0
     assert "fail" in {r["result"] for r in rows} and "error" not in {r["result"] for r in rows}
-    assert err.strip().endswith("; 4 to delete")
+    assert err.strip().endswith("; 4 to delete, 4 kept")
