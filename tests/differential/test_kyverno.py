@@ -57,7 +57,8 @@ VARIATIONS = 8
 PROTECTED = {"apiVersion", "kind", "metadata"}
 #: The kinds of policy documents the oracle takes, by the key of its input.
 ORACLE_KINDS = {"ValidatingPolicy": "validating", "NamespacedValidatingPolicy": "namespacedValidating",
-                "MutatingPolicy": "mutating", "PolicyException": "exceptions"}
+                "MutatingPolicy": "mutating", "NamespacedMutatingPolicy": "namespacedMutating",
+                "PolicyException": "exceptions"}
 
 
 def oracle() -> str:

@@ -7,7 +7,8 @@ pass and fail the same checks, which pins the result each computes. Expectations
 are also run against a copy of their expected objects with one field changed (both must fail) and one with
 `generate.kyverno.io/` labels added (both must ignore them).
 
-Suites here: tests/differential/suites/{generating,generating-more,generating-cluster,deleting} (generating-cluster
+Suites here: tests/differential/suites/{generating,generating-more,generating-cluster,deleting} and the examples of
+these kinds (examples/{generating,deleting,mutating}/...) (generating-cluster
 with cluster resources: Kyverno's CLI then generates through its cluster context). generating-namespaced is compared
 with Kyverno's engine only (tests/differential/test_kyverno.py): Kyverno's CLI stops on a nil pointer for a
 NamespacedGeneratingPolicy. Locally skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure.
@@ -32,6 +33,9 @@ from vpol.cli.kyverno_test import run_tests
 REPO = Path(__file__).resolve().parents[2]
 SUITES = Path(__file__).with_name("suites")
 CLI_SUITES = ("generating", "generating-more", "generating-cluster", "deleting")
+#: The examples of these kinds that Kyverno's CLI runs (its 1.19 stops on NamespacedGeneratingPolicies).
+EXAMPLES = ("generating/default-deny-network-policy", "deleting/finished-jobs",
+            "deleting/namespaced-preview-environments", "mutating/namespaced-team-label")
 RESULTS = ("pass", "fail", "skip", "error")
 
 
@@ -87,10 +91,10 @@ def _with_generate_labels(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", CLI_SUITES)
+@pytest.mark.parametrize("name", [*CLI_SUITES, *(f"examples/{e}" for e in EXAMPLES)])
 def test_vpol_test_decides_like_kyverno_test(name: str, tmp_path: Path) -> None:
     binary = kyverno_cli()
-    suite = SUITES / name
+    suite = REPO / name if name.startswith("examples/") else SUITES / name
     spec = yaml.safe_load((suite / "kyverno-test.yaml").read_text())
     compared, differences = 0, []
     for index, expectation in enumerate(spec["results"]):

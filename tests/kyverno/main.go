@@ -182,18 +182,20 @@ func clusterStore(ctx context.Context, entries []clusterEntry) (gctxstore.Store,
 }
 
 type input struct {
-	Validating []json.RawMessage         `json:"validating"`
-	Namespaced []json.RawMessage         `json:"namespacedValidating"`
-	Mutating   []json.RawMessage         `json:"mutating"`
-	Exceptions []json.RawMessage         `json:"exceptions"`
-	Resources  []resourceCase            `json:"resources"`
-	Operation  string                    `json:"operation"`
-	UserInfo   authenticationv1.UserInfo `json:"userInfo"`
-	Namespaces []corev1.Namespace        `json:"namespaces"`
-	Context    caseContext               `json:"context"`
-	Generate   bool                      `json:"generate"`
-	Generating []json.RawMessage         `json:"generating"`
-	Deleting   []json.RawMessage         `json:"deleting"`
+	Validating []json.RawMessage `json:"validating"`
+	Namespaced []json.RawMessage `json:"namespacedValidating"`
+	Mutating   []json.RawMessage `json:"mutating"`
+	// NamespacedMutatingPolicies, run with the MutatingPolicies.
+	NamespacedMutating []json.RawMessage         `json:"namespacedMutating"`
+	Exceptions         []json.RawMessage         `json:"exceptions"`
+	Resources          []resourceCase            `json:"resources"`
+	Operation          string                    `json:"operation"`
+	UserInfo           authenticationv1.UserInfo `json:"userInfo"`
+	Namespaces         []corev1.Namespace        `json:"namespaces"`
+	Context            caseContext               `json:"context"`
+	Generate           bool                      `json:"generate"`
+	Generating         []json.RawMessage         `json:"generating"`
+	Deleting           []json.RawMessage         `json:"deleting"`
 	// Images whose image.GetMetadata answer is asked for (read from their registries: imagedata.go).
 	ImageData []string `json:"imageData"`
 }
@@ -270,6 +272,10 @@ func run(in input) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("namespaced validating policy: %w", err)
 	}
+	nmpols, err := decode[policiesv1beta1.NamespacedMutatingPolicy](in.NamespacedMutating)
+	if err != nil {
+		return nil, fmt.Errorf("namespaced mutating policy: %w", err)
+	}
 	mpols, err := decode[policiesv1beta1.MutatingPolicy](in.Mutating)
 	if err != nil {
 		return nil, fmt.Errorf("mutating policy: %w", err)
@@ -342,8 +348,11 @@ func run(in input) (map[string]any, error) {
 		return map[string]any{"error": err.Error()}, nil
 	}
 	veng := vpolengine.NewEngine(vprovider, resolve, matching.NewMatcher())
-	mlikes := make([]policiesv1beta1.MutatingPolicyLike, 0, len(mpols))
+	mlikes := make([]policiesv1beta1.MutatingPolicyLike, 0, len(mpols)+len(nmpols))
 	for _, p := range mpols {
+		mlikes = append(mlikes, p)
+	}
+	for _, p := range nmpols {
 		mlikes = append(mlikes, p)
 	}
 	mprovider, err := mpolengine.NewProvider(mpolcompiler.NewCompiler(), mlikes, exceptions, fake)
@@ -377,7 +386,7 @@ func run(in input) (map[string]any, error) {
 				return map[string]any{"error": err.Error()}, nil
 			}
 		}
-		if len(mpols) > 0 {
+		if len(mlikes) > 0 {
 			op, object, old := shape(in.Operation, obj)
 			request := celengine.Request(fake, gvk, gvr(gvk), "", obj.GetName(), obj.GetNamespace(), op, in.UserInfo,
 				object, old, false, nil)

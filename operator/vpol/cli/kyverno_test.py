@@ -194,7 +194,8 @@ def run_test_document(doc: Document) -> TestOutcome:
                 outcome.checks.extend(_check_deletion(name, expected, deleting[bare_name], loaded.resources,
                                                       values, resolve))
                 continue
-            if any(m.policy.name == policy_name for m in mutating) and not expected.get("isValidatingPolicy"):
+            if any(m.policy.name == bare_name for m in mutating) and not expected.get("isValidatingPolicy"):
+                expected = {**expected, "policy": bare_name}
                 # patchedResources may be given per result (Kyverno's usual layout) or for the whole test.
                 given = spec.get("patchedResources") or expected.get("patchedResources") or \
                     expected.get("patchedResource")
