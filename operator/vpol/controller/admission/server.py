@@ -341,10 +341,19 @@ class WebhookServer:
             await asyncio.sleep(2)
         # Not aiohttp's TCPSite: it sets neither a TLS handshake timeout nor a bound on connections.
         assert self._loop is not None and self._runner.server is not None
-        self._listener = await self._loop.create_server(
-            _Bounded(self._runner.server, self.options.max_connections), self.options.host, self.options.port,
-            ssl=self.certificates.context, ssl_handshake_timeout=self.options.handshake_seconds, backlog=128,
-            reuse_address=True)
+        while True:
+            try:
+                self._listener = await self._loop.create_server(
+                    _Bounded(self._runner.server, self.options.max_connections), self.options.host,
+                    self.options.port, ssl=self.certificates.context,
+                    ssl_handshake_timeout=self.options.handshake_seconds, backlog=128, reuse_address=True)
+                break
+            except OSError as exc:
+                # A port another process holds: said, and tried again (this task ending would leave the operator
+                # running with no webhook and nothing in its log).
+                logger.warning("admission webhook cannot listen on %s:%d (%s); trying again in 2 s",
+                               self.options.host, self.options.port, exc)
+                await asyncio.sleep(2)
         self.listening = True
         logger.info("admission webhook serving on %s:%d", self.options.host, self.options.port)
         await self._certificate_loop()
