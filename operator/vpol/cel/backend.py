@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +64,12 @@ class Backend:
     def image_metadata(self, image: str) -> dict[str, Any]:
         raise BackendUnavailable(f"image.GetMetadata is not available ({self.name} backend)")
 
+    def for_registry(self, registry: Any, cache: Any, deadline: float | None) -> Backend:
+        """This backend as an ImageValidatingPolicy sees it, whose own registry client is ``registry``: where this
+        backend reads registries, ``image.GetMetadata`` reads with that client (vpol.kube.live_backend); elsewhere
+        (offline: answers mocked by test context files, as Kyverno's CLI mocks them) the backend itself."""
+        return self
+
 
 class Delegating(Backend):
     """A backend that passes every call to ``inner``; subclasses answer one library themselves."""
@@ -97,6 +104,14 @@ class Delegating(Backend):
 
     def image_metadata(self, image: str) -> dict[str, Any]:
         return self.inner.image_metadata(image)
+
+    def for_registry(self, registry: Any, cache: Any, deadline: float | None) -> Backend:
+        inner = self.inner.for_registry(registry, cache, deadline)
+        if inner is self.inner:
+            return self
+        wrapped = copy.copy(self)
+        wrapped.inner = inner
+        return wrapped
 
 
 _CURRENT: contextvars.ContextVar[Backend | None] = contextvars.ContextVar("vpol_cel_backend", default=None)

@@ -31,7 +31,7 @@ from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
 from vpol.engine.autogen import image_autogen_configs
-from vpol.engine.image_metadata import MetadataCache, PolicyRegistryBackend
+from vpol.engine.image_metadata import MetadataCache
 from vpol.engine.evaluate import (
     ERROR,
     FAIL,
@@ -152,7 +152,7 @@ class ImagePolicyEngine:
         """The policy's outcome on ``subject`` (None when it does not apply). ``outcomes``: the request's
         verification outcomes, shared by its policies; ``loaded``: images loaded for the request, shared too.
         The I/O libraries are served by the current backend, ``image.GetMetadata`` with ``registry``."""
-        with using(PolicyRegistryBackend(current(), registry, self._metadata, deadline)):
+        with using(current().for_registry(registry, self._metadata, deadline)):
             return self._evaluate(subject, registry=registry, outcomes=outcomes, cache=cache, deadline=deadline,
                                   loaded=loaded)
 

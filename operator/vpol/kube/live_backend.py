@@ -29,7 +29,7 @@ from typing import Any
 
 from vpol.cel.backend import Backend, BackendUnavailable, ObjectNotFound
 from vpol.engine.global_context import GlobalContextSource, SyncedView
-from vpol.engine.image_metadata import MetadataCache
+from vpol.engine.image_metadata import MetadataCache, PolicyRegistryBackend
 from vpol.engine.registry_access import Registry, RegistryError
 from vpol.model.discovery import builtin
 
@@ -198,6 +198,9 @@ class LiveBackend(Backend):
         if self._view is None:
             raise BackendUnavailable("GlobalContextEntry data is not available in this process")
         return self._view.get_checked(name, projection)
+
+    def for_registry(self, registry: Any, cache: Any, deadline: float | None) -> Backend:
+        return PolicyRegistryBackend(self, registry, cache, deadline)
 
     def image_metadata(self, image: str) -> dict[str, Any]:
         if self.registry is None:

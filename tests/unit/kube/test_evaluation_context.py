@@ -177,3 +177,48 @@ def test_what_is_sent_to_a_worker_keeps_the_registry_and_leaves_the_store() -> N
 def test_the_default_backend_module_state_is_a_failing_backend() -> None:
     # Nothing installed: every library call fails with its reason (the CLI and tests open using() blocks).
     assert type(backend_module._PROCESS[0]) is Backend
+
+
+class NoRegistry:
+    """A registry that must not be asked."""
+
+    def manifest(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the registry was asked")
+
+    blob = referrers = manifest
+
+
+def image_policy_result(validation: str) -> Any:
+    from vpol.engine.image_policy import ImagePolicyEngine
+    from vpol.engine.subjects import subject_for
+    from vpol.engine.request import ResourceType
+    from vpol.model.image_validating import parse_image_validating_policy
+
+    policy, problems = parse_image_validating_policy({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "meta"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["pods"]}]},
+                 "matchImageReferences": [{"glob": "elsewhere.example/*"}],
+                 "validationConfigurations": {"mutateDigest": False, "verifyDigest": False, "required": False},
+                 "attestors": [{"name": "a", "cosign": {"key": {"data": "unused"}}}],
+                 "validations": [{"expression": validation, "message": "no"}]}})
+    assert policy is not None, problems
+    pod_ = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "registry.local/app:v1"}]}}
+    subject = subject_for(pod_, resolve=lambda a, k: ResourceType("", "v1", "pods", "Pod", True))
+    outcome = ImagePolicyEngine(policy).evaluate(subject, registry=NoRegistry())  # type: ignore[arg-type]
+    assert outcome is not None
+    return outcome.result
+
+
+def test_an_image_policy_reads_metadata_where_the_current_backend_says() -> None:
+    from vpol.cel.offline_backend import OfflineBackend
+
+    expression = "object.spec.containers.all(c, image.GetMetadata(c.image).digest == 'sha256:mocked')"
+    # Offline: the test context's mocked image, as Kyverno's CLI answers it; the policy's registry is not asked.
+    with using(OfflineBackend(images=[{"image": "registry.local/app:v1", "digest": "sha256:mocked"}])):
+        assert image_policy_result(expression).result == "pass"
+    # In a cluster: read with the policy's own registry client (here one that must not be asked: an error).
+    with using(LiveBackend(registry=lambda: images())):
+        result = image_policy_result(expression)
+        assert result.result == "error" and "the registry was asked" in result.message, result
