@@ -161,7 +161,7 @@ class Cluster:
 def pooled_client(kube: KubeCluster, threads: int) -> Any:
     """A client of ``kube`` keeping as many connections as ``threads`` send at once. The generated client's
     default pool is 5 per core, and a connection given back to a full pool is closed: the next request pays a
-    new TLS connection, on both sides (bench/README.md, 2026-11-27 09:45 UTC). Close it when done."""
+    new TLS connection, on both sides (bench/results/scan.md, 2026-11-27 09:45 UTC). Close it when done."""
     from kubernetes import client
 
     configuration = copy.copy(kube.configuration)

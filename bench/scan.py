@@ -67,7 +67,7 @@ write floor is the time the same API server took to accept the bench's Pods
 the same write path as the report floor, just before the phases). A 16-result
 report costs the API server about 3 x a Pod, so the report floor is about 3 x
 the write floor: the apply and cold targets below are not reachable by any
-scanner writing these reports (bench/README.md, 2026-11-27 09:45 UTC); the
+scanner writing these reports (bench/results/scan.md, 2026-11-27 09:45 UTC); the
 ratios to the report floor are given beside them.
 
 * report writes per Pod = 1.00 in the apply and cold phases;
@@ -230,7 +230,7 @@ def create_pods(kube: Any, names: list[str], pods: int, violating_share: float, 
     # Through the write path the report floor uses (vpol's: the body encoded once, the answer read, so its
     # connection goes back to the pool). Until 2026-11-27 this called the generated client with
     # _preload_content=False and never read the answer: no connection went back to the pool, so every Pod paid a
-    # new TLS connection, and the "write floor" was about 3 x what the API server takes (bench/README.md).
+    # new TLS connection, and the "write floor" was about 3 x what the API server takes (bench/results/scan.md).
     api = pooled_client(kube, threads)
 
     def create(i: int) -> None:

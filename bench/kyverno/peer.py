@@ -1,7 +1,7 @@
 """Kyverno's admission controller, run out of cluster against a local control plane: the peer that vpol's
 webhook is measured against (bench/admission.py --peer kyverno; tests/e2e/test_kyverno_peer.py).
 
-Not part of vpol: a benchmark fixture. What it does, in order (bench/README.md says the same):
+Not part of vpol: a benchmark fixture. What it does, in order (bench/results/admission.md, issue 25, says the same):
 
 1. the binary: ``bench/kyverno/build`` (cmd/kyverno of github.com/kyverno/kyverno, built once and cached);
 2. Kyverno's CRDs from its module (``config/crds/{kyverno,policies.kyverno.io,policyreport,reports}``), each

@@ -51,7 +51,7 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
 
     With ``prefetch`` the next page is requested (and parsed) in a thread while the caller works on this one,
     so the API server's time on a page overlaps the caller's instead of adding to it; one more page is held.
-    Reading back 10,001 reports in pages of 100 at a restart: 5.0-5.2 s against 5.9-7.0 s (bench/README.md)."""
+    Reading back 10,001 reports in pages of 100 at a restart: 5.0-5.2 s against 5.9-7.0 s (bench/results/scan.md)."""
     path = collection_path(group, version, resource, namespace)
 
     def page(cont: str) -> tuple[list[dict[str, Any]], str, str]:

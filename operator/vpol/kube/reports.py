@@ -64,7 +64,7 @@ class Reports:
         resourceVersion, or None when it changed or went away since (then apply it).
 
         An update (PUT) of a report costs the API server about a fifth less than a server-side apply of the same
-        report (bench/README.md, "Ways of writing a report"): it is not merged with the stored object's fields
+        report (bench/results/scan.md, "Ways of writing a report"): it is not merged with the stored object's fields
         and managers. It replaces the whole object, so it is used only at the version vpol itself wrote: a
         report someone else changed since fails the precondition, and the apply that follows keeps their
         fields.
