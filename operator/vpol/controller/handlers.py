@@ -248,11 +248,14 @@ async def _follow_kinds(rt: Runtime) -> None:
         await rt.kinds_changed.wait()
         await asyncio.sleep(KINDS_SETTLE)
         rt.kinds_changed.clear()
-        if rt.discovery is not None:
-            rt.discovery.invalidate()
-        if rt.scanner is not None:
-            rt.scanner.kinds_changed()
-        await _queue_every_policy(rt)
+        try:
+            if rt.discovery is not None:
+                rt.discovery.invalidate()
+            if rt.scanner is not None:
+                rt.scanner.kinds_changed()
+            await _queue_every_policy(rt)
+        except Exception as exc:  # noqa: BLE001 - the next change (or the resync) tries again
+            logger.warning("following the cluster's kinds failed: %s", describe(exc))
 
 
 def _served(body: Mapping[str, Any]) -> tuple[Any, ...]:
