@@ -15,14 +15,13 @@ Pure: the registry is any :class:`vpol.engine.registry_access.Registry`; errors 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from vpol.cel.backend import Backend, BackendUnavailable, Delegating
 from vpol.cel.libraries.kyverno import imageref
+from vpol.engine.image_verification import VerificationCache
 from vpol.engine.registry_access import Registry, RegistryError
 
 #: The platform go-containerregistry's ``remote.Image`` picks from an index when none is given.
@@ -80,29 +79,18 @@ def image_metadata(registry: Registry, image: str, deadline: float | None = None
 
 class MetadataCache:
     """Answers of :func:`image_metadata`, by image: a digest reference's for :data:`DIGEST_SECONDS`, a tag's for
-    :data:`TAG_SECONDS` (a scan asking for the same image on every Pod asks the registry once); at most
-    :data:`ENTRIES`, the least recently used dropped first; failures are not kept. Thread-safe."""
+    :data:`TAG_SECONDS` (a scan asking for the same image on every Pod asks the registry once, and requests asking
+    at the same moment wait for one answer); at most :data:`ENTRIES` in all, the least recently used dropped
+    first; failures are not kept. Two of image verification's caches, one per lifetime. Thread-safe."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, entries: int = ENTRIES) -> None:
-        self.clock = clock
-        self.entries = entries
-        self._items: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._digests = VerificationCache(ttl=DIGEST_SECONDS, entries=entries // 2, clock=clock)
+        self._tags = VerificationCache(ttl=TAG_SECONDS, entries=entries - entries // 2, clock=clock)
 
     def get(self, registry: Registry, image: str, deadline: float | None = None) -> dict[str, Any]:
-        with self._lock:
-            found = self._items.get(image)
-            if found is not None and found[0] > self.clock():
-                self._items.move_to_end(image)
-                return json.loads(json.dumps(found[1]))  # a copy: callers may not change what is kept
-        data = image_metadata(registry, image, deadline)
-        ttl = DIGEST_SECONDS if "@sha256:" in image else TAG_SECONDS
-        with self._lock:
-            self._items[image] = (self.clock() + ttl, data)
-            self._items.move_to_end(image)
-            while len(self._items) > self.entries:
-                self._items.popitem(last=False)
-        return json.loads(json.dumps(data))
+        cache = self._digests if "@sha256:" in image else self._tags
+        data = cache.compute(image, lambda: image_metadata(registry, image, deadline))
+        return json.loads(json.dumps(data))  # a copy: callers may not change what is kept
 
 
 class PolicyRegistryBackend(Delegating):
