@@ -135,6 +135,9 @@ def test_vpol_apply_mutates_like_the_generated_maps(cluster: Any, unique_name: A
     try:
         for index, (policy_file, resources) in enumerate(suites):
             raw = yaml.safe_load(policy_file.read_text())
+            ns = f"{run}-{index}"
+            if raw["kind"].startswith("Namespaced"):  # moved into the test's namespace, as every object is
+                raw["metadata"]["namespace"] = ns
             policy, problems = parse_mutating_policy(raw)
             assert policy is not None, problems
             engine = MutatingPolicyEngine(policy)
@@ -142,7 +145,6 @@ def test_vpol_apply_mutates_like_the_generated_maps(cluster: Any, unique_name: A
             if not plan.objects:  # not expressible natively (a Kyverno-only function): nothing to compare with
                 ineligible.append(f"{policy.name}: {plan.reason}")
                 continue
-            ns = f"{run}-{index}"
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
             namespaces.append(ns)
             for obj in plan.objects:
