@@ -8,7 +8,7 @@ are also run against a copy of their expected objects with one field changed (bo
 `generate.kyverno.io/` labels added (both must ignore them).
 
 Suites here: tests/differential/suites/{generating,generating-more,generating-cluster,deleting} and the examples of
-these kinds (examples/{generating,deleting,mutating}/...) (generating-cluster
+these kinds and of ImageValidatingPolicies (examples/{generating,deleting,mutating,image-validating}/...) (generating-cluster
 with cluster resources: Kyverno's CLI then generates through its cluster context). generating-namespaced is compared
 with Kyverno's engine only (tests/differential/test_kyverno.py): Kyverno's CLI stops on a nil pointer for a
 NamespacedGeneratingPolicy. Locally skipped without Go; under CI=true (or VPOL_REQUIRE_E2E=1) that is a failure.
@@ -35,7 +35,8 @@ SUITES = Path(__file__).with_name("suites")
 CLI_SUITES = ("generating", "generating-more", "generating-cluster", "deleting")
 #: The examples of these kinds that Kyverno's CLI runs (its 1.19 stops on NamespacedGeneratingPolicies).
 EXAMPLES = ("generating/default-deny-network-policy", "deleting/finished-jobs",
-            "deleting/namespaced-preview-environments", "mutating/namespaced-team-label")
+            "deleting/namespaced-preview-environments", "mutating/namespaced-team-label",
+            "image-validating/internal-images-pinned", "image-validating/namespaced-team-images")
 RESULTS = ("pass", "fail", "skip", "error")
 
 

@@ -13,10 +13,11 @@ import yaml
 from vpol.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-#: Every kind the examples show (ImageValidatingPolicies read registries, so theirs is in
-#: docs/image-validating-policy.md, not here).
+#: Every kind vpol serves, each with an example (the ImageValidatingPolicies' ones need no registry: see their
+#: comments).
 KINDS = {"ValidatingPolicy", "NamespacedValidatingPolicy", "MutatingPolicy", "NamespacedMutatingPolicy",
-         "GeneratingPolicy", "NamespacedGeneratingPolicy", "DeletingPolicy", "NamespacedDeletingPolicy"}
+         "GeneratingPolicy", "NamespacedGeneratingPolicy", "DeletingPolicy", "NamespacedDeletingPolicy",
+         "ImageValidatingPolicy", "NamespacedImageValidatingPolicy"}
 
 
 def kinds() -> Counter[str]:
@@ -35,6 +36,9 @@ def test_every_kind_has_an_example_that_checks_and_tests(capsys: pytest.CaptureF
     ("deleting/finished-jobs", "> 0", "> 1"),
     ("deleting/namespaced-preview-environments", "== 'true'", "!= 'true'"),
     ("mutating/namespaced-team-label", '"example.com/team": "payments"', '"example.com/team": "billing"'),
+    ("image-validating/internal-images-pinned", "verifyDigest: true", "verifyDigest: false"),
+    ("image-validating/namespaced-team-images", "c.image.startsWith('registry.example.com/')) &&",
+     "c.image.startsWith('registry.example.com/') || true) &&"),
 ])
 def test_a_broken_policy_fails_its_example(tmp_path: Path, capsys: pytest.CaptureFixture[str], example: str,
                                            old: str, new: str) -> None:

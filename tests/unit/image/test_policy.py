@@ -269,12 +269,15 @@ def test_vpol_check_locates_problems_in_the_file(tmp_path: Path, capsys: pytest.
 
 def test_vpol_test_runs_image_policy_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Kyverno's test format for the kind: a tag-only image fails verifyDigest before any registry is read; a Pod
-    the policy does not select counts as skip; a wrong expectation disagrees."""
+    with no image matchImageReferences selects passes; a wrong expectation disagrees; a resource the policy does not
+    apply to has no result, so even ``skip`` disagrees (Kyverno's CLI: "Not found", where the other kinds give
+    skip)."""
     (tmp_path / "ivpol.yaml").write_text(yaml.safe_dump(document(SPEC)))
     (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
          "spec": {"containers": [{"name": "c", "image": image}]}}
-        for name, image in (("tagged", "registry.local/app:v1"), ("other", "docker.io/library/nginx:1"))]))
+        for name, image in (("tagged", "registry.local/app:v1"), ("other", "docker.io/library/nginx:1"))]
+        + [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"}}]))
     (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump({
         "apiVersion": "cli.kyverno.io/v1alpha1", "kind": "Test", "metadata": {"name": "images"},
         "policies": ["ivpol.yaml"], "resources": ["pods.yaml"],
@@ -289,6 +292,12 @@ def test_vpol_test_runs_image_policy_tests(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump(expectations))
     assert main(["test", str(tmp_path)]) == 1
     assert "1 agreed, 1 disagreed" in capsys.readouterr().out
+    expectations["results"][0] = {"policy": "images", "resources": ["settings"], "kind": "ConfigMap",
+                                   "result": "skip", "isImageValidatingPolicy": True}
+    (tmp_path / "kyverno-test.yaml").write_text(yaml.safe_dump(expectations))
+    assert main(["test", "-v", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "1 agreed, 1 disagreed" in out and "no result: the policy does not apply" in out, out
 
 
 @pytest.mark.parametrize(("cosign", "reason"), [
