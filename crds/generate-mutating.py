@@ -129,6 +129,9 @@ def derive(source: dict[str, Any]) -> dict[str, Any]:
     crd["spec"]["scope"] = "Cluster"
     for version in crd["spec"]["versions"]:
         version["storage"] = version["name"] == "v1beta1"
+        if version.get("deprecated"):  # the source's warning names ValidatingPolicy
+            version["deprecationWarning"] = (f"policies.kyverno.io/{version['name']} MutatingPolicy is deprecated; "
+                                             "use policies.kyverno.io/v1")
         root = version["schema"]["openAPIV3Schema"]
         root["description"] = ("A MutatingPolicy changes Kubernetes objects with CEL expressions at admission "
                                "(as a native MutatingAdmissionPolicy, see `vpol generate map`) and in `vpol apply`.")

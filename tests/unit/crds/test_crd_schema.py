@@ -239,3 +239,21 @@ def test_rule_messages_are_single_lines_and_lists_with_rules_are_bounded(name: s
                 assert "maxItems" in sub, f"{path}: a rule iterates an unbounded list"
             if sub.get("type") == "string":
                 assert "maxLength" in sub, f"{path}: a rule reads an unbounded string"
+
+
+def test_every_deprecation_warning_names_its_own_kind() -> None:
+    """A deprecated version's warning (what kubectl prints on each use of it) names the kind it is about, in crds/
+    and in the chart's copies (a derived CRD once carried the ValidatingPolicy's)."""
+    chart = CRDS.parent / "manifests" / "helm" / "vpol" / "crds"
+    checked = 0
+    for path in [*sorted(CRDS.glob("*.yaml")), *sorted(chart.glob("*.yaml"))]:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            kind = doc["spec"]["names"]["kind"]
+            for version in doc["spec"]["versions"]:
+                if version.get("deprecated"):
+                    warning = " ".join(str(version.get("deprecationWarning", "")).split())
+                    assert f"/{version['name']} {kind} is deprecated" in warning, (path.name, warning)
+                    checked += 1
+    assert checked >= 12, checked
