@@ -5,7 +5,7 @@ Two files: imagevalidatingpolicies.yaml and namespacedimagevalidatingpolicies.ya
 
 An ImageValidatingPolicy verifies the container images of matching requests: cosign signatures (keys,
 certificates, keyless identities), Notary signatures, in-toto and OCI referrer attestations, and pins tags to
-digests (docs/image-validating-policy.md holds the facts read from Kyverno 1.19.1). It keeps the frame of a
+digests (docs/internals/image-validating.md holds the facts read from Kyverno 1.19.1). It keeps the frame of a
 ValidatingPolicy (matchConstraints, matchConditions, variables, validations, auditAnnotations, failurePolicy,
 validationActions, webhookConfiguration, evaluation, autogen), whose schemas are taken from the ValidatingPolicy
 CRD so they never drift; the image fields are declared here. Kyverno's served versions: v1, v1beta1 (storage) and

@@ -6,7 +6,7 @@ deletingpolicies.yaml and namespaceddeletingpolicies.yaml.
 
 A GeneratingPolicy creates (and optionally keeps in sync) objects when a
 matching request (the trigger) is admitted; a DeletingPolicy deletes, on a
-cron schedule, the existing objects it matches (docs/generate-and-delete.md
+cron schedule, the existing objects it matches (docs/internals/generating-and-deleting.md
 holds the facts read from Kyverno 1.19.1). Both reuse pieces of the
 admission-policy frame of a ValidatingPolicy: matchConstraints,
 matchConditions (a DeletingPolicy's `conditions` has the same shape),

@@ -2,7 +2,7 @@
 ServiceAccount (its RBAC is what generation and deletion may do: the aggregated ClusterRoles vpol-generate and
 vpol-delete).
 
-Kyverno's semantics (docs/generate-and-delete.md): data and clone generation with and without synchronize,
+Kyverno's semantics (docs/internals/generating-and-deleting.md): data and clone generation with and without synchronize,
 generateExisting, a namespaced policy confined to its namespace, orphaning on policy deletion, a DeletingPolicy on
 a cron schedule with conditions on ``object`` and ``namespaceObject``, nothing deleted without RBAC, schedules
 and triggers surviving an operator killed at any moment, and invalid policies of each kind refused at apply time

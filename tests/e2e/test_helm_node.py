@@ -90,16 +90,29 @@ def test_the_chart_runs_its_replicas_as_its_service_account_under_the_restricted
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
-def test_policies_are_enforced_natively_and_through_the_webhook_service(release: KubeCluster) -> None:
-    namespace = "helm-node-e2e"
-    release.kubectl("create", "namespace", namespace)
-    release.kubectl("apply", "-f", "-", input=json.dumps(policy("node-native", namespace, "native-forbidden")))
+#: The namespace whose ConfigMaps the `enforced` policies decide.
+ENFORCED = "helm-node-e2e"
+
+
+@pytest.fixture(scope="module")
+def enforced(release: KubeCluster) -> KubeCluster:
+    """Two Deny policies on the ConfigMaps of ENFORCED (made here), both Ready: `node-native` (key
+    native-forbidden) enforced by a VAP, `node-webhook` (key webhook-forbidden) through vpol's webhook. Made once,
+    by the first test that asks, so that each test using them also runs alone."""
+    release.kubectl("create", "namespace", ENFORCED)
+    release.kubectl("apply", "-f", "-", input=json.dumps(policy("node-native", ENFORCED, "native-forbidden")))
     release.kubectl("apply", "-f", "-", input=json.dumps(
-        policy("node-webhook", namespace, "webhook-forbidden", "sha256(object.metadata.name) != '' && ")))
+        policy("node-webhook", ENFORCED, "webhook-forbidden", "sha256(object.metadata.name) != '' && ")))
     wait_for("the native policy Ready and enforced by a VAP", lambda: ready_with(release, "node-native", "NativeVAP"),
              120, 1)
     wait_for("the webhook policy Ready and enforced by vpol's webhook",
              lambda: ready_with(release, "node-webhook", "Webhook"), 120, 1)
+    return release
+
+
+def test_policies_are_enforced_natively_and_through_the_webhook_service(enforced: KubeCluster) -> None:
+    release, namespace = enforced, ENFORCED
+    assert ready_with(release, "node-native", "NativeVAP") and ready_with(release, "node-webhook", "Webhook")
     configuration = json.loads(release.kubectl("get", "validatingwebhookconfiguration", "vpol-validating",
                                                "-o", "json").stdout)
     # The API server calls the webhook through the chart's Service, not a URL.
@@ -415,7 +428,8 @@ def scanner_holder(cluster: KubeCluster) -> str:
     return str(lease["spec"].get("holderIdentity") or "")
 
 
-def test_helm_upgrade_under_load_fails_no_admission_request(release: KubeCluster) -> None:
+def test_helm_upgrade_under_load_fails_no_admission_request(enforced: KubeCluster) -> None:
+    release = enforced
     # The same image under another tag: the Deployment's template changes, so its Pods are replaced one by one.
     socket = release.info["node_host"]["containerd"]
     deployment = json.loads(release.kubectl("get", "deployment", "vpol", "-n", NAMESPACE, "-o", "json").stdout)
@@ -424,7 +438,7 @@ def test_helm_upgrade_under_load_fails_no_admission_request(release: KubeCluster
     subprocess.run(["ctr", "--address", socket, "-n", "k8s.io", "images", "tag", "--force",
                     f"docker.io/library/{current}", f"docker.io/library/{repository}:upgraded"], check=True)
     before = {p["metadata"]["name"] for p in pods(release)}
-    with Load(release, "helm-node-e2e") as load:
+    with Load(release, ENFORCED) as load:
         time.sleep(3)
         helm_on(release, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
                 "--set", "image.tag=upgraded", "--wait", "--timeout", "180s")
@@ -440,7 +454,8 @@ SCANNED = 500
 
 
 def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_replica_scans(
-        release: KubeCluster) -> None:
+        enforced: KubeCluster) -> None:
+    release = enforced
     leader = wait_for("a replica holding the scanner Lease", lambda: scanner_holder(release), 60, 1)
     (pod,) = [p["metadata"]["name"] for p in pods(release) if p["metadata"]["name"] in leader]
     scanned = "helm-node-failover-scan"
@@ -450,7 +465,7 @@ def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_
          "data": {"audited": "1"}} for i in range(SCANNED)]}))
     audit = policy("node-audit-failover", scanned, "audited")
     audit["spec"]["validationActions"] = ["Audit"]
-    with Load(release, "helm-node-e2e") as load, ReportWrites(release, scanned) as writes:
+    with Load(release, ENFORCED) as load, ReportWrites(release, scanned) as writes:
         time.sleep(3)
         # A scan that the leader's deletion interrupts: the deletion as soon as its first report is written.
         release.kubectl("apply", "-f", "-", input=json.dumps(audit))
@@ -534,9 +549,12 @@ def test_one_replica_handles_policy_events_and_a_policy_made_late_is_reconciled_
     expect_denied(lambda: dry_cm(release, "helm-node-late", "a", {"late": "1"}), "late is not allowed")
 
 
-def test_uninstall_leaves_no_webhook_configuration(release: KubeCluster) -> None:
-    assert "validatingwebhookconfigurations/vpol-validating" in webhook_configurations(release)
+def test_uninstall_leaves_no_webhook_configuration(enforced: KubeCluster) -> None:
+    release = enforced
+    # Written by the leading replica for the webhook policy: waited for, not assumed to be there already.
+    wait_for("vpol's webhook configuration",
+             lambda: "validatingwebhookconfigurations/vpol-validating" in webhook_configurations(release), 60, 1)
     helm_on(release, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
     wait_for("no webhook configuration left", lambda: webhook_configurations(release) == [], 60, 1)
     wait_for("the operator's Pods gone", lambda: pods(release) == [], 60, 1)
-    dry_cm(release, "helm-node-e2e", "d", {"webhook-forbidden": "1"})  # nothing calls a server that is gone
+    dry_cm(release, ENFORCED, "d", {"webhook-forbidden": "1"})  # nothing calls a server that is gone

@@ -1,7 +1,7 @@
 """Scheduled deletion (DeletingPolicies and NamespacedDeletingPolicies), run by the scanner.
 
 Not a loop of its own: the scanner (leader only) asks it every second which policies are due and runs them on its
-own thread. Kyverno's cleanup controller's semantics (docs/generate-and-delete.md, "Deletion"):
+own thread. Kyverno's cleanup controller's semantics (docs/internals/generating-and-deleting.md, "Deletion"):
 
 - a policy runs at the first time its ``schedule`` names after ``status.lastExecutionTime`` (after its
   ``creationTimestamp`` before its first run), so the schedule survives operator restarts and leader changes; a

@@ -3,7 +3,7 @@
 Not a loop of its own: the scanner (leader only) hands it what its watches and its schedule produce, on its own
 thread, as it does for mutateExisting (vpol.controller.background_mutation); evaluation is the pure engine's
 (vpol.engine.generate) with the cluster as ``resource.Get/List`` sees it. Kyverno's semantics
-(docs/generate-and-delete.md), and where vpol goes beyond them:
+(docs/internals/generating-and-deleting.md), and where vpol goes beyond them:
 
 - **Triggers** come from the scanner's watches of the kinds the policies match (vpol.controller.triggers): a
   created object is a CREATE, a change an UPDATE, a deletion a DELETE; each is evaluated when the policy's

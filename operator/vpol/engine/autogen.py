@@ -255,7 +255,7 @@ def mutating_autogen_configs(policy: MutatingPolicy) -> list[tuple[str, Mutating
 
 # --- ImageValidatingPolicy ---------------------------------------------------------------------------
 #
-# Kyverno's rule (pkg/cel/policies/ivpol/autogen, docs/image-validating-policy.md "Autogen"): the eligibility of a
+# Kyverno's rule (pkg/cel/policies/ivpol/autogen, docs/internals/image-validating.md "Autogen"): the eligibility of a
 # ValidatingPolicy's with apiVersions exactly ["v1"]; the same two configs and the same textual rewrite of every
 # expression (images, attestors and matchConditions included); the variants keep the policy's name.
 

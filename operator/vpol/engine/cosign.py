@@ -1,6 +1,6 @@
 """Checking cosign signatures and attestations (pure: the bytes come from the registry, vpol.oci).
 
-What cosign v3 writes and Kyverno 1.19.1 accepts (docs/image-validating-policy.md, "Signatures"):
+What cosign v3 writes and Kyverno 1.19.1 accepts (docs/internals/image-validating.md, "Signatures"):
 
 - **Sigstore bundles** (cosign's default since v3): OCI 1.1 referrers of the image whose one layer is a bundle
   (``application/vnd.dev.sigstore.bundle.v0.3+json``) holding a DSSE envelope. The envelope signs, over DSSE's

@@ -1,5 +1,5 @@
 """What a GeneratingPolicy generates for one trigger, and what a DeletingPolicy deletes (pure; Kyverno's
-semantics, docs/generate-and-delete.md).
+semantics, docs/internals/generating-and-deleting.md).
 
 **Generation.** A trigger the policy's matchConstraints select (a NamespacedGeneratingPolicy: one in its
 namespace) goes through the PolicyExceptions (one that exempts: no objects, result ``skip`` or ``pass``), the
@@ -106,7 +106,7 @@ def downstream_labels(policy: GeneratingPolicy, trigger: Subject, source_uid: st
 
     A namespaced policy's objects also carry ``generate.kyverno.io/policy-namespace``: Kyverno labels them with the
     bare policy name but looks them up by namespace/name, so its namespaced policies never find their objects
-    again; vpol labels and finds them by both (docs/generate-and-delete.md)."""
+    again; vpol labels and finds them by both (docs/internals/generating-and-deleting.md)."""
     t = trigger.type
     labels = {
         MANAGED_BY: MANAGED_BY_VALUE,

@@ -1,5 +1,5 @@
 """Evaluating ImageValidatingPolicies on a request or an object (pure: registry reads go through the Registry the
-caller gives, vpol.engine.registry_access), as Kyverno 1.19.1's ivpol engine does (docs/image-validating-policy.md,
+caller gives, vpol.engine.registry_access), as Kyverno 1.19.1's ivpol engine does (docs/internals/image-validating.md,
 "Engine semantics"):
 
 1. matchConstraints (a namespaced policy: its own namespace only), then matchConditions (false: not matched; errors:

@@ -1,5 +1,5 @@
 """Verifying images for one evaluation of an ImageValidatingPolicy: what the imageverify functions do
-(vpol.cel.libraries.kyverno.imageverify_lib), as Kyverno 1.19.1 does it (docs/image-validating-policy.md).
+(vpol.cel.libraries.kyverno.imageverify_lib), as Kyverno 1.19.1 does it (docs/internals/image-validating.md).
 
 - ``verifyImageSignatures(image, attestors)``: 0 for an image the policy's matchImageReferences do not select;
   else the image's data is loaded (its digest resolved: a failure is the CEL error ``failed to get imagedata:

@@ -1,5 +1,5 @@
 """The typed DeletingPolicy model (Kyverno's ``policies.kyverno.io`` DeletingPolicy and NamespacedDeletingPolicy)
-and its parsing (docs/generate-and-delete.md).
+and its parsing (docs/internals/generating-and-deleting.md).
 
 On its ``schedule`` (cron, vpol.model.schedule) a DeletingPolicy lists the objects its ``matchConstraints`` name
 (a namespaced policy: in its namespace only), evaluates its ``conditions`` on each (with ``object``,

@@ -1,5 +1,5 @@
 """The typed GeneratingPolicy model (Kyverno's ``policies.kyverno.io`` GeneratingPolicy and
-NamespacedGeneratingPolicy), its defaults and its parsing (docs/generate-and-delete.md).
+NamespacedGeneratingPolicy), its defaults and its parsing (docs/internals/generating-and-deleting.md).
 
 A GeneratingPolicy shares the admission-policy frame (matchConstraints, matchConditions, variables,
 auditAnnotations, webhookConfiguration) and replaces validations with ``generate``: each item a bool CEL

@@ -1,5 +1,5 @@
 """The typed ImageValidatingPolicy model (Kyverno's ``policies.kyverno.io`` ImageValidatingPolicy and
-NamespacedImageValidatingPolicy) and its parsing (docs/image-validating-policy.md).
+NamespacedImageValidatingPolicy) and its parsing (docs/internals/image-validating.md).
 
 An ImageValidatingPolicy keeps a ValidatingPolicy's frame (matchConstraints, matchConditions, variables,
 validations, auditAnnotations, validationActions, failurePolicy, evaluation, autogen, webhookConfiguration) and adds

@@ -1,5 +1,5 @@
 """A GeneratingPolicy's ``template`` items: YAML documents, with ``(( ... ))`` CEL placeholders under
-``interpolate: cel`` (pure; docs/generate-and-delete.md, Kyverno's pkg/cel/policies/gpol/template).
+``interpolate: cel`` (pure; docs/internals/generating-and-deleting.md, Kyverno's pkg/cel/policies/gpol/template).
 
 As in Kyverno, the YAML is parsed first (every document; empty and null ones skipped; each must be a mapping),
 then placeholders are evaluated inside string values, never in mapping keys:

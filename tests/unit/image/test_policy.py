@@ -2,7 +2,7 @@
 warnings with their field paths), compiling with Kyverno's environment for the kind (images, attestors,
 attestations and the imageverify functions there and nowhere else; no exceptions, no x509), result types, the
 matchImageReferences expression environment (``ref`` alone), and what `vpol check`, `vpol apply` and apply-time
-validation say of the kinds (docs/image-validating-policy.md)."""
+validation say of the kinds (docs/internals/image-validating.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`vpol check`, `vpol apply` and `vpol test` with GeneratingPolicies and DeletingPolicies, on the differential
 suites (tests/differential/suites/{generating,deleting,generating-namespaced}) and variations of them
-(docs/generate-and-delete.md, "The CLI")."""
+(docs/internals/generating-and-deleting.md, "The CLI")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Compiling GeneratingPolicies and DeletingPolicies (vpol.cel.compiler): generator.Apply's arity per kind, result
 types, template placeholders located inside the template, and what namespaced policies may not use
-(docs/generate-and-delete.md, "The CEL environment" and the policy validation webhook)."""
+(docs/internals/generating-and-deleting.md, "The CEL environment" and the policy validation webhook)."""
 
 from __future__ import annotations
 

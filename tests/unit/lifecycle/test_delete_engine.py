@@ -1,5 +1,5 @@
 """Which objects a DeletingPolicy deletes (vpol.engine.generate.DeletingPolicyEngine): pass "resource matched"
-(delete it), fail "resource did not match" (keep it), error (docs/generate-and-delete.md: "DeletingPolicy" in the
+(delete it), fail "resource did not match" (keep it), error (docs/internals/generating-and-deleting.md: "DeletingPolicy" in the
 CEL environment, "Deletion", "Exceptions" and the CLI's deleting policies)."""
 
 from __future__ import annotations

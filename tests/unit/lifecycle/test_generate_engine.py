@@ -1,5 +1,5 @@
 """What a GeneratingPolicy generates for a trigger (vpol.engine.generate.GeneratingPolicyEngine), and how its
-objects are placed and labelled (docs/generate-and-delete.md: "The CEL environment", "Exceptions", "Writing the
+objects are placed and labelled (docs/internals/generating-and-deleting.md: "The CEL environment", "Exceptions", "Writing the
 downstreams", "Reports" and "The CLI")."""
 
 from __future__ import annotations

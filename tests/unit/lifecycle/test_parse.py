@@ -1,5 +1,5 @@
 """Parsing (Namespaced)GeneratingPolicy and (Namespaced)DeletingPolicy documents: defaults, and every refusal with
-its field path (docs/generate-and-delete.md, "The API" and the policy validation webhook's messages)."""
+its field path (docs/internals/generating-and-deleting.md, "The API" and the policy validation webhook's messages)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A DeletingPolicy's schedule: Kyverno's cron dialect (supercronic's cronexpr, docs/generate-and-delete.md,
+"""A DeletingPolicy's schedule: Kyverno's cron dialect (supercronic's cronexpr, docs/internals/generating-and-deleting.md,
 "Deletion") mapped onto croniter by vpol.model.schedule.
 
 Expectations come from the documented dialect: 5 fields (minute hour day-of-month month day-of-week), 6 (the same
@@ -123,7 +123,7 @@ def test_a_year_range_and_its_end() -> None:
 
 def test_a_schedule_with_no_future_time_has_no_next_run() -> None:
     # Kyverno's cronexpr answers the zero time here, and its controller then seems to run the policy every second
-    # (docs/generate-and-delete.md, open questions); vpol answers None (no run), as its docstring says.
+    # (docs/internals/generating-and-deleting.md, open questions); vpol answers None (no run), as its docstring says.
     assert schedule.validate("0 0 1 1 * 2020") == ""
     assert schedule.next_run("0 0 1 1 * 2020", BASE) is None
 

@@ -1,5 +1,5 @@
 """GeneratingPolicy templates (vpol.model.templates): YAML first, then `(( ... ))` placeholders in string values
-(docs/generate-and-delete.md, "Templates")."""
+(docs/internals/generating-and-deleting.md, "Templates")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The image webhooks: ImageValidatingPolicies at admission (docs/image-validating-policy.md, "How vpol runs them").
+"""The image webhooks: ImageValidatingPolicies at admission (docs/internals/image-validating.md, "How vpol runs them").
 
 - ``/images/mutate/<fp>``: tags pinned to digests, for the policies with ``mutateDigest`` (the default): every
   container image of the object's pod spec that has no digest and that the policy's matchImageReferences select

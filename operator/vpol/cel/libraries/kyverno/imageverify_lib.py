@@ -1,5 +1,5 @@
 """Kyverno's imageverify library: the functions only an ImageValidatingPolicy's expressions have
-(docs/image-validating-policy.md, "Libraries and functions").
+(docs/internals/image-validating.md, "Libraries and functions").
 
 - ``verifyImageSignatures(image, [attestors])`` -> int: how many of the attestors verified a signature of the
   image (0 for an image the policy's matchImageReferences do not select);
