@@ -10,7 +10,7 @@ Conventions a page follows (docs/development.md, "Commands in the docs"):
   runs the block's commands (PATH, relative to the repository, must hold each of them).
 - A command's trailing comment says what else it should do: ``exit code N`` (or ``exits N``) and the exit code
   must be N; ``denied`` and it must fail with "denied" in its output. Otherwise it must exit 0.
-- A ```yaml block holding a ``policies.kyverno.io`` document is checked with ``vpol check --strict``; other
+- A ```yaml block holding a ``policies.kyverno.io`` policy is checked with ``vpol check --strict``; other
   ```yaml blocks must parse (fragments of a larger file included).
 """
 

@@ -69,7 +69,7 @@ def test_yaml_blocks_parse_and_policies_check_strictly(block: Block, tmp_path: P
     docs = [d for d in yaml.safe_load_all(block.text) if d is not None]
     assert docs, f"{block.where}: an empty YAML block"
     policies = [d for d in docs if isinstance(d, dict) and str(d.get("apiVersion", "")).startswith(
-        "policies.kyverno.io/")]
+        "policies.kyverno.io/") and str(d.get("kind", "")).endswith("Policy")]
     if not policies:
         return
     path = tmp_path / "policy.yaml"
