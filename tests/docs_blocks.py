@@ -17,6 +17,7 @@ Conventions a page follows (docs/development.md, "Commands in the docs"):
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,3 +137,16 @@ def kind_of(block: Block) -> str:
             c.text for c in commands(block)):
         return "cluster"
     return "unclassified"
+
+
+def check_ran(command: Command, proc: subprocess.CompletedProcess[str]) -> None:
+    """Assert that ``proc``, the run of ``command``, did what the page says: no traceback, and the exit code (or
+    the failure and its words) its comment gives."""
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, f"{command.where}: {command.text}\n{output[-3000:]}"
+    if command.exit_code is None:
+        assert proc.returncode != 0 and command.output_has in output, f"{command.where}: {command.text}\n{output}"
+    else:
+        assert proc.returncode == command.exit_code, (
+            f"{command.where}: `{command.text}` exited {proc.returncode}, the page says {command.exit_code}\n"
+            f"{output[-3000:]}")

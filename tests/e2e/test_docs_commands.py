@@ -18,23 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.docs_blocks import REPO, Command, blocks, commands, kind_of
+from tests.docs_blocks import REPO, blocks, check_ran, commands, kind_of
 from tests.e2e.operator_process import OperatorProcess, sa_kubeconfig
 from tests.e2e.vpol_fixtures import install_vpol
 
 BLOCKS = blocks()
 CLUSTER = [c for b in BLOCKS if kind_of(b) == "cluster" for c in commands(b)]
-
-
-def _check(command: Command, proc: subprocess.CompletedProcess[str]) -> None:
-    output = proc.stdout + proc.stderr
-    assert "Traceback" not in output, f"{command.where}: {command.text}\n{output[-3000:]}"
-    if command.exit_code is None:
-        assert proc.returncode != 0 and command.output_has in output, f"{command.where}: {command.text}\n{output}"
-    else:
-        assert proc.returncode == command.exit_code, (
-            f"{command.where}: `{command.text}` exited {proc.returncode}, the page says {command.exit_code}\n"
-            f"{output[-3000:]}")
 
 
 @pytest.mark.slow
@@ -55,7 +44,7 @@ def test_the_readme_first_command_in_a_clean_copy(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     proc = subprocess.run(["bash", "-c", command.text], cwd=copy, capture_output=True, text=True, timeout=900,
                           env=dict(env, PATH=path))
-    _check(command, proc)
+    check_ran(command, proc)
     assert (copy / ".venv" / "bin" / "vpol").exists(), proc.stdout[-2000:]
     output = proc.stdout + proc.stderr
     assert "policies checked:" in output and "1 pass, 1 fail" in output, output[-3000:]
@@ -83,4 +72,4 @@ def test_cluster_commands_run_as_written(running: Any, tmp_path: Path) -> None:
     for command in CLUSTER:
         proc = subprocess.run(["bash", "-c", command.text], cwd=tmp_path, capture_output=True, text=True,
                               timeout=300, env=env)
-        _check(command, proc)
+        check_ran(command, proc)
