@@ -3,7 +3,9 @@
 - a kind whose CRD is installed after the operator started is generated (and scanned) without a restart;
 - a synchronized trigger that stops matching the policy's matchConditions takes its downstream with it, and gets it
   back when it matches again (Kyverno 1.19);
-- a PolicyException with ``reportResult: pass`` exempts a trigger from generation and reports it passed.
+- a PolicyException with ``reportResult: pass`` exempts a trigger from generation and reports it passed;
+- permissions granted after the policy (a ClusterRole aggregated into the operator's) show in its status and the
+  generation they refused is done, within a minute.
 
 The module's operator resyncs hourly: what must follow the cluster does so through its own watches, not a resync.
 """
@@ -155,3 +157,39 @@ def test_an_exception_reporting_pass_exempts_a_trigger(made: str, kube: Kube, cl
         (r for r in report_results(cluster, "configmap", "testing", namespace) if r.get("policy") == name), None),
         timeout=60)
     assert found["result"] == "pass" and found["message"].startswith("rule is passed due to policy exception"), found
+
+
+def test_permissions_granted_later_show_and_the_refused_generation_is_done(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str]) -> None:
+    """Nothing tells the operator when a ClusterRole grants it more: a policy lacking permissions is checked again
+    every 30 s (not at the hourly resync), and a GeneratingPolicy that gets them makes a pass (its refused
+    triggers are owed their generation)."""
+    run = unique_name("grant")
+    labels = {"run": run}
+    name = f"{run}-gen"
+    kube.apply({"apiVersion": f"{GROUP}/v1", "kind": "GeneratingPolicy", "metadata": {"name": name},
+                "spec": {"matchConstraints": {"resourceRules": [CM_RULE], "objectSelector": {"matchLabels": labels}},
+                         "generate": [{"template": {"interpolate": "cel", "value": (
+                             "apiVersion: v1\nkind: PodTemplate\nmetadata:\n"
+                             "  name: (( object.metadata.name + '-tpl' ))\n"
+                             "  namespace: (( object.metadata.namespace ))\n"
+                             "template:\n  spec:\n    containers:\n    - name: app\n      image: busybox:1.36\n")}}]}})
+
+    def granted() -> str:
+        return str((kube.condition("generatingpolicy", name, "RBACPermissionsGranted") or {}).get("status") or "")
+
+    wait_for("the missing permission said", lambda: granted() == "False", timeout=60)
+    kube.apply(configmap("trigger", namespace, labels))
+    refused = wait_for("the refused generation reported", lambda: next(
+        (r for r in report_results(cluster, "configmap", "trigger", namespace) if r.get("policy") == name), None),
+        timeout=60)
+    assert refused["result"] == "error", refused
+    assert kube.get("podtemplate", "trigger-tpl", namespace) is None
+    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": f"{run}-podtemplates", "labels": {"vpol.kyverno.io/aggregate-to-generate": "true"}},
+                "rules": [{"apiGroups": [""], "resources": ["podtemplates"],
+                           "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]})
+    wait_for("the permission granted in the status", lambda: granted() == "True", timeout=75)
+    generated = wait_for("the refused generation done", lambda: kube.get("podtemplate", "trigger-tpl", namespace),
+                         timeout=30)
+    assert generated["template"]["spec"]["containers"][0]["image"] == "busybox:1.36"

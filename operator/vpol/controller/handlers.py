@@ -165,6 +165,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = rt.reconciler
     mutating = rt.mutating
     lifecycle = rt.lifecycle
+    work_queue = rt.queue
+    assert work_queue is not None
 
     async def process(name: str) -> None:
         try:
@@ -175,6 +177,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             metrics.RECONCILE_ERRORS.labels("policy").inc()
             raise  # the queue retries with backoff
         rt.record(result)
+        if result.permissions_missing:
+            work_queue.add_at_delay(name, PERMISSIONS_RECHECK)
 
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
@@ -182,6 +186,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     rt.tasks.append(asyncio.create_task(_follow_kinds(rt), name="vpol-kinds"))
     rt.tasks.append(asyncio.create_task(_dependencies(rt), name="vpol-dependencies"))
 
+
+#: Seconds after which a policy lacking permissions is reconciled again (the access checks' cache lasts as long):
+#: a ClusterRole granting them (aggregated into the operator's) shows in its status without waiting for the resync.
+PERMISSIONS_RECHECK = 30.0
 
 #: How often what the operator needs from the cluster is checked again (sooner while something is missing).
 DEPENDENCY_PERIOD = 60.0

@@ -67,6 +67,9 @@ class ReconcileResult:
     generated: bool = False
     #: NativeVAP, Webhook, None or NotApplicable ("" when the policy is gone).
     enforcement: str = ""
+    #: The operator lacks permissions the policy needs (RBACPermissionsGranted is False): checked again soon, as
+    #: nothing tells the operator when a ClusterRole grants them.
+    permissions_missing: bool = False
 
 
 class DiscoveryCache:
@@ -313,6 +316,7 @@ class Reconciler:
         desired = desired_status(findings, current)
         result.ready = desired["conditionStatus"]["ready"]
         result.generated = bool(desired["generated"])
+        result.permissions_missing = bool(findings.missing_permissions)
         if status_changed(current, desired):
             self.written_versions[result.name] = self.objects.patch_policy_status(result.name, desired)
             result.status_written = True

@@ -78,6 +78,8 @@ class Runner(Protocol):
 
     def set_image(self, key: str, policy: ImageValidatingPolicy | None) -> None: ...
 
+    def retry_generation(self, key: str) -> None: ...
+
 
 def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[tuple[bool, str, str], str]:
     """The AdmissionEnforced condition of an ImageValidatingPolicy from the state of each webhook configuration it
@@ -150,6 +152,8 @@ class LifecycleReconciler:
         self.runner = runner
         #: The resourceVersion of our last status write per queue key (its watch event is no change).
         self.written_versions: dict[str, str] = {}
+        #: Queue keys whose policies lacked permissions at their last reconcile.
+        self._lacking: set[str] = set()
 
     def reconcile(self, key: str) -> ReconcileResult:
         kind, _, name = key.partition(":")
@@ -171,6 +175,14 @@ class LifecycleReconciler:
         else:
             self._deleting(name, body, findings)
         result.enforcement = result.enforcement or "NotApplicable"
+        result.permissions_missing = bool(findings.missing_permissions)
+        if result.permissions_missing:
+            self._lacking.add(key)
+        elif key in self._lacking:
+            self._lacking.discard(key)
+            if kind == GENERATING and self.runner is not None:
+                # Triggers whose generation was refused are owed it: a pass of the policy retries them now.
+                self.runner.retry_generation(name)
         current = body.get("status") or {}
         desired = lifecycle_status(findings, current)
         result.ready = bool(desired["conditionStatus"]["ready"])

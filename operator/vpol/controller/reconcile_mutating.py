@@ -281,6 +281,7 @@ class MutatingReconciler:
         desired = desired_status(findings, current)
         result.ready = desired["conditionStatus"]["ready"]
         result.generated = bool(desired["generated"])
+        result.permissions_missing = bool(findings.missing_permissions)
         if status_changed(current, desired):
             self.written_versions[name] = self.objects.patch_mutating_policy_status(name, desired)
             result.status_written = True

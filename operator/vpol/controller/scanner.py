@@ -374,6 +374,11 @@ class Scanner(threading.Thread):
             self._forget_meta()
             self._events.put(("generating-removed", held))
 
+    def retry_generation(self, key: str) -> None:
+        """A pass of the GeneratingPolicy ``key`` (its permissions were granted: what failed is tried again)."""
+        if self.generation.get(key) is not None:
+            self._events.put(("generating", key))
+
     def _forget_meta(self) -> None:
         with self._lock:
             self._meta_cache = None
