@@ -38,14 +38,18 @@ def test_the_readme_first_command_in_a_clean_copy(tmp_path: Path) -> None:
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    # A shell without this test's virtual environment or vpol on the PATH: the command makes its own.
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if not (Path(p) / "vpol").exists() or Path(p) == Path(sys.executable).parent.parent)
+    # A shell without this test's virtual environment or vpol on the PATH: the command makes its own. Debian's own
+    # Python first where there is one (the README promises that it works with it).
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if not (Path(p) / "vpol").exists())
+    if Path("/usr/bin/python3").exists():
+        path = os.pathsep.join(["/usr/bin", path])
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     proc = subprocess.run(["bash", "-c", command.text], cwd=copy, capture_output=True, text=True, timeout=900,
                           env=dict(env, PATH=path))
     check_ran(command, proc)
     assert (copy / ".venv" / "bin" / "vpol").exists(), proc.stdout[-2000:]
+    if Path("/usr/bin/python3").exists():
+        assert os.path.realpath(copy / ".venv" / "bin" / "python3").startswith("/usr/bin/"), "not Debian's Python"
     output = proc.stdout + proc.stderr
     assert "policies checked:" in output and "1 pass, 1 fail" in output, output[-3000:]
 
