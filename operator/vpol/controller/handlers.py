@@ -167,6 +167,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     lifecycle = rt.lifecycle
     work_queue = rt.queue
     assert work_queue is not None
+    #: Keys whose permission recheck is scheduled: one each, however often they are reconciled meanwhile.
+    rechecking: set[str] = set()
+
+    def recheck(name: str) -> None:
+        rechecking.discard(name)
+        work_queue.add(name)
 
     async def process(name: str) -> None:
         try:
@@ -177,8 +183,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             metrics.RECONCILE_ERRORS.labels("policy").inc()
             raise  # the queue retries with backoff
         rt.record(result)
-        if result.permissions_missing:
-            work_queue.add_at_delay(name, PERMISSIONS_RECHECK)
+        if result.permissions_missing and name not in rechecking:
+            rechecking.add(name)
+            asyncio.get_running_loop().call_later(PERMISSIONS_RECHECK, recheck, name)
 
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
