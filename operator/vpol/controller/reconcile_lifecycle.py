@@ -152,8 +152,6 @@ class LifecycleReconciler:
         self.runner = runner
         #: The resourceVersion of our last status write per queue key (its watch event is no change).
         self.written_versions: dict[str, str] = {}
-        #: Queue keys whose policies lacked permissions at their last reconcile.
-        self._lacking: set[str] = set()
 
     def reconcile(self, key: str) -> ReconcileResult:
         kind, _, name = key.partition(":")
@@ -176,14 +174,12 @@ class LifecycleReconciler:
             self._deleting(name, body, findings)
         result.enforcement = result.enforcement or "NotApplicable"
         result.permissions_missing = bool(findings.missing_permissions)
-        if result.permissions_missing:
-            self._lacking.add(key)
-        elif key in self._lacking:
-            self._lacking.discard(key)
-            if kind == GENERATING and self.runner is not None:
-                # Triggers whose generation was refused are owed it: a pass of the policy retries them now.
-                self.runner.retry_generation(name)
         current = body.get("status") or {}
+        was_lacking = any(c.get("type") == "RBACPermissionsGranted" and c.get("status") == "False"
+                          for c in current.get("conditions") or [] if isinstance(c, dict))
+        if was_lacking and not result.permissions_missing and kind == GENERATING and self.runner is not None:
+            # Triggers whose generation was refused are owed it: a pass of the policy retries them now.
+            self.runner.retry_generation(name)
         desired = lifecycle_status(findings, current)
         result.ready = bool(desired["conditionStatus"]["ready"])
         if status_changed(current, desired):
