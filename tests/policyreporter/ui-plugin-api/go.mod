@@ -1,0 +1,3 @@
+module github.com/kyverno/policy-reporter-plugins/sdk/api
+
+go 1.24
