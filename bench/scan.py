@@ -148,7 +148,7 @@ from common import (  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from vpol.controller.scanner import WRITERS  # noqa: E402
+from vpol.controller.report_store import WRITERS  # noqa: E402
 from vpol.kube.dynamic import METADATA_ANSWER, collection_path, encoded, list_pages, send_encoded  # noqa: E402
 from vpol.kube.reports import Reports  # noqa: E402
 

@@ -396,19 +396,18 @@ def test_the_scanner_hears_of_policy_changes_through_its_own_watch(policies: Pol
     from vpol.controller.scanner import Scanner
 
     scanner = Scanner(cluster.api_client, backend=None, discovery=None)  # type: ignore[arg-type]
-    scanner._watch_policies()
+    scanner.watches.watch_policies(scanner._on_policy_object)
     try:
-        for w in scanner._policy_watchers:
+        for w in scanner.watches.policy_watchers():
             assert w.synced.wait(30), f"the scanner's watch of {w.gvr} did not start"
         name = policies.create("watched", owner_policy())
-        wait_for("the scanner to hold the new policy", lambda: name in scanner._policies, 30, 0.1)
+        wait_for("the scanner to hold the new policy", lambda: scanner.validation.get(name) is not None, 30, 0.1)
         changed = owner_policy(validations=[{"expression": "has(object.data)", "message": "data is required"}])
         policies.replace_spec(name, changed)
         wait_for("the scanner to hold the changed spec",
-                 lambda: [v.expression for v in scanner._policies[name].spec.validations] == ["has(object.data)"],
+                 lambda: [v.expression for v in scanner.validation.named()[name].spec.validations] == ["has(object.data)"],
                  30, 0.1)
         policies.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
-        wait_for("the scanner to drop the deleted policy", lambda: name not in scanner._policies, 30, 0.1)
+        wait_for("the scanner to drop the deleted policy", lambda: scanner.validation.get(name) is None, 30, 0.1)
     finally:
-        for w in scanner._policy_watchers:
-            w.stop()
+        scanner.watches.stop()

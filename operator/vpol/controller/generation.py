@@ -188,6 +188,8 @@ class Generation:
         self._engines: dict[str, GeneratingPolicyEngine] = {}
         self._exceptions: list[PolicyException] = []
         self._seen_at: dict[str, str] = {}
+        #: Policies that became invalid: when deleted, their downstreams go as they said.
+        self._retired: dict[str, GeneratingPolicy] = {}
         self._known: dict[str, _Known] = {}
         #: source uid -> {(policy key, trigger uid)}: the clones to update when a source changes.
         self._sources: dict[str, set[tuple[str, str]]] = {}
@@ -217,6 +219,24 @@ class Generation:
             self._engines.pop(key, None)
             self._seen_at.setdefault(key, str(_md(policy.raw).get("resourceVersion") or ""))
             return True
+
+    def hand_over(self, key: str, policy: GeneratingPolicy | None, *,
+                  gone: bool = False) -> tuple[bool, GeneratingPolicy | None]:
+        """The policy as its reconcile read it: valid, invalid (None) or deleted (``gone``). Returns whether the
+        policies changed, and the policy whose downstreams must now go as it said (a deleted one; one that became
+        invalid only stops, and what it generated stays until it is deleted)."""
+        changed = self.set_policy(key, policy)
+        held = changed if isinstance(changed, GeneratingPolicy) else None
+        with self._lock:
+            if policy is not None:
+                self._retired.pop(key, None)
+                return changed is True, None
+            if not gone:
+                if held is not None:
+                    self._retired[key] = held
+                return held is not None, None
+            held = self._retired.pop(key, None) or held
+        return held is not None, held
 
     def set_exceptions(self, exceptions: Iterable[PolicyException]) -> bool:
         new = list(exceptions)

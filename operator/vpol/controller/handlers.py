@@ -46,7 +46,8 @@ from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_k
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.admission.images import REGISTRY_TIMEOUT
 from vpol.controller.registry_credentials import metadata_client
-from vpol.controller.scanner import ScanOptions, Scanner, StartupPolicies
+from vpol.controller.scan_startup import StartupPolicies
+from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems

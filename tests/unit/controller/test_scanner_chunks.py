@@ -8,7 +8,7 @@ from kubernetes import client
 
 from tests.unit.controller.test_scanner_writes import RecordingReports
 from tests.unit.policies import make_policy
-from vpol.controller import scanner as scanner_module
+from vpol.controller import validation_scans
 from vpol.controller.scanner import Scanner
 from vpol.engine.evaluate import Result
 
@@ -24,7 +24,7 @@ class RecordingEvaluator:
         self.rounds: list[tuple[int, int]] = []
 
     def evaluate_many(self, subjects: list[Any], _only: Any = None) -> list[list[Result]]:
-        self.rounds.append((len(subjects), len(self.scanner._pending) + self.scanner.writes))
+        self.rounds.append((len(subjects), self.scanner.store.pending() + self.scanner.writes))
         return [[Result("p", "fail", "no")] for _ in subjects]
 
 
@@ -36,23 +36,23 @@ def config_maps(count: int) -> list[dict[str, Any]]:
 
 def test_the_writers_get_the_first_reports_after_a_small_chunk_then_chunks_double() -> None:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
-    scanner.reports = RecordingReports()  # type: ignore[assignment]
+    scanner.store.reports = RecordingReports()  # type: ignore[assignment]
     scanner.set_policy("p", POLICY)
     evaluator = RecordingEvaluator(scanner)
     try:
-        count = scanner._scan_objects(config_maps(1000), None, evaluator)  # type: ignore[arg-type]
-        scanner._drain()
+        count = scanner.validation.scan_objects(config_maps(1000), None, evaluator)  # type: ignore[arg-type]
+        scanner.store.drain()
     finally:
         scanner.stop()
     sizes = [size for size, _queued in evaluator.rounds]
-    first = scanner_module.FIRST_CHUNK
+    first = validation_scans.FIRST_CHUNK
     assert count == 1000 and sum(sizes) == 1000
-    assert first < scanner_module.CHUNK
+    assert first < validation_scans.CHUNK
     assert sizes[0] == first
     # Each round trip doubles the one before, up to CHUNK; only the last may be a remainder.
     for before, after in zip(sizes, sizes[1:-1]):
-        assert after == min(2 * before, scanner_module.CHUNK)
-    assert scanner_module.CHUNK in sizes
+        assert after == min(2 * before, validation_scans.CHUNK)
+    assert validation_scans.CHUNK in sizes
     # The first chunk's reports went to the writers before the second round trip started.
     assert evaluator.rounds[1][1] == first
-    assert scanner.writes == 1000 and len(scanner.reports.calls) == 1000  # type: ignore[attr-defined]
+    assert scanner.writes == 1000 and len(scanner.store.reports.calls) == 1000  # type: ignore[attr-defined]

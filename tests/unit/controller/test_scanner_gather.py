@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from tests.unit.policies import make_policy
-from vpol.controller import scanner as scanner_module
+from vpol.controller import scan_events, scan_watches
 from vpol.controller.scanner import Scanner
 
 
@@ -30,7 +30,7 @@ def test_a_burst_that_ends_while_the_worker_starts_is_gathered_whole(monkeypatch
     """16 policies arrive in a burst; the first starts the worker, which takes longer than the rest of the burst
     and the quiet after it: every policy is still in the batch (one pass, one write per resource), not only
     the ones read before the worker started."""
-    monkeypatch.setattr(scanner_module, "SETTLE_QUIET", 0.2)
+    monkeypatch.setattr(scan_events, "SETTLE_QUIET", 0.2)
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     evaluator = SlowStartEvaluator(0.8)
     monkeypatch.setattr(scanner, "_evaluator_now", lambda: evaluator)
@@ -42,7 +42,7 @@ def test_a_burst_that_ends_while_the_worker_starts_is_gathered_whole(monkeypatch
             time.sleep(0.01)
 
     scanner.set_policy(policies[0].name, policies[0])
-    first = scanner._events.get_nowait()
+    first = scanner._events.get(1.0)
     sender = threading.Thread(target=burst)
     sender.start()
     batch: list[Any] = scanner._gather([first])
@@ -81,15 +81,15 @@ def test_reports_are_read_back_while_the_worker_starts(monkeypatch) -> None:
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(scanner_module, "Watcher", Idle)
+    monkeypatch.setattr(scan_watches, "Watcher", Idle)
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     evaluator = SlowSpawnEvaluator(0.5)
     seen: dict[str, float] = {}
     monkeypatch.setattr(scanner, "_evaluator_now", lambda: evaluator)
-    monkeypatch.setattr(scanner, "_watch_policies", lambda: None)
+    monkeypatch.setattr(scanner.watches, "watch_policies", lambda on_policy: None)
     monkeypatch.setattr(scanner, "_prime", lambda: scanner.expect([]))
-    monkeypatch.setattr(scanner, "_seed_from_reports", lambda: seen.setdefault("seed", time.monotonic()))
-    monkeypatch.setattr(scanner, "_meta_changed", lambda: None)
+    monkeypatch.setattr(scanner.store, "seed", lambda: seen.setdefault("seed", time.monotonic()))
+    monkeypatch.setattr(scanner.store, "meta_changed", lambda: None)
     monkeypatch.setattr(scanner, "_full_scan", lambda mutate=True: seen.setdefault("scan", time.monotonic()))
     scanner._activate()
     assert seen["seed"] < evaluator.returned_at <= seen["scan"]

@@ -25,7 +25,7 @@ def _policy() -> Any:
 
 
 def _queued(scanner: Scanner) -> list[tuple[Any, ...]]:
-    return scanner._queued()
+    return scanner._events.queued()
 
 
 def test_a_deleted_policy_is_removed_with_its_downstreams() -> None:
@@ -87,12 +87,12 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
     monkeypatch.setattr(scanner_module, "Objects", NoExceptions)
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     scanner._prime()
-    assert not scanner._primed.is_set()
+    assert not scanner.startup.is_open()
     scanner.set_mutating("m", None)  # one without mutateExisting is seen all the same
     scanner.set_generating("p", _policy())
-    assert not scanner._primed.is_set()
+    assert not scanner.startup.is_open()
     scanner.set_generating("team-a/q", None)  # an invalid one too
-    assert scanner._primed.is_set()
+    assert scanner.startup.is_open()
 
 
 def _writing_scanner(monkeypatch: Any, *policies: str) -> tuple[Scanner, list[Any]]:
@@ -108,8 +108,8 @@ def _writing_scanner(monkeypatch: Any, *policies: str) -> tuple[Scanner, list[An
         submitted.append(write)
         return Done()
 
-    monkeypatch.setattr(scanner._writers, "submit", submit)
-    monkeypatch.setattr(scanner, "_meta", lambda: {p: PolicyMeta() for p in policies})
+    monkeypatch.setattr(scanner.store._writers, "submit", submit)
+    monkeypatch.setattr(scanner.store, "_meta", lambda: {p: PolicyMeta() for p in policies})
     return scanner, submitted
 
 
@@ -120,10 +120,10 @@ def test_results_of_one_report_before_a_drain_are_one_write(monkeypatch: Any) ->
     ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
     other = ResourceRef("v1", "Namespace", "other", "", "uid-other")
     for policy in ("a", "b", "c"):
-        scanner._store_one(ns, policy, ReportEntry(policy, "pass", "ok", (), 1))
-    scanner._store_one(other, "a", ReportEntry("a", "pass", "ok", (), 1))
+        scanner.store.store_one(ns, policy, ReportEntry(policy, "pass", "ok", (), 1))
+    scanner.store.store_one(other, "a", ReportEntry("a", "pass", "ok", (), 1))
     assert submitted == []  # held until the drain
-    scanner._drain()
+    scanner.store.drain()
     assert [(w.ref.uid, [e.policy for e in w.entries], w.create) for w in submitted] == [
         ("uid-team", ["a", "b", "c"], True), ("uid-other", ["a"], True)]
 
@@ -133,10 +133,10 @@ def test_a_newer_write_of_a_held_report_replaces_it(monkeypatch: Any) -> None:
     held one, written after it, would put the older results back)."""
     scanner, submitted = _writing_scanner(monkeypatch, "gen", "val")
     ns = ResourceRef("v1", "Namespace", "team", "", "uid-team")
-    scanner._store_one(ns, "gen", ReportEntry("gen", "pass", "ok", (), 1))
-    newer = scanner._store(ns, [ReportEntry("val", "fail", "bad", (), 2)], ["val"])
+    scanner.store.store_one(ns, "gen", ReportEntry("gen", "pass", "ok", (), 1))
+    newer = scanner.store.store(ns, [ReportEntry("val", "fail", "bad", (), 2)], ["val"])
     assert newer is not None and not newer.create
-    scanner._flush([newer])
-    scanner._drain()
+    scanner.store.flush([newer])
+    scanner.store.drain()
     assert [(w.ref.uid, [e.policy for e in w.entries], w.create) for w in submitted] == [
         ("uid-team", ["gen", "val"], True)]

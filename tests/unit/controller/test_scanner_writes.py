@@ -67,15 +67,15 @@ def stored(uid: str, result: str, version: str, *managers: str) -> dict[str, Any
 
 def scanner_with(reports: RecordingReports) -> Scanner:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
-    scanner.reports = reports  # type: ignore[assignment]
+    scanner.store.reports = reports  # type: ignore[assignment]
     scanner.set_policy("p", POLICY)
     return scanner
 
 
 def write(scanner: Scanner, uid: str, result: str) -> None:
-    w = scanner._store(ref(uid), [entry(result)], None, "k2")
+    w = scanner.store.store(ref(uid), [entry(result)], None, "k2")
     assert w is not None
-    scanner._write(w)
+    scanner.store.write(w)
 
 
 def test_a_new_report_is_created_and_later_replaced_at_the_version_written() -> None:
@@ -102,7 +102,7 @@ def test_reports_read_back_at_start_are_replaced_only_when_vpol_alone_wrote_them
     reports = RecordingReports([stored("ours", "fail", "7", "vpol"),
                                 stored("shared", "fail", "8", "vpol", "kubectl-label")])
     scanner = scanner_with(reports)
-    scanner._seed_from_reports()
+    scanner.store.seed()
     write(scanner, "ours", "pass")
     write(scanner, "shared", "pass")
     assert reports.calls == [("update", "vpol-ours", "7"), ("apply", "vpol-shared", "")]
@@ -119,11 +119,11 @@ def test_a_report_read_back_with_another_severity_than_its_policys_is_written_ag
     reports = RecordingReports([low, high])
     scanner = scanner_with(reports)
     scanner.set_policy("p", rated)
-    scanner._seed_from_reports()
-    assert scanner._store(ref("high"), [entry("fail")], None, "k") is None
-    w = scanner._store(ref("low"), [entry("fail")], None, "k")
+    scanner.store.seed()
+    assert scanner.store.store(ref("high"), [entry("fail")], None, "k") is None
+    w = scanner.store.store(ref("low"), [entry("fail")], None, "k")
     assert w is not None
-    scanner._write(w)
+    scanner.store.write(w)
     assert reports.calls == [("update", "vpol-low", "7")]
 
 
@@ -133,19 +133,19 @@ def test_report_result_counts_follow_a_new_severity() -> None:
 
     reports = RecordingReports()
     scanner = scanner_with(reports)
-    scanner._meta_changed()
+    scanner.store.meta_changed()
     write(scanner, "u1", "fail")
     write(scanner, "u2", "fail")
 
     def series() -> dict[tuple[str, ...], float]:
-        scanner._publish_counts()  # as each chunk of a scan does
+        scanner.store.publish_counts()  # as each chunk of a scan does
         return {tuple(s.labels[k] for k in ("namespace", "result", "severity")): s.value
                 for m in metrics.REPORT_RESULTS.collect() for s in m.samples if s.labels["policy"] == "p"}
 
     assert series() == {("ns", "fail", ""): 2}
     scanner.set_policy("p", make_policy(name="p", validations=[{"expression": "true"}],
                                         annotations={"policies.kyverno.io/severity": "medium"}))
-    scanner._meta_changed()
+    scanner.store.meta_changed()
     assert series() == {("ns", "fail", "medium"): 2}
     # ...and the reports holding its results are written again, though the results did not change.
     calls = len(reports.calls)

@@ -148,7 +148,7 @@ def test_or_value_read_as_kyverno_reads_it_keeps_the_policy_off_the_api_server()
 def test_a_policy_labelled_reports_disabled_labels_its_vaps_not_their_bindings():
     from dataclasses import replace
 
-    from vpol.controller.scanner import background_scanned
+    from vpol.controller.scan_startup import background_scanned
 
     policy = make_policy(name="quiet", validations=[{"expression": "true"}])
     assert background_scanned(policy) and not policy.reports_disabled

@@ -1,0 +1,92 @@
+"""What the background scans know of the policies at start-up, and which policies they scan with.
+
+The first scan after a start waits until every policy whose results the reports hold has been handed to the
+scanner once (:class:`StartupGate`): without them, it would take their results for stale and rewrite every report
+that holds one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vpol.cel.compiler import compile_verdict
+from vpol.controller.queue_keys import GENERATING
+from vpol.kube.objects import Objects
+from vpol.model.parse import parse_policy
+from vpol.model.policy import ValidatingPolicy, policy_key
+
+#: How a MutatingPolicy or a GeneratingPolicy seen is counted (StartupGate): their results are in the reports too.
+MUTATING_SEEN = "MutatingPolicy:"
+GENERATING_SEEN = "GeneratingPolicy:"
+
+
+def background_scanned(policy: ValidatingPolicy | None) -> bool:
+    """Whether background scans evaluate ``policy`` and report its results: background evaluation enabled and no
+    ``reports.kyverno.io/disabled`` label (Kyverno's reports controller leaves such a policy out)."""
+    return policy is not None and policy.spec.evaluation.background_enabled and not policy.reports_disabled
+
+
+def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
+    """What background scans evaluate of a policy object: None when it is invalid, does not compile or is not
+    background-scanned (:func:`background_scanned`; the reconciler's decision, made from the object itself, so a
+    watch event can tell the scanner before the reconcile runs)."""
+    policy, _problems = parse_policy(dict(body))
+    if policy is None or not background_scanned(policy):
+        return None
+    return policy if compile_verdict(policy).ok else None
+
+
+@dataclass(frozen=True)
+class StartupPolicies:
+    """The policies whose results the reports hold, as listed at one moment."""
+
+    validating: list[dict[str, Any]]
+    mutating: list[dict[str, Any]]
+    generating: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, objects: Objects) -> "StartupPolicies":
+        return cls(objects.list_policies(), objects.list_mutating_policies(),
+                   objects.list_lifecycle_policies(GENERATING))
+
+    def expected(self) -> list[str]:
+        """The names StartupGate.expect waits for: every ValidatingPolicy's, and every MutatingPolicy's and
+        GeneratingPolicy's (cluster-wide and namespaced), whose results are in the reports too."""
+        return ([policy_key(b.get("metadata") or {}) for b in self.validating]
+                + [MUTATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.mutating]
+                + [GENERATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.generating])
+
+
+class StartupGate:
+    """Open once every policy that existed at start-up has been seen (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._expected: set[str] | None = None
+        self._seen: set[str] = set()
+        self._open = threading.Event()
+
+    def expect(self, names: Iterable[str]) -> None:
+        """The policies that exist at start-up (the first call counts)."""
+        with self._lock:
+            if self._expected is None:
+                self._expected = set(names)
+                self._check()
+
+    def seen(self, name: str) -> None:
+        with self._lock:
+            self._seen.add(name)
+            self._check()
+
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._open.wait(timeout)
+
+    def _check(self) -> None:
+        if self._expected is not None and self._expected <= self._seen:
+            self._open.set()
