@@ -27,10 +27,8 @@ conformant; ``error`` with the reason) and to ``vpol_background_mutations_total{
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,7 +40,7 @@ from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
-from vpol.controller.triggers import Operations, trigger_subject, watch_start
+from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result
 from vpol.engine.match import constraints_match
@@ -68,8 +66,6 @@ logger = logging.getLogger(__name__)
 CHUNK = 200
 #: Attempts to write one target when it keeps changing under us.
 ATTEMPTS = 3
-#: Writes remembered as vpol's own (skipBackgroundRequests): the watch reports them within seconds.
-OWN_WRITES_KEPT = 100_000
 
 
 @dataclass
@@ -97,14 +93,9 @@ class BackgroundMutation:
         self.store = store
         self.writes_per_second = writes_per_second
         self._pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="vpol-mutate-writer")
-        self._lock = threading.Lock()
-        self._policies: dict[str, MutatingPolicy] = {}
-        #: The resourceVersion each policy's spec was first seen at: a trigger watch started for it later replays
-        #: the changes since (see :meth:`trigger_since`).
-        self._seen_at: dict[str, str] = {}
-        #: uid -> resourceVersion of the objects vpol wrote last (their change events are not triggers); the
-        #: oldest are forgotten beyond OWN_WRITES_KEPT.
-        self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
+        #: The policies, the resourceVersion each spec was seen at (a trigger watch started for it later replays the
+        #: changes since) and the objects vpol wrote last (their change events are not triggers).
+        self._triggered: TriggeredPolicies[MutatingPolicy] = TriggeredPolicies(restart_on_change=True)
         self._operations = Operations()
         self._bucket = TokenBucket(writes_per_second)
         self.writes = 0
@@ -113,24 +104,14 @@ class BackgroundMutation:
 
     def set_policy(self, key: str, policy: MutatingPolicy | None) -> bool:
         """A policy that mutates existing objects (None: stop). True when what evaluation depends on changed."""
-        with self._lock:
-            old = self._policies.get(key)
-            if policy is None:
-                self._seen_at.pop(key, None)
-                return self._policies.pop(key, None) is not None
-            if old is not None and old.spec == policy.spec and old.annotations == policy.annotations:
-                return False
-            self._policies[key] = policy
-            self._seen_at[key] = str((policy.raw.get("metadata") or {}).get("resourceVersion") or "")
-            return True
+        changed = self._triggered.set(key, policy)
+        return changed is not None and changed is not False
 
     def policies(self) -> list[MutatingPolicy]:
-        with self._lock:
-            return sorted(self._policies.values(), key=lambda p: p.key)
+        return self._triggered.policies()
 
     def get(self, key: str) -> MutatingPolicy | None:
-        with self._lock:
-            return self._policies.get(key)
+        return self._triggered.get(key)
 
     def watched(self, discovery: Discovery) -> dict[tuple[str, str, str], ResourceInfo]:
         """What the scanner must watch for these policies: their triggers and their targets."""
@@ -143,12 +124,8 @@ class BackgroundMutation:
         return out
 
     def trigger_since(self, gvr: tuple[str, str, str], discovery: Discovery) -> str:
-        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.watch_start): a policy is Ready before the
-        scanner watches its triggers, and the watch replays what changed since it was seen."""
-        with self._lock:
-            seen = dict(self._seen_at)
-        return watch_start(seen.get(p.key, "") for p in self.policies()
-                           if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(p, discovery)))
+        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.TriggeredPolicies.trigger_since)."""
+        return self._triggered.trigger_since(gvr, discovery)
 
     # -- when it runs ------------------------------------------------------------------------------------------
 
@@ -180,7 +157,7 @@ class BackgroundMutation:
         listed_done: set[str] = set()
         for etype, obj in events:
             md = obj.get("metadata") or {}
-            own = self._own.get(str(md.get("uid", ""))) == str(md.get("resourceVersion", ""))
+            own = self._triggered.own(str(md.get("uid", ""))) == str(md.get("resourceVersion", ""))
             operation, obj = self._operations.of(etype, obj)
             if operation is None:
                 continue
@@ -363,12 +340,7 @@ class BackgroundMutation:
             for p, (status, value) in zip(pending, outcomes):
                 ref_obj = p.before
                 if status == "ok" and isinstance(value, dict):
-                    md = value.get("metadata") or {}
-                    uid = str(md.get("uid", ""))
-                    self._own[uid] = str(md.get("resourceVersion", ""))
-                    self._own.move_to_end(uid)
-                    while len(self._own) > OWN_WRITES_KEPT:
-                        self._own.popitem(last=False)
+                    self._triggered.remember(value)
                     self.writes += 1
                     self._report(policy, value, Result(policy=policy.key, result=PASS, message="success"),
                                  mutated=True)

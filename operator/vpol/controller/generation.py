@@ -38,7 +38,6 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
 
 from __future__ import annotations
 
-import collections
 import copy
 import logging
 import threading
@@ -52,7 +51,7 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
-from vpol.controller.triggers import Operations, trigger_subject, watch_start
+from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, compile_exception
@@ -85,8 +84,6 @@ from vpol.model.policy import GROUP, PolicyException
 logger = logging.getLogger(__name__)
 
 GVR = tuple[str, str, str]
-#: Writes remembered as vpol's own: their watch events are neither triggers nor edits to revert.
-OWN_WRITES_KEPT = 100_000
 #: Attempts to write one downstream that keeps changing under us.
 ATTEMPTS = 3
 #: What vpol remembers of a downstream it deleted (its DELETED event is then no edit to revert).
@@ -184,16 +181,16 @@ class Generation:
         self.events = events
         self._bucket = TokenBucket(writes_per_second)
         self._lock = threading.Lock()
-        self._policies: dict[str, GeneratingPolicy] = {}
+        #: The policies, the resourceVersion each was first seen at (a trigger watch started for it later replays the
+        #: changes since) and the objects generation wrote last (their change events are no triggers).
+        self._triggered: TriggeredPolicies[GeneratingPolicy] = TriggeredPolicies(restart_on_change=False)
         self._engines: dict[str, GeneratingPolicyEngine] = {}
         self._exceptions: list[PolicyException] = []
-        self._seen_at: dict[str, str] = {}
         #: Policies that became invalid: when deleted, their downstreams go as they said.
         self._retired: dict[str, GeneratingPolicy] = {}
         self._known: dict[str, _Known] = {}
         #: source uid -> {(policy key, trigger uid)}: the clones to update when a source changes.
         self._sources: dict[str, set[tuple[str, str]]] = {}
-        self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._operations = Operations()
         #: policy key -> the last generation error (cleared by a pass without one): the policy's status shows it.
         self.errors: dict[str, str] = {}
@@ -207,18 +204,12 @@ class Generation:
         """A valid policy (None: gone or invalid). Returns the policy that was held when it went (its downstreams
         may have to go), True when what evaluation depends on changed, else False."""
         with self._lock:
-            old = self._policies.get(key)
+            changed = self._triggered.set(key, policy)
             if policy is None:
-                self._seen_at.pop(key, None)
-                self._engines.pop(key, None)
                 self.errors.pop(key, None)
-                return self._policies.pop(key, None)
-            if old is not None and old.spec == policy.spec and old.annotations == policy.annotations:
-                return False
-            self._policies[key] = policy
-            self._engines.pop(key, None)
-            self._seen_at.setdefault(key, str(_md(policy.raw).get("resourceVersion") or ""))
-            return True
+            if changed is not False:
+                self._engines.pop(key, None)
+            return changed
 
     def hand_over(self, key: str, policy: GeneratingPolicy | None, *,
                   gone: bool = False) -> tuple[bool, GeneratingPolicy | None]:
@@ -248,12 +239,10 @@ class Generation:
             return True
 
     def policies(self) -> list[GeneratingPolicy]:
-        with self._lock:
-            return sorted(self._policies.values(), key=lambda p: p.key)
+        return self._triggered.policies()
 
     def get(self, key: str) -> GeneratingPolicy | None:
-        with self._lock:
-            return self._policies.get(key)
+        return self._triggered.get(key)
 
     def _engine(self, policy: GeneratingPolicy) -> GeneratingPolicyEngine:
         with self._lock:
@@ -289,12 +278,8 @@ class Generation:
             return list(known.resources.values()) if known else []
 
     def trigger_since(self, gvr: tuple[str, str, str], discovery: Discovery) -> str:
-        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.watch_start): a policy is Ready before the
-        scanner watches its triggers, and the watch replays what changed since it was seen."""
-        with self._lock:
-            seen = dict(self._seen_at)
-        return watch_start(seen.get(p.key, "") for p in self.policies()
-                           if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(p, discovery)))
+        """Where a new watch of ``gvr`` starts (vpol.controller.triggers.TriggeredPolicies.trigger_since)."""
+        return self._triggered.trigger_since(gvr, discovery)
 
     # -- when it runs ------------------------------------------------------------------------------------------
 
@@ -329,7 +314,7 @@ class Generation:
         for etype, raw in events:
             md = _md(raw)
             uid = str(md.get("uid", ""))
-            own = self._own.get(uid)
+            own = self._triggered.own(uid)
             if own == str(md.get("resourceVersion", "")) or (etype == "DELETED" and own == DELETED_BY_US):
                 continue  # our own write's (or deletion's) echo
             labels = md.get("labels") or {}
@@ -646,13 +631,7 @@ class Generation:
         return "error", f"{desired.get('kind')} {name} kept changing while it was written"
 
     def _remember(self, written: Mapping[str, Any]) -> None:
-        md = _md(written)
-        uid = str(md.get("uid", ""))
-        with self._lock:
-            self._own[uid] = str(md.get("resourceVersion", ""))
-            self._own.move_to_end(uid)
-            while len(self._own) > OWN_WRITES_KEPT:
-                self._own.popitem(last=False)
+        self._triggered.remember(written)
 
     def _delete(self, policy: GeneratingPolicy, ref: DownRef) -> int:
         self._bucket.take()

@@ -8,20 +8,29 @@ userInfo and no oldObject."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 from kubernetes import client
 
+from vpol.engine.mutate_existing import trigger_resources
 from vpol.engine.request import ResourceType, Subject
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import get_object
+from vpol.model.generating import GeneratingPolicy
+from vpol.model.mutating import MutatingPolicy
 
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
 #: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).
 DELETING_KEPT = 100_000
 #: Metadata the API server adds when it accepts a delete that waits (finalizers, a grace period).
 DELETION_FIELDS = ("deletionTimestamp", "deletionGracePeriodSeconds")
+#: Writes remembered as a path's own (skipBackgroundRequests, generation's echoes): the watch reports them within
+#: seconds.
+OWN_WRITES_KEPT = 100_000
+
+P = TypeVar("P", MutatingPolicy, GeneratingPolicy)
 
 
 class Operations:
@@ -95,3 +104,71 @@ def watch_start(seen: Iterable[str]) -> str:
             return ""
         versions.append(int(version))
     return str(min(versions)) if versions else ""
+
+
+class TriggeredPolicies(Generic[P]):
+    """The policies of a path that acts on triggers (MutatingPolicies that mutate existing objects,
+    GeneratingPolicies), the resourceVersion each was seen at, and the writes the path made itself (their watch
+    events are no triggers). Thread-safe.
+
+    ``restart_on_change``: a changed spec is seen anew (its triggers' watch replays from the change; the mutation
+    of existing objects), or keeps the version it was first seen at (generation: what was owed since then is
+    still owed)."""
+
+    def __init__(self, *, restart_on_change: bool) -> None:
+        self._restart = restart_on_change
+        self._lock = threading.Lock()
+        self._policies: dict[str, P] = {}
+        self._seen_at: dict[str, str] = {}
+        #: uid -> resourceVersion of the objects the path wrote last; the oldest are forgotten beyond
+        #: OWN_WRITES_KEPT.
+        self._own: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+    def set(self, key: str, policy: P | None) -> P | bool | None:
+        """Hold ``policy`` under ``key`` (None: no more). Returns, for None, the policy that was held (None when
+        none was); else True when its spec or annotations changed (what evaluation depends on), False when not."""
+        with self._lock:
+            old = self._policies.get(key)
+            if policy is None:
+                self._seen_at.pop(key, None)
+                return self._policies.pop(key, None)
+            if old is not None and old.spec == policy.spec and old.annotations == policy.annotations:
+                return False
+            self._policies[key] = policy
+            version = str((policy.raw.get("metadata") or {}).get("resourceVersion") or "")
+            if self._restart:
+                self._seen_at[key] = version
+            else:
+                self._seen_at.setdefault(key, version)
+            return True
+
+    def policies(self) -> list[P]:
+        with self._lock:
+            return sorted(self._policies.values(), key=lambda p: p.key)
+
+    def get(self, key: str) -> P | None:
+        with self._lock:
+            return self._policies.get(key)
+
+    def trigger_since(self, gvr: tuple[str, str, str], discovery: Any) -> str:
+        """Where a new watch of ``gvr`` starts (:func:`watch_start`): a policy is Ready before the scanner watches
+        its triggers, and the watch replays what changed since it was seen."""
+        with self._lock:
+            seen = dict(self._seen_at)
+        return watch_start(seen.get(p.key, "") for p in self.policies()
+                           if any((i.group, i.version, i.resource) == gvr for i in trigger_resources(p, discovery)))
+
+    def remember(self, written: Mapping[str, Any]) -> None:
+        """An object the path wrote (its uid and the resourceVersion written; a deletion's marker)."""
+        md = written.get("metadata") or {}
+        uid = str(md.get("uid", ""))
+        with self._lock:
+            self._own[uid] = str(md.get("resourceVersion", ""))
+            self._own.move_to_end(uid)
+            while len(self._own) > OWN_WRITES_KEPT:
+                self._own.popitem(last=False)
+
+    def own(self, uid: str) -> str:
+        """The resourceVersion of the path's last write of ``uid`` ("" when it wrote none lately)."""
+        with self._lock:
+            return self._own.get(uid, "")
