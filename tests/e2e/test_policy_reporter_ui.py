@@ -114,7 +114,7 @@ class Scenario:
     policies: dict[str, dict[str, str]]
 
 
-def annotations(title: str, category: str, severity: str, **more: str) -> dict[str, str]:
+def described(title: str, category: str, severity: str, **more: str) -> dict[str, str]:
     return {"policies.kyverno.io/title": title, "policies.kyverno.io/category": category,
             "policies.kyverno.io/severity": severity, **{f"policies.kyverno.io/{k}": v for k, v in more.items()}}
 
@@ -142,9 +142,9 @@ def scenario(own_cluster: KubeCluster, operator: OperatorProcess) -> Scenario:
                            (b, "owner-only", {"owner": "x"}), (b, "nothing", {})):
         apply(cluster, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
                         "data": data})
-    for ns in (a, b):
-        wait_for(f"the default ServiceAccount of {ns}", lambda ns=ns: cluster.kubectl(
-            "get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0, 60, 0.5)
+    # the Pod waits for its namespace's default ServiceAccount
+    wait_for(f"the default ServiceAccount of {a}", lambda: cluster.kubectl(
+        "get", "serviceaccount", "default", "-n", a, check=False).returncode == 0, 60, 0.5)
     apply(cluster, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": a},
                     "spec": {"containers": [{"name": "app", "image": "registry.invalid/shop/web:1.0"}]}})
 
@@ -152,13 +152,13 @@ def scenario(own_cluster: KubeCluster, operator: OperatorProcess) -> Scenario:
     local, mutate, generate, images = (f"{token}-local-owner", f"{token}-label-reviewed", f"{token}-copy-config",
                                        f"{token}-trusted-images")
     notes = {
-        owner: annotations("Require an owner", "Best Practices", "high"),
-        unscored: annotations("Advise a team key", "Other Checks", "medium", scored="false"),
-        number: annotations("Positive n", "Validation", "low"),
-        f"{b}/{local}": annotations("Owner in billing", "Multi-Tenancy", "critical"),
-        mutate: annotations("Mark as reviewed", "Labels", "info"),
-        generate: annotations("Copy configuration", "Generation", "medium"),
-        images: annotations("Trusted images", "Supply Chain", "high"),
+        owner: described("Require an owner", "Best Practices", "high"),
+        unscored: described("Advise a team key", "Other Checks", "medium", scored="false"),
+        number: described("Positive n", "Validation", "low"),
+        f"{b}/{local}": described("Owner in billing", "Multi-Tenancy", "critical"),
+        mutate: described("Mark as reviewed", "Labels", "info"),
+        generate: described("Copy configuration", "Generation", "medium"),
+        images: described("Trusted images", "Supply Chain", "high"),
     }
     policies: list[dict[str, Any]] = [
         validating(owner, notes[owner], selector, "has(object.data) && 'owner' in object.data",
