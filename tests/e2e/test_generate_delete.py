@@ -425,6 +425,48 @@ def test_an_operator_killed_during_generation_loses_no_trigger(
         slow.stop()
 
 
+def test_generation_has_the_deadline_of_every_evaluation(
+        vpol_installed: Any, cluster: Any, namespace: str, unique_name: Callable[..., str],
+        tmp_path: Path, module_operator_stopped: None) -> None:
+    """A GeneratingPolicy evaluates in the bounded worker like every other kind: with ``--eval-timeout 0.3``, a
+    matchCondition that takes about a second (cel-cpp's iteration budget; measured in tests/unit/engine) costs its
+    trigger an error naming the time limit, and the other policy's trigger is generated for all the same."""
+    kubeconfig = sa_kubeconfig(vpol_installed, tmp_path / "kubeconfig")
+    bounded = OperatorProcess(kubeconfig, tmp_path / "operator.log",
+                              extra=("--scan-interval", "3600", "--eval-timeout", "0.3")).start()
+    kube = Kube(cluster)
+    run = unique_name("gen", "deadline")
+    slow_name, fine_name = f"{run}-slow", f"{run}-fine"
+    copy = {"expression": 'generator.Apply(object.metadata.namespace, [{"apiVersion": "v1", "kind": "ConfigMap", '
+                          '"metadata": {"name": "gen-" + object.metadata.name}}])'}
+    in_namespace = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    try:
+        slow = gpol(slow_name, {"vpol-e2e-gen": slow_name}, [copy], sync=False, rule=CM_RULE,
+                    operations=("CREATE",), namespace_selector=in_namespace)
+        slow["spec"]["matchConditions"] = [{"name": "slow", "expression": (
+            "lists.range(9000).map(x, lists.range(9000).filter(y, y > x)).size() > 0 || true")}]
+        fine = gpol(fine_name, {"vpol-e2e-gen": fine_name}, [copy], sync=False, rule=CM_RULE,
+                    operations=("CREATE",), namespace_selector=in_namespace)
+        kube.apply(slow, fine)
+        kube.wait_ready("generatingpolicy", slow_name)
+        kube.wait_ready("generatingpolicy", fine_name)
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": name, "namespace": namespace, "labels": {"vpol-e2e-gen": name}}}
+            for name in (slow_name, fine_name)]))
+        wait_for("the other policy's downstream", lambda: kube.get("configmap", f"gen-{fine_name}", namespace),
+                 timeout=60)
+        result = wait_for("the slow trigger's result", lambda: next(
+            (r for r in report_results(cluster, "configmap", slow_name, namespace) if r["policy"] == slow_name),
+            None), timeout=60)
+        assert result["result"] == "error" and "time limit of 0.3s" in result["message"], result
+        assert kube.get("configmap", f"gen-{slow_name}", namespace) is None
+    finally:
+        kube.delete("generatingpolicy", slow_name)
+        kube.delete("generatingpolicy", fine_name)
+        bounded.stop()
+
+
 def test_a_restart_with_nothing_changed_writes_nothing(
         vpol_installed: Any, cluster: Any, namespace: str, unique_name: Callable[..., str], tmp_path: Path,
         module_operator_stopped: None) -> None:

@@ -34,10 +34,11 @@ from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.token_bucket import TokenBucket
 from vpol.desired.events import EventSpec, ObjectRef
-from vpol.engine.evaluate import ERROR, PASS, compile_exception
+from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
 from vpol.engine.generate import DeletingPolicyEngine
 from vpol.engine.mutate_existing import trigger_resources
-from vpol.engine.request import ResourceType
+from vpol.engine.request import ResourceType, Subject
+from vpol.engine.sandbox import SandboxedEvaluator
 from vpol.engine.subjects import subject_for
 from vpol.kube.access import AccessChecker
 from vpol.kube.dynamic import delete_object, list_pages
@@ -101,8 +102,11 @@ class Deletion:
                  backend: Backend | None = None, access: AccessChecker | None = None,
                  write_status: Callable[[str, dict[str, Any]], object] | None = None,
                  events: Any = None, deletes_per_second: float = 50.0,
-                 on_run: Callable[[str], None] | None = None):
+                 on_run: Callable[[str], None] | None = None, worker: SandboxedEvaluator | None = None):
         self.api = api
+        #: Where the policies are evaluated, with the deadline and memory cap of every evaluation (None: in this
+        #: process, under ``backend``).
+        self.worker = worker
         self.resolve = resolve
         self.namespaces = namespaces
         self.discovery = discovery
@@ -184,6 +188,8 @@ class Deletion:
             metrics.DELETING_RUNS.labels(key, "forbidden").inc()
         else:
             engine = DeletingPolicyEngine(policy, [compile_exception(e) for e in exceptions])
+            if self.worker is not None:
+                self.worker.load(key, "DeletingPolicy", policy, exceptions)
             for info in resources:
                 self._run_resource(policy, engine, info, outcome)
             metrics.DELETING_RUNS.labels(key, "failed" if outcome.errors else "succeeded").inc()
@@ -229,6 +235,20 @@ class Deletion:
             metrics.DELETION_ERRORS.labels(policy.key).inc()
             self._event(policy, None, f"failed to list {info.resource}: {describe(exc)}", warning=True)
 
+    def _evaluate(self, engine: DeletingPolicyEngine, subject: Subject) -> Result | None:
+        """What the policy says of ``subject`` (None: it does not select it), evaluated in the worker when there is
+        one; one that runs past its deadline or memory cap is an error of this object."""
+        if self.worker is None:
+            with using(self.backend):
+                return engine.evaluate(subject)
+        if not engine.ok or not engine.selects(subject):
+            return None
+        status, answer = self.worker.call(engine.policy.key, "evaluate", [subject])
+        if status == "ok":
+            return answer[0]  # type: ignore[no-any-return]
+        api_version, kind, namespace, name, uid = SubjectData(subject).identity()
+        return Result(engine.policy.key, ERROR, str(answer), api_version, kind, namespace, name, uid)
+
     def _consider(self, policy: DeletingPolicy, engine: DeletingPolicyEngine, info: ResourceInfo,
                   obj: dict[str, Any], outcome: RunOutcome) -> None:
         try:
@@ -236,8 +256,7 @@ class Deletion:
                                   default_namespace="")
         except Exception:  # noqa: BLE001 - a kind nobody can place is not considered
             return
-        with using(self.backend):
-            verdict = engine.evaluate(subject)
+        verdict = self._evaluate(engine, subject)
         if verdict is None:
             return
         md = obj.get("metadata") or {}

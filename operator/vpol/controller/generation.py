@@ -54,7 +54,7 @@ from vpol.controller.token_bucket import TokenBucket
 from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
-from vpol.engine.evaluate import ERROR, PASS, compile_exception
+from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
 from vpol.engine.generate import (
     GENERATED_RESOURCES,
     MANAGED_BY,
@@ -70,10 +70,13 @@ from vpol.engine.generate import (
     TRIGGER_VERSION,
     Downstream,
     GeneratingPolicyEngine,
+    KnownScopes,
     labelled,
 )
+from vpol.engine.generate import Generation as Generated
 from vpol.engine.mutate_existing import trigger_resources
 from vpol.engine.request import ResourceType, Subject
+from vpol.engine.sandbox import SandboxedEvaluator
 from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
 from vpol.kube.errors import describe
 from vpol.kube.objects import FIELD_MANAGER
@@ -162,8 +165,12 @@ class Generation:
                  store: Callable[[ResourceRef, str, ReportEntry | None], None],
                  reported: Callable[[str, str], str], backend: Backend | None = None,
                  writes_per_second: float = 50.0, on_error: Callable[[str], None] | None = None,
-                 events: Any = None, lookup: Callable[[str, str], ResourceInfo | None] | None = None):
+                 events: Any = None, lookup: Callable[[str, str], ResourceInfo | None] | None = None,
+                 worker: SandboxedEvaluator | None = None):
         self.api = api
+        #: Where the policies are evaluated, with the deadline and memory cap of every evaluation (None: in this
+        #: process, under ``backend``).
+        self.worker = worker
         self.resolve = resolve
         self.namespaces = namespaces
         self.discovery = discovery
@@ -207,6 +214,8 @@ class Generation:
             changed = self._triggered.set(key, policy)
             if policy is None:
                 self.errors.pop(key, None)
+                if self.worker is not None:
+                    self.worker.unload(key)
             if changed is not False:
                 self._engines.pop(key, None)
             return changed
@@ -251,7 +260,36 @@ class Generation:
                 exceptions = [compile_exception(e) for e in self._exceptions]
                 engine = self._engines[policy.key] = GeneratingPolicyEngine(policy, exceptions,
                                                                             namespaced=self._scope)
+                self._load(policy)
             return engine
+
+    def _load(self, policy: GeneratingPolicy) -> None:
+        """Have the worker build the policy's engine, with the kinds' scopes as discovery knows them now."""
+        if self.worker is not None:
+            self.worker.load(policy.key, "GeneratingPolicy", policy, list(self._exceptions),
+                             KnownScopes.of(self.discovery().resources))
+
+    def _evaluate(self, policy: GeneratingPolicy, engine: GeneratingPolicyEngine, trigger: Subject
+                  ) -> Generated | None:
+        """What ``policy`` generates for ``trigger`` (None: nothing, it does not apply), evaluated in the worker
+        when there is one; one that runs past its deadline or memory cap is an error of this trigger."""
+        if self.worker is None:
+            with using(self.backend):
+                return engine.generate(trigger)
+        if not engine.ok or not engine.selects(trigger):
+            return None
+        for attempt in (1, 2):
+            status, answer = self.worker.call(policy.key, "generate", [trigger])
+            if status != "ok":
+                api_version, kind, namespace, name, uid = SubjectData(trigger).identity()
+                return Generated(Result(policy.key, ERROR, f"failed to evaluate policy: {answer}", api_version, kind,
+                                        namespace, name, uid))
+            generated: Generated | None = answer[0]
+            if generated is None or not generated.unknown_kinds or attempt == 2 or \
+                    not any(self.lookup(*gvk) is not None for gvk in generated.unknown_kinds):
+                return generated
+            self._load(policy)  # a kind installed since the worker's table was made: placed as it is
+        return None
 
     def _scope(self, api_version: str, kind: str) -> bool | None:
         info = self.lookup(api_version, kind)
@@ -495,8 +533,7 @@ class Generation:
         the policy does not apply to it). ``fresh``: the trigger was just created, so its downstreams are most
         likely not there (see _write)."""
         engine = self._engine(policy)
-        with using(self.backend):
-            generation = engine.generate(trigger)
+        generation = self._evaluate(policy, engine, trigger)
         if generation is None:
             return ""
         result = generation.result

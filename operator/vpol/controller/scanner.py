@@ -110,18 +110,22 @@ class Scanner(threading.Thread):
                                            namespaces=self.watches.namespaces, store=self.store.store_one,
                                            writes_per_second=self.options.mutation_writes_per_second)
         fresh = backend.fresh() if isinstance(backend, LiveBackend) else backend
+        #: The worker GeneratingPolicies and DeletingPolicies are evaluated in, with the same deadline and memory cap
+        #: as the others (started at their first evaluation).
+        self.lifecycle_worker = SandboxedEvaluator([], (), fresh, self.options.limits, global_context=global_context)
         self.generation = Generation(api, resolve=self.watches.resolve, namespaces=self.watches.namespaces,
                                      discovery=lambda: self.discovery.get(), store=self.store.store_one,
                                      reported=self.store.reported,
                                      backend=fresh, writes_per_second=self.options.generation_writes_per_second,
                                      on_error=self._notify_generating, events=events,
-                                     lookup=getattr(self.discovery, "resource_for_kind", None))
+                                     lookup=getattr(self.discovery, "resource_for_kind", None),
+                                     worker=self.lifecycle_worker)
         self.deletion = Deletion(api, resolve=self.watches.resolve, namespaces=self.watches.namespaces,
                                  discovery=lambda: self.discovery.get(), backend=fresh, access=AccessChecker(api),
                                  write_status=lambda key, status: Objects(api).patch_lifecycle_status(
                                      "dpol", key, status),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
-                                 on_run=self._notify_deleting)
+                                 on_run=self._notify_deleting, worker=self.lifecycle_worker)
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
         self.notify: Any = None
 
@@ -329,6 +333,7 @@ class Scanner(threading.Thread):
     def _deactivate(self) -> None:
         self.watches.stop()
         self.evaluation.close()
+        self.lifecycle_worker.close()
         # Another replica reports now: drop our view so series are not counted twice.
         self.store.clear()
         self._active = False

@@ -30,7 +30,7 @@ import copy
 import dataclasses
 import enum
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,23 @@ SOURCE_UID = "generate.kyverno.io/source-uid"
 
 #: namespaced(apiVersion, kind): whether the kind is namespaced (None: unknown, taken as namespaced, as Kyverno).
 Scope = Callable[[str, str], bool | None]
+
+
+@dataclass(frozen=True)
+class KnownScopes:
+    """A :data:`Scope` from a table of the kinds known at one moment (plain data: it goes to an evaluation worker
+    with the engine, vpol.engine.sandbox)."""
+
+    #: (apiVersion, kind) -> namespaced.
+    table: Mapping[tuple[str, str], bool]
+
+    @classmethod
+    def of(cls, resources: Iterable[Any]) -> "KnownScopes":
+        """From discovery's resources (ResourceInfo: api_version, kind, namespaced; subresources left out)."""
+        return cls({(r.api_version, r.kind): r.namespaced for r in resources if "/" not in r.resource})
+
+    def __call__(self, api_version: str, kind: str) -> bool | None:
+        return self.table.get((api_version, kind))
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,8 @@ class Generation:
 
     result: Result
     downstreams: list[Downstream] = field(default_factory=list)
+    #: The kinds of generated objects whose scope was unknown (taken as namespaced): (apiVersion, kind).
+    unknown_kinds: tuple[tuple[str, str], ...] = ()
 
 
 class GenerationError(Exception):
@@ -223,6 +242,8 @@ class GeneratingPolicyEngine:
         self.exceptions = [e for e in exceptions if every_exception or e.exception.applies_to(policy)]
         self.namespaced: Scope = namespaced or _builtin_scope
         self.placement = placement
+        #: The kinds whose scope was unknown in the generation under way (see Generation.unknown_kinds).
+        self._unknown: dict[tuple[str, str], None] = {}
 
     @property
     def ok(self) -> bool:
@@ -245,6 +266,13 @@ class GeneratingPolicyEngine:
         is false (no result at all, as in Kyverno)."""
         if not self.compiled.ok or not self.selects(subject):
             return None
+        self._unknown = {}
+        generation = self._generate(subject)
+        if generation is not None and self._unknown:
+            generation.unknown_kinds = tuple(self._unknown)
+        return generation
+
+    def _generate(self, subject: Subject) -> Generation | None:
         data = SubjectData(subject)
         if self.policy.namespace:
             data.data[GENERATOR_VARIABLE] = NamespacedGeneratorContext()  # its Apply(objects) overload
@@ -339,7 +367,11 @@ class GeneratingPolicyEngine:
         md = obj.get("metadata")
         md = obj["metadata"] = dict(md) if isinstance(md, Mapping) else {}
         if self.placement is not Placement.KYVERNO_CLI:
-            if self.namespaced(str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")) is False:
+            gvk = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+            scope = self.namespaced(*gvk)
+            if scope is None:
+                self._unknown[gvk] = None
+            if scope is False:
                 if namespace and self.policy.namespace:
                     raise GenerationError(f'cross-scope generation denied: a policy scoped to namespace '
                                           f'"{namespace}" cannot generate cluster-scoped resource '

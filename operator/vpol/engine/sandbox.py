@@ -19,6 +19,10 @@ reads the AdmissionReview as received, evaluates, decides and writes the
 answer, so the serving process only moves bytes; the round trip is awaited on
 the event loop (no thread per request).
 
+Every other kind's engine runs in a worker too, loaded by key (``load``, ``call``): the
+engines :data:`KIND_ENGINES` builds from plain data (GeneratingPolicy, DeletingPolicy) are
+held under the policy's key and called on subjects with the same deadline and memory cap.
+
 GlobalContextEntry data (``globalContext.Get``) reaches a worker from the
 operator's store (vpol.engine.global_context): before a request, a worker
 that is behind is sent what changed since the version it has, and answers
@@ -52,10 +56,13 @@ from vpol.engine.evaluate import (
     SubjectData,
     compile_exception,
 )
+from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, KnownScopes
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
 from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
+from vpol.model.deleting import DeletingPolicy
+from vpol.model.generating import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 
@@ -72,6 +79,20 @@ class Limits:
 #: applied; their results; the ValidatingPolicies' results on that object, or with ``rendered``, those results
 #: as `vpol apply` prints them).
 Applied = tuple[dict[str, Any] | None, list[Result], list[Result] | list[Rendered]]
+
+
+def _generating_engine(policy: GeneratingPolicy, exceptions: Sequence[PolicyException],
+                       scopes: KnownScopes) -> GeneratingPolicyEngine:
+    return GeneratingPolicyEngine(policy, [compile_exception(e) for e in exceptions], namespaced=scopes)
+
+
+def _deleting_engine(policy: DeletingPolicy, exceptions: Sequence[PolicyException]) -> DeletingPolicyEngine:
+    return DeletingPolicyEngine(policy, [compile_exception(e) for e in exceptions])
+
+
+#: The engines a worker builds by kind from plain data (``SandboxedEvaluator.load``): the policy, its exceptions
+#: and what else the kind's engine is made with.
+KIND_ENGINES: dict[str, Any] = {"GeneratingPolicy": _generating_engine, "DeletingPolicy": _deleting_engine}
 
 
 def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None,
@@ -181,6 +202,8 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
     view = GlobalContextView()
     if global_context:
         backend = GlobalContextBackend(backend, view)
+    #: Other kinds' engines by key (SandboxedEvaluator.load).
+    held: dict[str, Any] = {}
     conn.send(("ready", None))
     with using(backend):
         while True:
@@ -208,6 +231,16 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                     continue
                 if op == "admit":
                     conn.send(("ok", _admit(engines, mutating_engines, subjects)))
+                    continue
+                if op == "engine":
+                    key, kind, args = subjects
+                    held[key] = KIND_ENGINES[kind](*args)
+                    conn.send(("ok", None))
+                    continue
+                if op == "call":
+                    key, method = only
+                    engine = held[key]
+                    conn.send(("ok", [getattr(engine, method)(subject) for subject in subjects]))
                     continue
                 if op in ("targets", "resolve", "resolve-unconditional"):
                     # mutateExisting: one policy (only_mutating holds its index) on targets, or resolving the
@@ -299,6 +332,10 @@ class SandboxedEvaluator:
         self._global_version = -1
         #: How many times a worker had to be killed (for metrics and tests).
         self.kills = 0
+        #: Other kinds' engines to hold, by key: (kind, what it is built from) (see load).
+        self._kinds: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        #: Those the running worker holds.
+        self._held: set[str] = set()
 
     def __enter__(self) -> "SandboxedEvaluator":
         return self
@@ -326,6 +363,7 @@ class SandboxedEvaluator:
         child.close()
         self._conn = parent
         self._global_version = -1
+        self._held = set()
         self._starting = True
         if wait:
             self._await_ready()
@@ -378,8 +416,39 @@ class SandboxedEvaluator:
         """Why a worker vanished in the middle of a request: its address-space cap is what kills it."""
         return f"evaluation exceeded the memory limit of {self.limits.memory_bytes // 1024**2} MiB (worker died)"
 
+    def load(self, key: str, kind: str, *args: Any) -> None:
+        """Hold ``kind``'s engine under ``key``, built in the worker from ``args`` (plain data:
+        :data:`KIND_ENGINES`); sent before the next :meth:`call` of it, and again to a worker started anew."""
+        self._kinds[key] = (kind, args)
+        self._held.discard(key)
+
+    def unload(self, key: str) -> None:
+        self._kinds.pop(key, None)
+        self._held.discard(key)
+
+    def call(self, key: str, method: str, subjects: Sequence[Subject]) -> tuple[str, Any]:
+        """``method`` of the engine held under ``key``, on each subject, in the worker: ("ok", the answers),
+        or ("killed", why) past the deadline or the memory cap (a new worker is started on the next use), or
+        ("error", why)."""
+        if key not in self._kinds:
+            return "error", f"no engine is loaded for {key}"
+        if not self.running:
+            self._start()
+        self._await_ready()
+        if key not in self._held:
+            kind, args = self._kinds[key]
+            status, payload = self._ask([], None, "engine", None, payload=(key, kind, args), limit=60.0)
+            if status != "ok":
+                return status, payload
+            self._held.add(key)
+        return self._ask(subjects, None, "call", None, only_any=(key, method))
+
     def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None, op: str = "validate",
-             only_mutating: frozenset[int] | None = None) -> tuple[str, Any]:
+             only_mutating: frozenset[int] | None = None, *, payload: Any = None, only_any: Any = None,
+             limit: float | None = None) -> tuple[str, Any]:
+        """One request to the worker (started if needed), answered within the deadline: ``seconds_per_subject``
+        per subject, or ``limit``. ``payload`` is sent instead of the subjects, ``only_any`` instead of ``only``
+        (the requests of other kinds' engines)."""
         if not self.running:
             self._start()
         self._await_ready()
@@ -387,8 +456,10 @@ class SandboxedEvaluator:
         try:
             if self.global_context_stale():
                 self._send_global_context()
-            self._conn.send((op, list(subjects), only, only_mutating))
-            deadline = time.monotonic() + self.limits.seconds_per_subject * len(subjects)
+            self._conn.send((op, list(subjects) if payload is None else payload,
+                             only if only_any is None else only_any, only_mutating))
+            deadline = time.monotonic() + (self.limits.seconds_per_subject * len(subjects) if limit is None
+                                           else limit)
             if self._conn.poll(max(0.0, deadline - time.monotonic())):
                 return self._conn.recv()
             reason = f"evaluation exceeded the time limit of {self.limits.seconds_per_subject:g}s"
