@@ -317,7 +317,8 @@ def reporters(binaries: tuple[Path, Path], own_cluster: KubeCluster, scenario: S
 
 #: What a page shows, read in the page: the text of every list item (a resource, a policy) and the counts on its
 #: chips by their tooltips ("pass results", "high results"), under the last heading before it (a namespace, a
-#: category); every table row's cells, under its heading; the result-count cards by their titles.
+#: category) and in the card its heading names (a source); every table row's cells, under its heading; the
+#: result-count cards by their titles.
 READ_PAGE = """(() => {
   const headings = [...document.querySelectorAll('.v-toolbar-title')];
   const heading = (el) => headings.filter(h => h.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING)
@@ -327,6 +328,7 @@ READ_PAGE = """(() => {
   return {
     items: [...document.querySelectorAll('.v-list-item')].map(li => ({
       heading: heading(li),
+      card: li.closest('.v-card')?.querySelector('.v-toolbar-title')?.innerText.trim() ?? '',
       title: li.querySelector('.v-list-item-title')?.innerText.trim() ?? '',
       subtitle: li.querySelector('.v-list-item-subtitle')?.innerText.trim() ?? '',
       avatar: li.querySelector('.v-avatar')?.innerText.trim() ?? '',
@@ -529,7 +531,9 @@ def test_the_policies_page_lists_vpols_policies_by_category(scenario: Scenario, 
     assert set(shown) == set(scenario.policies)
     for policy, notes in scenario.policies.items():
         item = shown[policy]
-        # under its category, with the first letter of its severity, and its counts
+        # in vpol's source (its name as the UI capitalizes it), under its category, with the first letter of its
+        # severity, and its counts
+        assert item["card"] == "Vpol", item
         assert item["heading"] == notes["policies.kyverno.io/category"], item
         assert item["avatar"] == notes["policies.kyverno.io/severity"][0].upper(), item
         assert chip_counts(item, STATUSES) == count((r["result"] for r in reported if r["policy"] == policy),
