@@ -226,7 +226,7 @@ class Generation:
         policies changed, and the policy whose downstreams must now go as it said (a deleted one; one that became
         invalid only stops, and what it generated stays until it is deleted)."""
         changed = self.set_policy(key, policy)
-        held = changed if isinstance(changed, GeneratingPolicy) else None
+        held = None if isinstance(changed, bool) else changed  # the policy held when it went
         with self._lock:
             if policy is not None:
                 self._retired.pop(key, None)

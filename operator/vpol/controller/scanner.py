@@ -35,6 +35,7 @@ from vpol.controller.background_mutation import BackgroundMutation
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
+from vpol.controller.queue_keys import DELETING, GENERATING, lifecycle_key
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.report_store import ReportStore
 from vpol.controller.scan_evaluator import ScanEvaluator, start_quietly
@@ -123,7 +124,7 @@ class Scanner(threading.Thread):
         self.deletion = Deletion(api, resolve=self.watches.resolve, namespaces=self.watches.namespaces,
                                  discovery=lambda: self.discovery.get(), backend=fresh, access=AccessChecker(api),
                                  write_status=lambda key, status: Objects(api).patch_lifecycle_status(
-                                     "dpol", key, status),
+                                     DELETING, key, status),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting, worker=self.lifecycle_worker)
         #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
@@ -220,11 +221,11 @@ class Scanner(threading.Thread):
 
     def _notify_generating(self, key: str) -> None:
         if self.notify is not None:
-            self.notify(f"gpol:{key}")
+            self.notify(lifecycle_key(GENERATING, key))
 
     def _notify_deleting(self, key: str) -> None:
         if self.notify is not None:
-            self.notify(f"dpol:{key}")
+            self.notify(lifecycle_key(DELETING, key))
 
     def _on_object(self, etype: str, obj: dict[str, Any]) -> None:
         if etype in ("ADDED", "MODIFIED", "DELETED"):

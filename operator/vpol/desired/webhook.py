@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
-from vpol.engine.autogen import autogen_configs, image_autogen_configs, mutating_autogen_configs
+from vpol.engine.kinds import kind_of
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import ValidatingPolicy
@@ -57,18 +57,10 @@ def webhook_name(failure_policy: str, mutating: bool = False, images: bool = Fal
            ".vpol.kyverno.io"
 
 
-def _variants(policy: AnyPolicy) -> list[AnyPolicy]:
-    if isinstance(policy, ImageValidatingPolicy):
-        return [policy, *(variant for _name, _targets, variant in image_autogen_configs(policy))]
-    if isinstance(policy, MutatingPolicy):
-        return [policy, *(variant for _name, variant in mutating_autogen_configs(policy))]
-    return [policy, *(c.policy for c in autogen_configs(policy))]
-
-
 def _rules(policy: AnyPolicy) -> list[tuple[Any, ...]]:
     out = []
     namespaced = bool(policy.namespace)
-    for variant in _variants(policy):
+    for variant in kind_of(policy).variants(policy):
         m = variant.spec.match_constraints
         if m is None:
             continue

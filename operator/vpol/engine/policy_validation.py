@@ -12,36 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from vpol.cel.compiler import (
-    compile_deleting_policy,
-    compile_generating_policy,
-    compile_image_validating_policy,
-    compile_mutating_policy,
-    compile_policy,
-    compile_verdict,
-)
 from vpol.cel.typecheck import check_policy, check_policy_cached
 from vpol.engine.evaluate import compile_exception
-from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
+from vpol.engine.kinds import KINDS, AnyPolicy, kind_for_document, kind_of
 from vpol.model.discovery import Discovery
-from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
-from vpol.model.image_validating import (
-    ImageValidatingPolicy,
-    is_image_validating_policy_document,
-    parse_image_validating_policy,
-)
 from vpol.model.global_context import is_global_context_document, parse_global_context_entry
 from vpol.model.mutating import MutatingPolicy
-from vpol.model.parse import (
-    is_exception_document,
-    is_mutating_policy_document,
-    is_policy_document,
-    parse_exception,
-    parse_mutating_policy,
-    parse_policy,
-)
+from vpol.model.parse import is_exception_document, parse_exception
 from vpol.model.policy import PolicyException, ValidatingPolicy
 from vpol.model.problems import Problem
 
@@ -63,9 +42,6 @@ class Verdict:
         return [p for p in self.problems if p.severity != "error"]
 
 
-AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy | ImageValidatingPolicy
-
-
 def policy_problems(policy: AnyPolicy, *, typecheck: bool = True,
                     discovery: Discovery | None = None, wrong_result_is_error: bool = True,
                     cached: bool = False) -> list[Problem]:
@@ -82,22 +58,16 @@ def policy_problems(policy: AnyPolicy, *, typecheck: bool = True,
     A GeneratingPolicy's or DeletingPolicy's expressions are compiled and type-checked by CEL's checker (their
     objects are typed ``dyn``, as in Kyverno); they are not checked against the matched kinds' schemas. So are an
     ImageValidatingPolicy's (whose expressions read images and attestations more than the object)."""
-    problems: list[Problem]
-    if isinstance(policy, ImageValidatingPolicy):
-        return list(compile_image_validating_policy(policy).problems)
-    if isinstance(policy, GeneratingPolicy):
-        return list(compile_generating_policy(policy).problems)
-    if isinstance(policy, DeletingPolicy):
-        return list(compile_deleting_policy(policy).problems)
-    if cached and isinstance(policy, ValidatingPolicy):
-        problems = list(compile_verdict(policy).problems)
-    else:
-        compiled = compile_policy(policy) if isinstance(policy, ValidatingPolicy) else compile_mutating_policy(policy)
-        problems = list(compiled.problems)
+    kind = kind_of(policy)
+    if not kind.typechecked:
+        return list(kind.compile_problems(policy))
+    compile_problems = kind.memo_problems if cached and kind.memo_problems is not None else kind.compile_problems
+    problems = list(compile_problems(policy))
+    typed = cast(ValidatingPolicy | MutatingPolicy, policy)  # the type-checked kinds
     if typecheck:
-        warnings = check_policy_cached(policy, discovery) if cached and discovery is not None else \
-            check_policy(policy, discovery)
-        problems.extend(policy.locate(Problem(w.warning.strip(), path=w.field_path,
+        warnings = check_policy_cached(typed, discovery) if cached and discovery is not None else \
+            check_policy(typed, discovery)
+        problems.extend(typed.locate(Problem(w.warning.strip(), path=w.field_path,
                                               severity="error" if w.wrong_result and wrong_result_is_error
                                               else "warning"))
                         for w in warnings)
@@ -110,9 +80,8 @@ def exception_problems(exc: PolicyException) -> list[Problem]:
 
 def is_validated_document(obj: Any) -> bool:
     """Whether ``obj`` is of a kind :func:`validate_document` answers for."""
-    return is_policy_document(obj) or is_mutating_policy_document(obj) or is_exception_document(obj) or \
-        is_global_context_document(obj) or is_generating_policy_document(obj) or is_deleting_policy_document(obj) or \
-        is_image_validating_policy_document(obj)
+    return isinstance(obj, dict) and (kind_for_document(obj) is not None or is_exception_document(obj) or
+                                      is_global_context_document(obj))
 
 
 def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None, *, cached: bool = False) -> Verdict:
@@ -133,17 +102,7 @@ def validate_document(obj: Mapping[str, Any], discovery: Discovery | None = None
         exc, problems = parse_exception(data)
         verdict.problems = problems + (exception_problems(exc) if exc is not None else [])
         return verdict
-    policy: AnyPolicy | None
-    if is_mutating_policy_document(data):
-        policy, problems = parse_mutating_policy(data)
-    elif is_generating_policy_document(data):
-        policy, problems = parse_generating_policy(data)
-    elif is_deleting_policy_document(data):
-        policy, problems = parse_deleting_policy(data)
-    elif is_image_validating_policy_document(data):
-        policy, problems = parse_image_validating_policy(data)
-    else:
-        policy, problems = parse_policy(data)
+    policy, problems = (kind_for_document(data) or KINDS[0]).parse(data)
     verdict.problems = problems + (policy_problems(policy, discovery=discovery, wrong_result_is_error=False,
                                                    cached=cached) if policy is not None else [])
     return verdict

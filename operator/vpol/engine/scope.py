@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vpol.engine.autogen import autogen_configs, image_autogen_configs
+from vpol.engine.kinds import kind_of
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.policy import ValidatingPolicy
@@ -20,11 +20,7 @@ def matched_resources(policy: ValidatingPolicy | ImageValidatingPolicy, discover
     Subresources are left out (they cannot be listed); wildcards expand to
     everything discovery knows. Sorted by group, version, resource.
     """
-    variants: Sequence[ValidatingPolicy | ImageValidatingPolicy]
-    if isinstance(policy, ImageValidatingPolicy):
-        variants = [policy, *(variant for _n, _t, variant in image_autogen_configs(policy))]
-    else:
-        variants = [policy, *(c.policy for c in autogen_configs(policy))]
+    variants: Sequence[ValidatingPolicy | ImageValidatingPolicy] = kind_of(policy).variants(policy)
     found: dict[tuple[str, str, str], ResourceInfo] = {}
     for p in variants:
         m = p.spec.match_constraints

@@ -1,0 +1,114 @@
+"""The policy kinds vpol serves, one description each: what code that handles "any policy" asks of a kind.
+
+Code that must tell the kinds apart asks :func:`kind_of` (a policy) or :func:`kind_for_document` (a document)
+for the description, instead of testing types one after the other. Each description says how the kind's documents
+are recognised and parsed, how its expressions are compiled (and whether they are type-checked against the matched
+kinds' schemas), what its autogen variants are, which queue key prefix its policies carry, and which paths it takes
+part in (Kyverno's split of the same work: ``pkg/cel/policies/<kind>`` over one compiler and engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vpol.cel.compiler import (
+    compile_deleting_policy,
+    compile_generating_policy,
+    compile_image_validating_policy,
+    compile_mutating_policy,
+    compile_policy,
+    compile_verdict,
+)
+from vpol.engine.autogen import autogen_configs, image_autogen_configs, mutating_autogen_configs
+from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
+from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
+from vpol.model.image_validating import (
+    ImageValidatingPolicy,
+    is_image_validating_policy_document,
+    parse_image_validating_policy,
+)
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.parse import is_mutating_policy_document, is_policy_document, parse_mutating_policy, parse_policy
+from vpol.model.policy import ValidatingPolicy
+from vpol.model.problems import Problem
+
+AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy | ImageValidatingPolicy
+
+#: The paths a kind can take part in.
+ADMISSION, SCAN, MUTATE_EXISTING, GENERATE, DELETE = "admission", "scan", "mutate-existing", "generate", "delete"
+
+
+@dataclass(frozen=True)
+class PolicyKind:
+    """One policy kind and its namespaced variant."""
+
+    #: The cluster-wide kind (``ValidatingPolicy``); its namespaced variant is ``Namespaced`` + kind.
+    kind: str
+    #: The model class of both variants.
+    model: type
+    #: The prefix of its policies' queue keys ("" for the ValidatingPolicies, whose keys are bare).
+    queue_prefix: str
+    #: Whether a document is of this kind (either variant).
+    is_document: Callable[[Mapping[str, Any]], bool]
+    #: The document parsed: the policy (None when it does not parse) and the problems found.
+    parse: Callable[[dict[str, Any]], tuple[Any, list[Problem]]]
+    #: The problems of compiling every expression of a parsed policy.
+    compile_problems: Callable[[Any], Sequence[Problem]]
+    #: Whether its expressions are type-checked against the matched kinds' schemas (the others' objects are
+    #: ``dyn``, as in Kyverno).
+    typechecked: bool
+    #: The policy and its autogen variants (pod controllers, CronJobs), as policies of the same kind.
+    variants: Callable[[Any], list[Any]]
+    #: The paths it takes part in (ADMISSION, SCAN, MUTATE_EXISTING, GENERATE, DELETE).
+    paths: frozenset[str]
+    #: compile_problems answered from the operator's memo of compile verdicts per spec (None: not memoized).
+    memo_problems: Callable[[Any], Sequence[Problem]] | None = None
+
+    @property
+    def kinds(self) -> tuple[str, str]:
+        return self.kind, f"Namespaced{self.kind}"
+
+
+def _problems(compile_: Callable[[Any], Any]) -> Callable[[Any], Sequence[Problem]]:
+    return lambda policy: compile_(policy).problems
+
+
+KINDS: tuple[PolicyKind, ...] = (
+    PolicyKind("ValidatingPolicy", ValidatingPolicy, "", is_policy_document, parse_policy,
+               _problems(compile_policy), True,
+               lambda p: [p, *(c.policy for c in autogen_configs(p))], frozenset({ADMISSION, SCAN}),
+               _problems(compile_verdict)),
+    PolicyKind("MutatingPolicy", MutatingPolicy, "mpol", is_mutating_policy_document, parse_mutating_policy,
+               _problems(compile_mutating_policy), True,
+               lambda p: [p, *(variant for _name, variant in mutating_autogen_configs(p))],
+               frozenset({ADMISSION, MUTATE_EXISTING})),
+    PolicyKind("GeneratingPolicy", GeneratingPolicy, "gpol", is_generating_policy_document, parse_generating_policy,
+               _problems(compile_generating_policy), False, lambda p: [p], frozenset({GENERATE})),
+    PolicyKind("DeletingPolicy", DeletingPolicy, "dpol", is_deleting_policy_document, parse_deleting_policy,
+               _problems(compile_deleting_policy), False, lambda p: [p], frozenset({DELETE})),
+    PolicyKind("ImageValidatingPolicy", ImageValidatingPolicy, "ivpol", is_image_validating_policy_document,
+               parse_image_validating_policy, _problems(compile_image_validating_policy), False,
+               lambda p: [p, *(variant for _name, _targets, variant in image_autogen_configs(p))],
+               frozenset({ADMISSION, SCAN})),
+)
+
+_BY_MODEL: dict[type, PolicyKind] = {k.model: k for k in KINDS}
+_BY_NAME: dict[str, PolicyKind] = {name: k for k in KINDS for name in k.kinds}
+
+
+def kind_of(policy: AnyPolicy) -> PolicyKind:
+    """The description of ``policy``'s kind."""
+    return _BY_MODEL[type(policy)]
+
+
+def kind_named(name: str) -> PolicyKind | None:
+    """The description of a kind by its name (``MutatingPolicy`` or ``NamespacedMutatingPolicy``); None for a
+    name that is no policy kind."""
+    return _BY_NAME.get(name)
+
+
+def kind_for_document(document: Mapping[str, Any]) -> PolicyKind | None:
+    """The kind of a document of vpol's policy kinds (None: another kind, or not vpol's group)."""
+    return next((k for k in KINDS if k.is_document(document)), None)

@@ -1,0 +1,48 @@
+"""The kind registry: every policy kind (both variants) is described once, and what asks "which kind is this"
+gets the same description from a document, from its parsed policy and from a PolicyException's policyRefs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from vpol.controller.queue_keys import QUEUE_KEYS
+from vpol.engine.kinds import KINDS, kind_for_document, kind_named, kind_of
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+ALL_KINDS = {f"{prefix}{kind}Policy" for kind in ("Validating", "Mutating", "Generating", "Deleting",
+                                                  "ImageValidating") for prefix in ("", "Namespaced")}
+
+
+def example_policies() -> list[dict]:
+    out = []
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("policies.kyverno.io/") and \
+                    str(doc.get("kind", "")).endswith("Policy"):
+                out.append(doc)
+    return out
+
+
+def test_every_kind_is_described_once() -> None:
+    names = [name for k in KINDS for name in k.kinds]
+    assert sorted(names) == sorted(ALL_KINDS)
+    assert len({k.model for k in KINDS}) == len(KINDS)
+    assert len({k.queue_prefix for k in KINDS}) == len(KINDS)
+    assert set(QUEUE_KEYS) == ALL_KINDS
+    assert kind_named("ClusterPolicy") is None and kind_for_document({"apiVersion": "v1", "kind": "Pod"}) is None
+
+
+def test_a_document_and_its_policy_are_of_the_same_kind() -> None:
+    docs = example_policies()
+    assert {d["kind"] for d in docs} == ALL_KINDS  # the examples hold every kind
+    for doc in docs:
+        kind = kind_for_document(doc)
+        assert kind is not None and kind is kind_named(doc["kind"]), doc["kind"]
+        policy, problems = kind.parse(dict(doc))
+        assert policy is not None and not [p for p in problems if p.severity == "error"], problems
+        assert kind_of(policy) is kind
+        assert list(kind.compile_problems(policy)) == []
+        variants = kind.variants(policy)
+        assert variants[0] is policy and all(kind_of(v) is kind for v in variants)
