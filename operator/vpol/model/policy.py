@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vpol.model.problems import Position, Problem
-
-if TYPE_CHECKING:
-    from vpol.model.mutating import MutatingPolicy
 
 GROUP = "policies.kyverno.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
