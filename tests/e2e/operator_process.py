@@ -117,11 +117,19 @@ class OperatorProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc:
+            end(self.proc)
         if getattr(self, "_log", None):
             self._log.close()
+
+
+def end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """Stop a process the tests started: SIGTERM, 15 s to exit, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

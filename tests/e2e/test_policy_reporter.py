@@ -31,7 +31,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.conftest import KubeCluster, go_built, unique_name
-from tests.e2e.operator_process import REPO, OperatorProcess, free_port, sa_kubeconfig
+from tests.e2e.operator_process import REPO, OperatorProcess, end, free_port, sa_kubeconfig
 from tests.e2e.vpol_fixtures import install_vpol, wait_for
 
 BUILD = REPO / "tests" / "policyreporter" / "build"
@@ -320,12 +320,7 @@ class PolicyReporter:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        end(self.proc)
         self._log.close()
 
 

@@ -39,7 +39,7 @@ import pytest
 import websocket
 
 from tests.e2e.conftest import KubeCluster, e2e_required, go_built, unique_name
-from tests.e2e.operator_process import REPO, OperatorProcess, free_port, sa_kubeconfig
+from tests.e2e.operator_process import REPO, OperatorProcess, end, free_port, sa_kubeconfig
 from tests.e2e.test_policy_reporter import PolicyReporter, apply, vpol_reports
 from tests.e2e.vpol_fixtures import install_vpol, wait_for
 
@@ -274,12 +274,7 @@ class PolicyReporterUI:
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        end(self.proc)
         self._log.close()
 
 
@@ -436,12 +431,7 @@ class Browser:
 
     def stop(self) -> None:
         self.ws.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        end(self.proc)
         self._log.close()
 
 

@@ -308,6 +308,7 @@ class Scanner(threading.Thread):
             self._mutating_changed({p.key for p in self.mutation.policies()})
         # And every GeneratingPolicy: what was owed while no replica led is generated now.
         if self.generation.policies():
+            start_quietly(self.lifecycle_worker)
             self._generating_changed({p.key for p in self.generation.policies()}, [])
 
     def _prime(self) -> None:
@@ -376,6 +377,8 @@ class Scanner(threading.Thread):
         if batch.mutating:
             self._mutating_changed(batch.mutating)
         if batch.generating or batch.removed:
+            if self.generation.policies():  # its worker starts now, not at the first trigger (about a second)
+                start_quietly(self.lifecycle_worker)
             self._generating_changed(batch.generating, batch.removed)
         if batch.triggers and self.mutation.policies():
             self.mutation.objects_changed(batch.triggers, self.discovery.get())
