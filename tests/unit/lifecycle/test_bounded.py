@@ -71,3 +71,53 @@ def test_a_memory_explosion_in_a_deleting_policy_is_an_error_not_a_crash() -> No
 def test_an_engine_not_loaded_is_an_error() -> None:
     with SandboxedEvaluator([]) as worker:
         assert worker.call("nothing", "generate", []) == ("error", "no engine is loaded for nothing")
+
+
+class CountingWorker:
+    """Stands for the worker: answers each subject with a generation named after it; records every round trip."""
+
+    def __init__(self, status: str = "ok"):
+        self.status = status
+        self.calls: list[list[str]] = []
+
+    def load(self, *_args: object) -> None:
+        pass
+
+    def unload(self, _key: str) -> None:
+        pass
+
+    def call(self, key: str, method: str, subjects: list) -> tuple[str, object]:
+        from vpol.engine.evaluate import Result
+        from vpol.engine.generate import Generation as Generated
+
+        self.calls.append([s.name for s in subjects])
+        if self.status != "ok":
+            return self.status, "evaluation exceeded the time limit of 5s"
+        return "ok", [Generated(Result(key, "pass", s.name)) for s in subjects]
+
+
+def test_a_batch_of_triggers_is_one_round_trip_per_policy() -> None:
+    """The triggers of one batch of changes are evaluated in one worker round trip per policy (a round trip each
+    cost more than the generations), and each trigger's generation is then the worker's answer for it; a batch the
+    worker does not answer is left to the triggers one at a time."""
+    from kubernetes import client
+
+    from vpol.controller.generation import Generation
+
+    policy = generating("fine", "true")
+    triggers = [trigger(f"cm-{i}") for i in range(3)]
+    for status, expected_calls in (("ok", [["cm-0", "cm-1", "cm-2"]]),
+                                   ("killed", [["cm-0", "cm-1", "cm-2"], ["cm-1"]])):
+        worker = CountingWorker(status)
+        generation = Generation(client.ApiClient(), resolve=lambda a, k: CONFIGMAPS, namespaces={},
+                                discovery=builtin, store=lambda *a: None, reported=lambda uid, key: "",
+                                worker=worker)  # type: ignore[arg-type]
+        generation.set_policy(policy.key, policy)  # type: ignore[arg-type]
+        generation._evaluate_ahead([policy], triggers)  # type: ignore[list-item]
+        engine = generation._engine(policy)  # type: ignore[arg-type]
+        answer = generation._evaluate(policy, engine, triggers[1])  # type: ignore[arg-type]
+        assert worker.calls == expected_calls, status
+        if status == "ok":
+            assert answer is not None and answer.result.message == "cm-1"
+        else:
+            assert answer is not None and answer.result.result == "error" and "time limit" in answer.result.message
