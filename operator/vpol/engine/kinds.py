@@ -48,6 +48,8 @@ class PolicyKind:
     kind: str
     #: The model class of both variants.
     model: type
+    #: The resources (plurals) of the cluster-wide and the namespaced variant.
+    plurals: tuple[str, str]
     #: The prefix of its policies' queue keys ("" for the ValidatingPolicies, whose keys are bare).
     queue_prefix: str
     #: Whether a document is of this kind (either variant).
@@ -76,19 +78,19 @@ def _problems(compile_: Callable[[Any], Any]) -> Callable[[Any], Sequence[Proble
 
 
 KINDS: tuple[PolicyKind, ...] = (
-    PolicyKind("ValidatingPolicy", ValidatingPolicy, "", is_policy_document, parse_policy,
+    PolicyKind("ValidatingPolicy", ValidatingPolicy, ("validatingpolicies", "namespacedvalidatingpolicies"), "", is_policy_document, parse_policy,
                _problems(compile_policy), True,
                lambda p: [p, *(c.policy for c in autogen_configs(p))], frozenset({ADMISSION, SCAN}),
                _problems(compile_verdict)),
-    PolicyKind("MutatingPolicy", MutatingPolicy, "mpol", is_mutating_policy_document, parse_mutating_policy,
+    PolicyKind("MutatingPolicy", MutatingPolicy, ("mutatingpolicies", "namespacedmutatingpolicies"), "mpol", is_mutating_policy_document, parse_mutating_policy,
                _problems(compile_mutating_policy), True,
                lambda p: [p, *(variant for _name, variant in mutating_autogen_configs(p))],
                frozenset({ADMISSION, MUTATE_EXISTING})),
-    PolicyKind("GeneratingPolicy", GeneratingPolicy, "gpol", is_generating_policy_document, parse_generating_policy,
+    PolicyKind("GeneratingPolicy", GeneratingPolicy, ("generatingpolicies", "namespacedgeneratingpolicies"), "gpol", is_generating_policy_document, parse_generating_policy,
                _problems(compile_generating_policy), False, lambda p: [p], frozenset({GENERATE})),
-    PolicyKind("DeletingPolicy", DeletingPolicy, "dpol", is_deleting_policy_document, parse_deleting_policy,
+    PolicyKind("DeletingPolicy", DeletingPolicy, ("deletingpolicies", "namespaceddeletingpolicies"), "dpol", is_deleting_policy_document, parse_deleting_policy,
                _problems(compile_deleting_policy), False, lambda p: [p], frozenset({DELETE})),
-    PolicyKind("ImageValidatingPolicy", ImageValidatingPolicy, "ivpol", is_image_validating_policy_document,
+    PolicyKind("ImageValidatingPolicy", ImageValidatingPolicy, ("imagevalidatingpolicies", "namespacedimagevalidatingpolicies"), "ivpol", is_image_validating_policy_document,
                parse_image_validating_policy, _problems(compile_image_validating_policy), False,
                lambda p: [p, *(variant for _name, _targets, variant in image_autogen_configs(p))],
                frozenset({ADMISSION, SCAN})),

@@ -25,27 +25,20 @@ from vpol.kube.dynamic import (
     list_pages,
     send_encoded,
 )
+from vpol.engine.kinds import KINDS
 from vpol.model.parse import parse_exception
 from vpol.model.policy import PolicyException
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
-POLICY_PLURAL = "validatingpolicies"
-NAMESPACED_POLICY_PLURAL = "namespacedvalidatingpolicies"
 EXCEPTION_PLURAL = "policyexceptions"
-MUTATING_POLICY_PLURAL = "mutatingpolicies"
-NAMESPACED_MUTATING_POLICY_PLURAL = "namespacedmutatingpolicies"
-GENERATING_POLICY_PLURAL = "generatingpolicies"
-NAMESPACED_GENERATING_POLICY_PLURAL = "namespacedgeneratingpolicies"
-DELETING_POLICY_PLURAL = "deletingpolicies"
-NAMESPACED_DELETING_POLICY_PLURAL = "namespaceddeletingpolicies"
-IMAGE_VALIDATING_POLICY_PLURAL = "imagevalidatingpolicies"
-NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL = "namespacedimagevalidatingpolicies"
-#: The (cluster, namespaced) plurals of GeneratingPolicies, DeletingPolicies and ImageValidatingPolicies, by the
-#: prefix of their queue keys.
-LIFECYCLE_PLURALS = {"gpol": (GENERATING_POLICY_PLURAL, NAMESPACED_GENERATING_POLICY_PLURAL),
-                     "dpol": (DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL),
-                     "ivpol": (IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL)}
+#: The (cluster, namespaced) plurals of each policy kind, by the prefix of their queue keys (vpol.engine.kinds).
+LIFECYCLE_PLURALS = {k.queue_prefix: k.plurals for k in KINDS}
+POLICY_PLURAL, NAMESPACED_POLICY_PLURAL = LIFECYCLE_PLURALS[""]
+MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL = LIFECYCLE_PLURALS["mpol"]
+GENERATING_POLICY_PLURAL, NAMESPACED_GENERATING_POLICY_PLURAL = LIFECYCLE_PLURALS["gpol"]
+DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL = LIFECYCLE_PLURALS["dpol"]
+IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL = LIFECYCLE_PLURALS["ivpol"]
 STORAGE_VERSION = "v1"
 #: MutatingAdmissionPolicy kinds, each served by one API class per version.
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")

@@ -15,6 +15,9 @@ ALL_KINDS = {f"{prefix}{kind}Policy" for kind in ("Validating", "Mutating", "Gen
                                                   "ImageValidating") for prefix in ("", "Namespaced")}
 
 
+CRDS = EXAMPLES.parent / "crds"
+
+
 def example_policies() -> list[dict]:
     out = []
     for path in sorted(EXAMPLES.rglob("*.yaml")):
@@ -46,3 +49,13 @@ def test_a_document_and_its_policy_are_of_the_same_kind() -> None:
         assert list(kind.compile_problems(policy)) == []
         variants = kind.variants(policy)
         assert variants[0] is policy and all(kind_of(v) is kind for v in variants)
+
+
+def test_the_plurals_are_the_crds_own() -> None:
+    """Each kind's resources are those its CustomResourceDefinition serves (crds/<plural>.yaml)."""
+    for kind in KINDS:
+        for name, plural in zip(kind.kinds, kind.plurals):
+            crd = yaml.safe_load((CRDS / f"{plural}.yaml").read_text())
+            names = crd["spec"]["names"]
+            assert (names["kind"], names["plural"], crd["spec"]["scope"]) == (
+                name, plural, "Namespaced" if name.startswith("Namespaced") else "Cluster"), plural
