@@ -192,6 +192,8 @@ class Deletion:
                 self.worker.load(key, "DeletingPolicy", policy, exceptions)
             for info in resources:
                 self._run_resource(policy, engine, info, outcome)
+            if self.worker is not None:
+                self.worker.unload(key)  # loaded again by the next run, with the exceptions of then
             metrics.DELETING_RUNS.labels(key, "failed" if outcome.errors else "succeeded").inc()
             logger.info("deleting policy %s: %d deleted, %d kept, %d errors", key, outcome.deleted, outcome.kept,
                         outcome.errors)

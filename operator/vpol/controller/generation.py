@@ -221,8 +221,6 @@ class Generation:
             changed = self._triggered.set(key, policy)
             if policy is None:
                 self.errors.pop(key, None)
-                if self.worker is not None:
-                    self.worker.unload(key)
             if changed is not False:
                 self._engines.pop(key, None)
             return changed
@@ -340,6 +338,8 @@ class Generation:
 
     def policy_removed(self, policy: GeneratingPolicy) -> int:
         """A policy deleted (or made invalid): with synchronize, its data downstreams go unless it orphans them."""
+        if self.worker is not None:
+            self.worker.unload(policy.key)  # here, in the scanner's thread: the worker is used from that thread only
         with self._lock:
             known = self._known.pop(policy.key, None)
         spec = policy.spec.evaluation
