@@ -53,6 +53,7 @@ from vpol.desired.probe import (
     vap_probe_name,
     webhook_answered,
 )
+from vpol.controller.queue_keys import PolicyKey
 from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
 
@@ -89,7 +90,7 @@ class ProbeImpossible(Exception):
 
 
 class EnforcementProver(threading.Thread):
-    def __init__(self, objects: Objects, namespace: str, *, notify: Callable[[str], None],
+    def __init__(self, objects: Objects, namespace: str, *, notify: Callable[[PolicyKey], None],
                  map_api_version: Callable[[], str | None], round_timeout: float = ROUND_TIMEOUT):
         super().__init__(daemon=True, name="vpol-enforcement-prover")
         self.objects = objects
@@ -103,13 +104,13 @@ class EnforcementProver(threading.Thread):
         #: Start (monotonic) of the last round that proved each native kind.
         self._proven_native: dict[str, float] = {}
         #: Keys waiting for a native proof: key -> (kind, written at).
-        self._native_waiters: dict[str, tuple[str, float]] = {}
+        self._native_waiters: dict[PolicyKey, tuple[str, float]] = {}
         #: (configuration, mutating) -> the epochs proven (the last few).
         self._proven_epochs: dict[tuple[str, bool], list[str]] = {}
         #: Keys waiting for a webhook proof: key -> (configuration, mutating).
-        self._webhook_waiters: dict[str, tuple[str, bool]] = {}
+        self._webhook_waiters: dict[PolicyKey, tuple[str, bool]] = {}
         #: When each webhook waiter asked (monotonic), for WAITER_EXPIRY.
-        self._webhook_asked: dict[str, float] = {}
+        self._webhook_asked: dict[PolicyKey, float] = {}
         self._counter = itertools.count()
         self._fallback_said: set[str] = set()
         #: (configuration, mutating, epoch) -> when its webhook probe was first refused by another policy.
@@ -120,7 +121,7 @@ class EnforcementProver(threading.Thread):
 
     # -- what reconcilers ask
 
-    def native(self, key: str, kind: str, written: float) -> Proof:
+    def native(self, key: PolicyKey, kind: str, written: float) -> Proof:
         """Whether the native objects of ``kind`` written (finished) at monotonic time ``written`` are enforced."""
         with self._lock:
             if self._proven_native.get(kind, -1.0) > written:
@@ -130,7 +131,7 @@ class EnforcementProver(threading.Thread):
         self._wake.set()
         return Proof(False, "the API server to load them (an enforcement probe is under way)")
 
-    def webhook(self, key: str, configuration: str, epoch: str, mutating: bool) -> Proof:
+    def webhook(self, key: PolicyKey, configuration: str, epoch: str, mutating: bool) -> Proof:
         """Whether the API server calls vpol's webhook with ``configuration`` at ``epoch``."""
         with self._lock:
             if epoch and epoch in self._proven_epochs.get((configuration, mutating), []):
@@ -142,7 +143,7 @@ class EnforcementProver(threading.Thread):
         return Proof(False, f"the API server to call vpol's webhook with {configuration} as it is now "
                             "(an enforcement probe is under way)")
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: PolicyKey) -> None:
         with self._lock:
             self._native_waiters.pop(key, None)
             self._webhook_waiters.pop(key, None)
@@ -205,7 +206,7 @@ class EnforcementProver(threading.Thread):
                 epoch, bumped = self._bump(pending, map_version), time.monotonic()
             self._stop_event.wait(PROBE_INTERVAL)
         proven = [k for k in kinds if k not in pending]
-        done: list[str] = []
+        done: list[PolicyKey] = []
         with self._lock:
             for kind in proven:
                 self._proven_native[kind] = started
@@ -277,7 +278,7 @@ class EnforcementProver(threading.Thread):
             self._wake.set()
             self._stop_event.wait(PROBE_INTERVAL)
             return
-        done: list[str] = []
+        done: list[PolicyKey] = []
         for hidden in [k for k in self._hidden_since if k[:2] == (configuration, mutating)]:
             del self._hidden_since[hidden]
         with self._lock:

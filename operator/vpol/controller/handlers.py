@@ -1,10 +1,9 @@
-"""Kopf handlers: they only turn events into work-queue keys.
+"""Kopf handlers: they only turn events into work-queue keys (vpol.controller.queue_keys.PolicyKey).
 
-- every event of a ValidatingPolicy or NamespacedValidatingPolicy (any served
-  version) queues that policy (key ``name`` or ``namespace/name``); a
-  MutatingPolicy queues ``mpol:<key>``, a GeneratingPolicy ``gpol:<key>``, a
-  DeletingPolicy ``dpol:<key>`` and an ImageValidatingPolicy ``ivpol:<key>``
-  (``<key>``: ``name``, or ``namespace/name`` for their namespaced variants);
+- every event of a policy of any kind (vpol.engine.kinds; either variant, any
+  served version) queues that policy, unless it is the echo of the
+  reconciler's own status write; one handler, registered for every kind's
+  resources in one loop over the registry;
 - startup builds the one evaluation context every path is handed (vpol.kube.live_backend);
 - an event of a generated VAP, MAP or binding (label ``vpol.kyverno.io/policy``)
   queues its policy, so edits and deletions are repaired within seconds;
@@ -34,44 +33,34 @@ import kopf
 from vpol.cel.backend import install as install_backend
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
-from vpol.desired.webhook_coverage import IMAGE_PREFIX, covered
+from vpol.desired.webhook_coverage import covered, covered_policy
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
 from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.events import EventRecorder
-from vpol.controller.reconcile import DiscoveryCache, Reconciler
-from vpol.controller.queue_keys import DELETING, GENERATING, IMAGE_VALIDATING, QUEUE_KEYS, lifecycle_key, mutating_key
-from vpol.controller.reconcile_lifecycle import LifecycleReconciler, is_lifecycle_key
-from vpol.controller.reconcile_mutating import MutatingReconciler, is_mutating_key, served_map_version
+from vpol.controller.discovery_cache import DiscoveryCache
+from vpol.controller.plans.mutating import served_map_version
+from vpol.controller.queue_keys import PolicyKey
+from vpol.controller.reconcile import Reconciler
 from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.admission.images import REGISTRY_TIMEOUT
 from vpol.controller.registry_credentials import metadata_client
 from vpol.controller.scan_startup import StartupPolicies
 from vpol.controller.scanner import ScanOptions, Scanner
 from vpol.engine.global_context import GlobalContextStore
+from vpol.engine.kinds import KINDS, kind_named
 from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
 from vpol.kube.errors import describe
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
-from vpol.kube.objects import Objects
-from vpol.model.policy import policy_key
+from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, Objects
 from vpol.controller.runtime import Runtime
 from vpol.controller.admission.webhook import Admission
 
 logger = logging.getLogger(__name__)
 
-POLICIES = "validatingpolicies.policies.kyverno.io"
-NAMESPACED_POLICIES = "namespacedvalidatingpolicies.policies.kyverno.io"
-EXCEPTIONS = "policyexceptions.policies.kyverno.io"
-MUTATING_POLICIES = "mutatingpolicies.policies.kyverno.io"
-NAMESPACED_MUTATING_POLICIES = "namespacedmutatingpolicies.policies.kyverno.io"
-GENERATING_POLICIES = "generatingpolicies.policies.kyverno.io"
-NAMESPACED_GENERATING_POLICIES = "namespacedgeneratingpolicies.policies.kyverno.io"
-DELETING_POLICIES = "deletingpolicies.policies.kyverno.io"
-NAMESPACED_DELETING_POLICIES = "namespaceddeletingpolicies.policies.kyverno.io"
-IMAGE_VALIDATING_POLICIES = "imagevalidatingpolicies.policies.kyverno.io"
-NAMESPACED_IMAGE_VALIDATING_POLICIES = "namespacedimagevalidatingpolicies.policies.kyverno.io"
+EXCEPTIONS = f"{EXCEPTION_PLURAL}.{GROUP}"
 #: vpol's own objects (its webhook configurations).
 OWN_LABELS = {MANAGED_BY_LABEL: MANAGED_BY}
 #: The admission policies and bindings generated from policies (labelled managed-by Kyverno, as Kyverno's are).
@@ -84,10 +73,10 @@ def _runtime(memo: Any) -> Runtime:
     return rt
 
 
-def _enqueue(memo: Any, name: str) -> None:
+def _enqueue(memo: Any, key: PolicyKey) -> None:
     queue = _runtime(memo).queue
     if queue is not None:
-        queue.add(name)
+        queue.add(key)
 
 
 @kopf.on.startup()
@@ -142,20 +131,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     rt.prover = EnforcementProver(Objects(rt.api), options.namespace, notify=rt.queue.add,
                                   map_api_version=lambda: served_map_version(discovery.get()))
     rt.prover.start()
-    rt.reconciler = Reconciler(rt.api, discovery=discovery,
-                               on_policy=rt.scanner.set_policy if rt.scanner else None,
-                               on_exceptions=rt.scanner.set_exceptions if rt.scanner else None,
-                               generation=options.vap_generation, webhook=options.webhook,
-                               webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover,
+    rt.reconciler = Reconciler(rt.api, discovery=discovery, runner=rt.scanner, generation=options.vap_generation,
+                               webhook=options.webhook, webhook_configuration=WEBHOOK_CONFIGURATION, prover=rt.prover,
                                requeue=rt.queue.add_at_delay, http_enabled=bool(options.http_allow))
-    rt.mutating = MutatingReconciler(rt.reconciler.objects, discovery, rt.reconciler.exceptions,
-                                     generation=options.vap_generation, webhook=options.webhook, prover=rt.prover,
-                                     access=rt.reconciler.access,
-                                     on_policy=rt.scanner.set_mutating if rt.scanner else None,
-                                     scans=rt.scanner is not None, http_enabled=bool(options.http_allow))
-    rt.lifecycle = LifecycleReconciler(rt.reconciler.objects, discovery, access=rt.reconciler.access,
-                                       runner=rt.scanner, webhook=options.webhook, prover=rt.prover,
-                                       exceptions=rt.reconciler.exceptions, http_enabled=bool(options.http_allow))
     if rt.scanner is not None:
         rt.scanner.notify = rt.queue.add  # thread-safe: the queue hands adds from other threads to its loop
     if options.webhook:
@@ -164,29 +142,25 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         await rt.admission.start()
 
     reconciler = rt.reconciler
-    mutating = rt.mutating
-    lifecycle = rt.lifecycle
     work_queue = rt.queue
     assert work_queue is not None
     #: Keys whose permission recheck is scheduled: one each, however often they are reconciled meanwhile.
-    rechecking: set[str] = set()
+    rechecking: set[PolicyKey] = set()
 
-    def recheck(name: str) -> None:
-        rechecking.discard(name)
-        work_queue.add(name)
+    def recheck(key: PolicyKey) -> None:
+        rechecking.discard(key)
+        work_queue.add(key)
 
-    async def process(name: str) -> None:
+    async def process(key: PolicyKey) -> None:
         try:
-            work = mutating.reconcile if is_mutating_key(name) else \
-                lifecycle.reconcile if is_lifecycle_key(name) else reconciler.reconcile
-            result = await asyncio.to_thread(work, name)
+            result = await asyncio.to_thread(reconciler.reconcile, key)
         except Exception:
             metrics.RECONCILE_ERRORS.labels("policy").inc()
             raise  # the queue retries with backoff
         rt.record(result)
-        if result.permissions_missing and name not in rechecking:
-            rechecking.add(name)
-            asyncio.get_running_loop().call_later(PERMISSIONS_RECHECK, recheck, name)
+        if result.permissions_missing and key not in rechecking:
+            rechecking.add(key)
+            asyncio.get_running_loop().call_later(PERMISSIONS_RECHECK, recheck, key)
 
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))
@@ -230,15 +204,8 @@ async def _queue_every_policy(rt: Runtime) -> None:
         listed = await asyncio.to_thread(StartupPolicies.read, objects)
         if rt.scanner is not None:
             rt.scanner.expect(listed.expected())
-        names = [policy_key(p["metadata"]) for p in listed.validating]
-        mutating = [mutating_key(policy_key(p["metadata"])) for p in listed.mutating]
-        deleting = await asyncio.to_thread(objects.list_lifecycle_policies, DELETING)
-        image = await asyncio.to_thread(objects.list_lifecycle_policies, IMAGE_VALIDATING)
-        lifecycle = [lifecycle_key(kind, policy_key(p["metadata"]))
-                     for kind, bodies in ((GENERATING, listed.generating), (DELETING, deleting),
-                                          (IMAGE_VALIDATING, image)) for p in bodies]
-        for name in [*names, *mutating, *lifecycle]:
-            rt.queue.add(name)
+        for key in listed.keys():
+            rt.queue.add(key)
     except Exception as exc:  # noqa: BLE001 - try again at the next period
         # A missing CRD is said by the dependency check (vpol.kube.dependencies), once.
         log = logger.debug if getattr(exc, "status", None) == 404 else logger.warning
@@ -323,74 +290,35 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(rt.leader.join, 10)
 
 
-def _seen(memo: Any, kind: str, event_type: str | None, meta: Mapping[str, Any]) -> None:
-    """Keep the queue keys of the namespaced policies seen (Runtime.namespaced)."""
-    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    if not namespace:
+def _seen(memo: Any, key: PolicyKey, event_type: str | None) -> None:
+    """Keep the keys of the namespaced policies seen (Runtime.namespaced)."""
+    if not key.namespace:
         return
-    kind = f"Namespaced{kind}"
-    keys = _runtime(memo).namespaced.setdefault((kind, name), set())
-    key = QUEUE_KEYS[kind](policy_key(meta))
+    keys = _runtime(memo).namespaced.setdefault((key.variant, key.name), set())
     if event_type == "DELETED":
         keys.discard(key)
     else:
         keys.add(key)
 
 
-@kopf.on.event(POLICIES)
-@kopf.on.event(NAMESPACED_POLICIES)
-async def policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """A policy changed: it is reconciled. (Background scans learn of it from their own watch of the policies,
-    vpol.controller.scanner, before the reconcile gets to it.)"""
-    _seen(memo, "ValidatingPolicy", type, meta)
+async def policy_event(type: str | None, resource: kopf.Resource, meta: Mapping[str, Any], memo: kopf.Memo,
+                       **_: Any) -> None:
+    """A policy of any kind changed: it is reconciled, unless this is the echo of the reconciler's own status write.
+    (Background scans learn of a ValidatingPolicy from their own watch of the policies, vpol.controller.scanner,
+    before the reconcile gets to it.)"""
+    kind = _KIND_OF_PLURAL[resource.plural]
+    key = PolicyKey.from_meta(kind, meta)
+    _seen(memo, key, type)
     rt = _runtime(memo)
-    key = policy_key(meta)
-    version = str(meta.get("resourceVersion", ""))
-    if rt.reconciler is not None and version and rt.reconciler.written_versions.get(key) == version:
-        return  # the echo of our own status write: nothing new to reconcile
+    if rt.reconciler is not None and rt.reconciler.is_echo(key, str(meta.get("resourceVersion", ""))):
+        return
     _enqueue(memo, key)
 
 
-@kopf.on.event(MUTATING_POLICIES)
-@kopf.on.event(NAMESPACED_MUTATING_POLICIES)
-async def mutating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _seen(memo, "MutatingPolicy", type, meta)
-    rt = _runtime(memo)
-    key = policy_key(meta)
-    version = str(meta.get("resourceVersion", ""))
-    if rt.mutating is not None and version and rt.mutating.written_versions.get(key) == version:
-        return  # the echo of our own status write
-    _enqueue(memo, mutating_key(key))
-
-
-@kopf.on.event(GENERATING_POLICIES)
-@kopf.on.event(NAMESPACED_GENERATING_POLICIES)
-async def generating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _seen(memo, "GeneratingPolicy", type, meta)
-    _lifecycle_event(GENERATING, meta, memo)
-
-
-@kopf.on.event(DELETING_POLICIES)
-@kopf.on.event(NAMESPACED_DELETING_POLICIES)
-async def deleting_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _seen(memo, "DeletingPolicy", type, meta)
-    _lifecycle_event(DELETING, meta, memo)
-
-
-@kopf.on.event(IMAGE_VALIDATING_POLICIES)
-@kopf.on.event(NAMESPACED_IMAGE_VALIDATING_POLICIES)
-async def image_validating_policy_event(type: str | None, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _seen(memo, "ImageValidatingPolicy", type, meta)
-    _lifecycle_event(IMAGE_VALIDATING, meta, memo)
-
-
-def _lifecycle_event(kind: str, meta: Mapping[str, Any], memo: Any) -> None:
-    rt = _runtime(memo)
-    key = lifecycle_key(kind, policy_key(meta))
-    version = str(meta.get("resourceVersion", ""))
-    if rt.lifecycle is not None and version and rt.lifecycle.written_versions.get(key) == version:
-        return  # the echo of our own status write
-    _enqueue(memo, key)
+#: The cluster-wide kind's name of each policy resource (plural).
+_KIND_OF_PLURAL = {plural: kind.kind for kind in KINDS for plural in kind.plurals}
+for _plural in _KIND_OF_PLURAL:
+    kopf.on.event(f"{_plural}.{GROUP}")(policy_event)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)
@@ -409,23 +337,23 @@ async def map_binding_event(type: str | None, name: str, meta: Mapping[str, Any]
                labels=OWN_LABELS, when=lambda name, **_: name == MUTATING_WEBHOOK_CONFIGURATION)
 async def mutating_webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo,
                                                **_: Any) -> None:
-    """MutatingPolicies (and ImageValidatingPolicies pinning digests, keyed ``ivpol:<key>`` there and in the queue)
-    whose covered generation changed get their AdmissionEnforced condition rewritten."""
+    """MutatingPolicies (and ImageValidatingPolicies pinning digests) whose covered generation changed get their
+    AdmissionEnforced condition rewritten."""
     rt = _runtime(memo)
     rt.covered_mutating, changed = _coverage_changes(rt.covered_mutating, type, body)
-    for key in changed:
-        _enqueue(memo, key if key.startswith(IMAGE_PREFIX) else mutating_key(key))
+    for covered_as in changed:
+        _enqueue(memo, PolicyKey.of(*covered_policy(covered_as, "MutatingPolicy")))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                labels=OWN_LABELS, when=lambda name, **_: name == WEBHOOK_CONFIGURATION)
 async def webhook_configuration_event(type: str | None, body: Mapping[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """Policies whose covered generation changed get their AdmissionEnforced condition rewritten (an
-    ImageValidatingPolicy's coverage key, ``ivpol:<key>``, is its queue key)."""
+    """ValidatingPolicies and ImageValidatingPolicies whose covered generation changed get their AdmissionEnforced
+    condition rewritten."""
     rt = _runtime(memo)
     rt.covered, changed = _coverage_changes(rt.covered, type, body)
-    for key in changed:
-        _enqueue(memo, key)
+    for covered_as in changed:
+        _enqueue(memo, PolicyKey.of(*covered_policy(covered_as, "ValidatingPolicy")))
 
 
 def _coverage_changes(before: dict[str, int], event_type: str | None,
@@ -442,13 +370,12 @@ def _generated_event(kind: str, event_type: str | None, name: str, meta: Mapping
     if not owner:
         return
     rt = _runtime(memo)
-    mutating = kind.startswith("MutatingAdmissionPolicy")
-    reconciler = rt.mutating if mutating else rt.reconciler
     version = str(meta.get("resourceVersion", ""))
-    if event_type != "DELETED" and reconciler is not None and version and \
-            reconciler.generated.versions.get((kind, name)) == version:
+    if event_type != "DELETED" and rt.reconciler is not None and version and \
+            rt.reconciler.generated.versions.get((kind, name)) == version:
         return  # the echo of our own apply
-    _enqueue(memo, mutating_key(owner) if mutating else owner)
+    _enqueue(memo, PolicyKey.of("MutatingPolicy" if kind.startswith("MutatingAdmissionPolicy") else
+                                "ValidatingPolicy", owner))
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", labels=GENERATED_LABELS)
@@ -473,11 +400,11 @@ async def exception_event(spec: Mapping[str, Any], memo: kopf.Memo, **_: Any) ->
         if not isinstance(ref, Mapping) or not ref.get("name"):
             continue
         name = str(ref["name"])
-        for kind in [str(ref["kind"])] if ref.get("kind") else list(QUEUE_KEYS):
-            if kind not in QUEUE_KEYS:
+        for kind in [str(ref["kind"])] if ref.get("kind") else [k for policy in KINDS for k in policy.kinds]:
+            if kind_named(kind) is None:
                 continue
             keys = sorted(rt.namespaced.get((kind, name), ())) if kind.startswith("Namespaced") else \
-                [QUEUE_KEYS[kind](name)]
+                [PolicyKey.of(kind, name)]
             for key in keys:
                 _enqueue(memo, key)
 

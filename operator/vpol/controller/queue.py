@@ -1,7 +1,7 @@
 """A level-based work queue: keys to reconcile, deduplicated, retried with backoff.
 
-Kopf's event handlers only put the name of the affected policy here; worker
-tasks take names out and reconcile whatever the cluster holds at that
+Kopf's event handlers only put the key of the affected policy here; worker
+tasks take keys out and reconcile whatever the cluster holds at that
 moment. A key is never processed by two workers at once, a key added while
 it is being processed is processed again afterwards, and a failed key
 comes back after an exponential backoff (capped).
@@ -17,21 +17,25 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
 
 from vpol.kube.errors import describe
 
 logger = logging.getLogger(__name__)
 
+#: A key: any hashable value (the operator's are vpol.controller.queue_keys.PolicyKey).
+K = TypeVar("K", bound=Hashable)
 
-class WorkQueue:
+
+class WorkQueue(Generic[K]):
     def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0):
-        self._ready: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._active: set[str] = set()
-        self._dirty: set[str] = set()
-        self._failures: dict[str, int] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._ready: asyncio.Queue[K] = asyncio.Queue()
+        self._queued: set[K] = set()
+        self._active: set[K] = set()
+        self._dirty: set[K] = set()
+        self._failures: dict[K, int] = {}
+        self._timers: dict[K, asyncio.TimerHandle] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.processed = 0
@@ -46,7 +50,7 @@ class WorkQueue:
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop, self._thread = loop, threading.get_ident()
 
-    def add(self, key: str) -> None:
+    def add(self, key: K) -> None:
         """Queue ``key`` (from any thread)."""
         if self._loop is not None and threading.get_ident() != self._thread:
             # Done on the loop: from here, the check-then-add below could race a worker finishing the key (and
@@ -61,17 +65,17 @@ class WorkQueue:
         self._queued.add(key)
         self._ready.put_nowait(key)
 
-    def add_after(self, key: str, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         loop = asyncio.get_running_loop()
         if key in self._timers:
             return
         self._timers[key] = loop.call_later(delay, self._fire, key)
 
-    def _fire(self, key: str) -> None:
+    def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
 
-    def add_at_delay(self, key: str, delay: float) -> None:
+    def add_at_delay(self, key: K, delay: float) -> None:
         """Queue ``key`` in ``delay`` seconds (from any thread), whatever else is scheduled for it (a backoff's
         retry does not replace this one, nor this one the retry)."""
         if self._loop is not None and threading.get_ident() != self._thread:
@@ -79,11 +83,11 @@ class WorkQueue:
             return
         asyncio.get_running_loop().call_later(max(0.0, delay), self.add, key)
 
-    def backoff(self, key: str) -> float:
+    def backoff(self, key: K) -> float:
         n = self._failures.get(key, 0)
         return min(self.max_delay, self.base_delay * (2 ** n))
 
-    async def run_worker(self, process: Callable[[str], Awaitable[None]]) -> None:
+    async def run_worker(self, process: Callable[[K], Awaitable[None]]) -> None:
         if self._loop is None:
             self._bind(asyncio.get_running_loop())
         while True:

@@ -1,39 +1,66 @@
-"""The work queue's keys: one string per policy, saying which reconciler takes it and which policy it is.
+"""The work queue's keys: which policy a piece of work is about, typed.
 
-A ValidatingPolicy's key is the policy's own (``name``, or ``namespace/name`` for a NamespacedValidatingPolicy);
-the other kinds' carry their prefix (vpol.engine.kinds: ``mpol:``, ``gpol:``, ``dpol:`` and ``ivpol:``) before the
-policy's key. :data:`QUEUE_KEYS` makes the key of a policy of each kind as PolicyExceptions name kinds (their
-``policyRefs``).
+A :class:`PolicyKey` is (kind, namespace, name): ``kind`` is the cluster-wide kind as the registry
+(vpol.engine.kinds) names it, also for its namespaced variant, which a non-empty ``namespace`` says. The reconciler
+(vpol.controller.reconcile) takes the kind's plan from it; nothing parses a key's text. Its text (``str()``: the
+policy's key, ``name`` or ``namespace/name``, after its kind's queue prefix and a colon for every kind but
+ValidatingPolicy, ``mpol:team/m``) is only for people: log lines and the ``policy`` label of the per-policy metrics,
+unchanged from before keys were typed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from vpol.engine.kinds import KINDS, PolicyKind
-
-
-def _prefix(kind: str) -> str:
-    return next(k.queue_prefix for k in KINDS if k.kind == kind)
+from vpol.engine.kinds import PolicyKind, kind_named
 
 
-MUTATING, GENERATING, DELETING, IMAGE_VALIDATING = (
-    _prefix(k) for k in ("MutatingPolicy", "GeneratingPolicy", "DeletingPolicy", "ImageValidatingPolicy"))
+@dataclass(frozen=True, order=True)
+class PolicyKey:
+    """One policy: its kind (the cluster-wide kind's name), namespace ("" when cluster-wide) and name."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, kind: str, key: str) -> PolicyKey:
+        """The key of the policy of ``kind`` (either variant's name) with policy key ``key`` (``name`` or
+        ``namespace/name``). Raises KeyError for a kind that is no policy kind."""
+        namespace, _, name = key.rpartition("/")
+        return cls(_cluster_kind(kind), namespace, name)
+
+    @classmethod
+    def from_meta(cls, kind: str, meta: Mapping[str, Any]) -> PolicyKey:
+        """The key of the policy of ``kind`` with ``meta`` (its metadata)."""
+        return cls(_cluster_kind(kind), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    @property
+    def policy_key(self) -> str:
+        """``name``, or ``namespace/name`` for a namespaced policy (the key policies carry, ``Policy.key``)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def policy_kind(self) -> PolicyKind:
+        """The registry's description of the kind."""
+        registered = kind_named(self.kind)
+        assert registered is not None, self.kind
+        return registered
+
+    @property
+    def variant(self) -> str:
+        """The kind of the policy itself: ``Namespaced<kind>`` for a namespaced policy."""
+        return f"Namespaced{self.kind}" if self.namespace else self.kind
+
+    def __str__(self) -> str:
+        prefix = self.policy_kind.queue_prefix
+        return f"{prefix}:{self.policy_key}" if prefix else self.policy_key
 
 
-def mutating_key(key: str) -> str:
-    return f"{MUTATING}:{key}"
-
-
-def lifecycle_key(kind: str, key: str) -> str:
-    """The key of a GeneratingPolicy, DeletingPolicy or ImageValidatingPolicy (``kind``: their prefix)."""
-    return f"{kind}:{key}"
-
-
-def _queue_key(kind: PolicyKind) -> Callable[[str], str]:
-    prefix = kind.queue_prefix
-    return (lambda key: f"{prefix}:{key}") if prefix else str
-
-
-#: Each kind a PolicyException's policyRefs may name -> the queue key of one of its policies, from the policy's key.
-QUEUE_KEYS: dict[str, Callable[[str], str]] = {name: _queue_key(k) for k in KINDS for name in k.kinds}
+def _cluster_kind(kind: str) -> str:
+    registered = kind_named(kind)
+    if registered is None:
+        raise KeyError(f"{kind} is not a policy kind")
+    return registered.kind

@@ -10,7 +10,9 @@ from kubernetes import client
 
 from vpol.controller import metrics
 from vpol.controller.queue import WorkQueue
-from vpol.controller.reconcile import Reconciler, ReconcileResult
+from vpol.controller.plan_context import ReconcileResult
+from vpol.controller.queue_keys import PolicyKey
+from vpol.controller.reconcile import Reconciler
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,9 @@ class Options:
 class Runtime:
     options: Options
     api: client.ApiClient
-    queue: WorkQueue | None = None
+    queue: WorkQueue[PolicyKey] | None = None
+    #: Reconciles a policy of any kind (vpol.controller.reconcile).
     reconciler: Reconciler | None = None
-    #: Reconciles MutatingPolicies (queue keys ``mpol:<name>``).
-    mutating: Any = None
-    #: GeneratingPolicies and DeletingPolicies (vpol.controller.reconcile_lifecycle).
-    lifecycle: Any = None
     scanner: Any = None
     leader: Any = None
     #: The admission webhook's parts (None with --webhook=off).
@@ -105,10 +104,10 @@ class Runtime:
     covered_mutating: dict[str, int] = field(default_factory=dict)
     #: What the operator needs from the cluster and lacks (vpol.kube.dependencies), by dependency.
     dependency_problems: dict[str, str] = field(default_factory=dict)
-    #: The namespaced policies seen, (kind, name) -> their queue keys: a PolicyException names a policy by kind and
-    #: name only, and exempts it in every namespace (Kyverno), so its events queue each of them.
-    namespaced: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    #: The cluster's discovery (vpol.controller.reconcile.DiscoveryCache), shared by every part.
+    #: The namespaced policies seen, (kind, name) -> their keys: a PolicyException names a policy by kind and name
+    #: only, and exempts it in every namespace (Kyverno), so its events queue each of them.
+    namespaced: dict[tuple[str, str], set[PolicyKey]] = field(default_factory=dict)
+    #: The cluster's discovery (vpol.controller.discovery_cache.DiscoveryCache), shared by every part.
     discovery: Any = None
     #: What each CustomResourceDefinition serves (group, kind, served versions, established), by name; and the
     #: signal that it changed (kinds came or went: discovery is refreshed and every policy reconciled).
@@ -116,14 +115,16 @@ class Runtime:
     kinds_changed: asyncio.Event | None = None
 
     def record(self, result: ReconcileResult) -> None:
+        """A reconcile's result in the per-policy metrics (their ``policy`` label: the key's text)."""
+        name = str(result.key)
         if result.ready is None:
-            self.ready.pop(result.name, None)
-            self.infos.pop(result.name, None)
-            self.enforcement.pop(result.name, None)
+            self.ready.pop(name, None)
+            self.infos.pop(name, None)
+            self.enforcement.pop(name, None)
         else:
-            self.ready[result.name] = result.ready
-            self.infos[result.name] = (result.ready, result.actions, result.background, result.generated)
-            self.enforcement[result.name] = result.enforcement
+            self.ready[name] = result.ready
+            self.infos[name] = (result.ready, result.actions, result.background, result.generated)
+            self.enforcement[name] = result.enforcement
         metrics.observe_reconcile(result, self.ready)
         metrics.set_policy_info(self.infos)
         metrics.set_enforcement(self.enforcement)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vpol.cel.compiler import compile_verdict
-from vpol.controller.queue_keys import GENERATING
+from vpol.controller.queue_keys import PolicyKey
+from vpol.engine.kinds import KINDS
 from vpol.kube.objects import Objects
 from vpol.model.parse import parse_policy
 from vpol.model.policy import ValidatingPolicy, policy_key
@@ -41,23 +42,27 @@ def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
 
 @dataclass(frozen=True)
 class StartupPolicies:
-    """The policies whose results the reports hold, as listed at one moment."""
+    """Every policy of every kind (vpol.engine.kinds), as listed at one moment: the cluster-wide kind's name -> the
+    policies of both its variants."""
 
-    validating: list[dict[str, Any]]
-    mutating: list[dict[str, Any]]
-    generating: list[dict[str, Any]]
+    bodies: Mapping[str, list[dict[str, Any]]]
 
     @classmethod
     def read(cls, objects: Objects) -> "StartupPolicies":
-        return cls(objects.list_policies(), objects.list_mutating_policies(),
-                   objects.list_lifecycle_policies(GENERATING))
+        return cls({kind.kind: objects.list_policies(kind.plurals) for kind in KINDS})
+
+    def keys(self) -> list[PolicyKey]:
+        """The key of every policy listed."""
+        return [PolicyKey.from_meta(kind, body.get("metadata") or {})
+                for kind, bodies in self.bodies.items() for body in bodies]
 
     def expected(self) -> list[str]:
         """The names StartupGate.expect waits for: every ValidatingPolicy's, and every MutatingPolicy's and
         GeneratingPolicy's (cluster-wide and namespaced), whose results are in the reports too."""
-        return ([policy_key(b.get("metadata") or {}) for b in self.validating]
-                + [MUTATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.mutating]
-                + [GENERATING_SEEN + policy_key(b.get("metadata") or {}) for b in self.generating])
+        def keys(kind: str, prefix: str = "") -> list[str]:
+            return [prefix + policy_key(b.get("metadata") or {}) for b in self.bodies.get(kind, ())]
+        return keys("ValidatingPolicy") + keys("MutatingPolicy", MUTATING_SEEN) + \
+            keys("GeneratingPolicy", GENERATING_SEEN)
 
 
 class StartupGate:

@@ -35,7 +35,7 @@ from vpol.controller.background_mutation import BackgroundMutation
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
-from vpol.controller.queue_keys import DELETING, GENERATING, lifecycle_key
+from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.report_store import ReportStore
 from vpol.controller.scan_evaluator import ScanEvaluator, start_quietly
@@ -50,7 +50,7 @@ from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
 from vpol.kube.live_backend import LiveBackend
-from vpol.kube.objects import Objects
+from vpol.kube.objects import PLURALS, Objects
 from vpol.kube.reports import Reports
 from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import ResourceInfo
@@ -123,11 +123,11 @@ class Scanner(threading.Thread):
                                      worker=self.lifecycle_worker)
         self.deletion = Deletion(api, resolve=self.watches.resolve, namespaces=self.watches.namespaces,
                                  discovery=lambda: self.discovery.get(), backend=fresh, access=AccessChecker(api),
-                                 write_status=lambda key, status: Objects(api).patch_lifecycle_status(
-                                     DELETING, key, status),
+                                 write_status=lambda key, status: Objects(api).patch_policy_status(
+                                     key, status, PLURALS["DeletingPolicy"]),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting, worker=self.lifecycle_worker)
-        #: Told the key of a lifecycle policy whose status should be reconciled ("gpol:<key>", "dpol:<key>").
+        #: Told the key of a policy whose status should be reconciled (a GeneratingPolicy's or DeletingPolicy's).
         self.notify: Any = None
 
     # -- inputs (thread-safe) ---------------------------------------------------------------
@@ -221,11 +221,11 @@ class Scanner(threading.Thread):
 
     def _notify_generating(self, key: str) -> None:
         if self.notify is not None:
-            self.notify(lifecycle_key(GENERATING, key))
+            self.notify(PolicyKey.of("GeneratingPolicy", key))
 
     def _notify_deleting(self, key: str) -> None:
         if self.notify is not None:
-            self.notify(lifecycle_key(DELETING, key))
+            self.notify(PolicyKey.of("DeletingPolicy", key))
 
     def _on_object(self, etype: str, obj: dict[str, Any]) -> None:
         if etype in ("ADDED", "MODIFIED", "DELETED"):
@@ -324,7 +324,7 @@ class Scanner(threading.Thread):
                            describe(exc))
             return
         self.set_exceptions(exceptions)
-        for body in listed.validating:
+        for body in listed.bodies.get("ValidatingPolicy", ()):
             key = policy_key(body.get("metadata") or {})
             try:
                 self.set_policy(key, scanned_policy(body))

@@ -25,6 +25,21 @@ ANNOTATION = "vpol.kyverno.io/policies"
 IMAGE_PREFIX = "ivpol:"
 
 
+#: The kind whose policies are covered under IMAGE_PREFIX.
+IMAGE_KIND = "ImageValidatingPolicy"
+
+
+def coverage_key(kind: str, policy_key: str) -> str:
+    """The key a policy of ``kind`` (the cluster-wide kind's name) with ``policy_key`` is covered under."""
+    return IMAGE_PREFIX + policy_key if kind == IMAGE_KIND else policy_key
+
+
+def covered_policy(key: str, kind: str) -> tuple[str, str]:
+    """The (kind, policy key) a coverage key of a configuration that covers policies of ``kind`` stands for (an
+    ImageValidatingPolicy's under IMAGE_PREFIX in either configuration)."""
+    return (IMAGE_KIND, key[len(IMAGE_PREFIX):]) if key.startswith(IMAGE_PREFIX) else (kind, key)
+
+
 def coverage(policies: Iterable[ValidatingPolicy | MutatingPolicy],
              images: Iterable[ImageValidatingPolicy] = ()) -> dict[str, int]:
     """Policy key -> generation."""

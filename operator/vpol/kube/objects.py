@@ -32,13 +32,12 @@ from vpol.model.policy import PolicyException
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
 EXCEPTION_PLURAL = "policyexceptions"
-#: The (cluster, namespaced) plurals of each policy kind, by the prefix of their queue keys (vpol.engine.kinds).
-LIFECYCLE_PLURALS = {k.queue_prefix: k.plurals for k in KINDS}
-POLICY_PLURAL, NAMESPACED_POLICY_PLURAL = LIFECYCLE_PLURALS[""]
-MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL = LIFECYCLE_PLURALS["mpol"]
-GENERATING_POLICY_PLURAL, NAMESPACED_GENERATING_POLICY_PLURAL = LIFECYCLE_PLURALS["gpol"]
-DELETING_POLICY_PLURAL, NAMESPACED_DELETING_POLICY_PLURAL = LIFECYCLE_PLURALS["dpol"]
-IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL = LIFECYCLE_PLURALS["ivpol"]
+#: The (cluster, namespaced) plurals of each policy kind, by the cluster-wide kind's name (vpol.engine.kinds).
+PLURALS = {k.kind: k.plurals for k in KINDS}
+VALIDATING_PLURALS = PLURALS["ValidatingPolicy"]
+POLICY_PLURAL, NAMESPACED_POLICY_PLURAL = VALIDATING_PLURALS
+MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL = PLURALS["MutatingPolicy"]
+IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL = PLURALS["ImageValidatingPolicy"]
 STORAGE_VERSION = "v1"
 #: MutatingAdmissionPolicy kinds, each served by one API class per version.
 MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
@@ -102,30 +101,34 @@ class Objects:
 
     # -- policies
 
-    def get_policy(self, key: str) -> dict[str, Any] | None:
-        """The policy with key ``name`` (ValidatingPolicy) or ``namespace/name`` (NamespacedValidatingPolicy)."""
+    def get_policy(self, key: str, plurals: tuple[str, str] = VALIDATING_PLURALS) -> dict[str, Any] | None:
+        """The policy with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced) of the kind whose
+        resources are ``plurals`` (cluster-wide, namespaced; vpol.engine.kinds.PolicyKind.plurals)."""
+        cluster, namespaced = plurals
         namespace, _, name = key.rpartition("/")
         try:
             if namespace:
-                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace,
-                                                                NAMESPACED_POLICY_PLURAL, name)
-            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, POLICY_PLURAL, name)
+                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace, namespaced,
+                                                                name)
+            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, cluster, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def list_policies(self) -> list[dict[str, Any]]:
-        """Every ValidatingPolicy and NamespacedValidatingPolicy."""
-        out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, POLICY_PLURAL)
-        items = list(out.get("items") or [])
-        try:
-            namespaced = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, NAMESPACED_POLICY_PLURAL)
-        except ApiException as exc:
-            if exc.status != 404:  # the CRD may not be installed
+    def list_policies(self, plurals: tuple[str, str] = VALIDATING_PLURALS) -> list[dict[str, Any]]:
+        """Every policy, cluster-wide and namespaced, of the kind whose resources are ``plurals`` (none of a variant
+        whose CRD is not installed)."""
+        items: list[dict[str, Any]] = []
+        for plural in plurals:
+            try:
+                out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, plural)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
                 raise
-            namespaced = {}
-        return items + list(namespaced.get("items") or [])
+            items.extend(out.get("items") or [])
+        return items
 
     def list_exceptions(self) -> list[dict[str, Any]]:
         try:
@@ -142,88 +145,11 @@ class Objects:
         parsed = (parse_exception(body)[0] for body in self.list_exceptions())
         return [exc for exc in parsed if exc is not None]
 
-    def patch_policy_status(self, key: str, status: Mapping[str, Any]) -> str:
-        """Merge-patch the status; returns the policy's new resourceVersion."""
-        namespace, _, name = key.rpartition("/")
-        body = {"status": dict(status)}
-        if namespace:
-            result = self.custom.patch_namespaced_custom_object_status(GROUP, STORAGE_VERSION, namespace,
-                                                                       NAMESPACED_POLICY_PLURAL, name, body)
-        else:
-            result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, POLICY_PLURAL, name,
-                                                                    body)
-        return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
-
-    def get_mutating_policy(self, key: str) -> dict[str, Any] | None:
-        """The MutatingPolicy ``name``, or the NamespacedMutatingPolicy ``namespace/name``."""
-        namespace, _, name = key.rpartition("/")
-        try:
-            if namespace:
-                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace,
-                                                                NAMESPACED_MUTATING_POLICY_PLURAL, name)
-            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list_mutating_policies(self) -> list[dict[str, Any]]:
-        """Every MutatingPolicy and NamespacedMutatingPolicy (none of a kind whose CRD is not installed)."""
-        items: list[dict[str, Any]] = []
-        for plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
-            try:
-                out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, plural)
-            except ApiException as exc:
-                if exc.status == 404:  # the CRD is not installed
-                    continue
-                raise
-            items.extend(out.get("items") or [])
-        return items
-
-    def patch_mutating_policy_status(self, key: str, status: Mapping[str, Any]) -> str:
-        namespace, _, name = key.rpartition("/")
-        body = {"status": dict(status)}
-        if namespace:
-            result = self.custom.patch_namespaced_custom_object_status(
-                GROUP, STORAGE_VERSION, namespace, NAMESPACED_MUTATING_POLICY_PLURAL, name, body)
-        else:
-            result = self.custom.patch_cluster_custom_object_status(GROUP, STORAGE_VERSION, MUTATING_POLICY_PLURAL,
-                                                                    name, body)
-        return str(((result or {}).get("metadata") or {}).get("resourceVersion", ""))
-
-    # -- GeneratingPolicies, DeletingPolicies, ImageValidatingPolicies (``kind``: "gpol", "dpol" or "ivpol",
-    #    LIFECYCLE_PLURALS)
-
-    def get_lifecycle_policy(self, kind: str, key: str) -> dict[str, Any] | None:
-        """The policy of ``kind`` with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced)."""
-        cluster, namespaced = LIFECYCLE_PLURALS[kind]
-        namespace, _, name = key.rpartition("/")
-        try:
-            if namespace:
-                return self.custom.get_namespaced_custom_object(GROUP, STORAGE_VERSION, namespace, namespaced,
-                                                                name)
-            return self.custom.get_cluster_custom_object(GROUP, STORAGE_VERSION, cluster, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list_lifecycle_policies(self, kind: str) -> list[dict[str, Any]]:
-        """Every policy of ``kind``, cluster-wide and namespaced (none of a kind whose CRD is not installed)."""
-        items: list[dict[str, Any]] = []
-        for plural in LIFECYCLE_PLURALS[kind]:
-            try:
-                out = self.custom.list_cluster_custom_object(GROUP, STORAGE_VERSION, plural)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            items.extend(out.get("items") or [])
-        return items
-
-    def patch_lifecycle_status(self, kind: str, key: str, status: Mapping[str, Any]) -> str:
-        """Merge-patch the status of a policy of ``kind``; returns its new resourceVersion."""
-        cluster, namespaced = LIFECYCLE_PLURALS[kind]
+    def patch_policy_status(self, key: str, status: Mapping[str, Any],
+                            plurals: tuple[str, str] = VALIDATING_PLURALS) -> str:
+        """Merge-patch the status of the policy with ``key`` of the kind whose resources are ``plurals``; returns
+        the policy's new resourceVersion."""
+        cluster, namespaced = plurals
         namespace, _, name = key.rpartition("/")
         body = {"status": dict(status)}
         if namespace:

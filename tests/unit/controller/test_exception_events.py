@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import kopf
+
 from vpol.controller import handlers
+from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.runtime import Options, Runtime
 
 
 class Queue:
     def __init__(self) -> None:
-        self.keys: list[str] = []
+        self.keys: list[PolicyKey] = []
 
-    def add(self, key: str) -> None:
+    def add(self, key: PolicyKey) -> None:
+        assert isinstance(key, PolicyKey), key
         self.keys.append(key)
 
 
@@ -26,18 +30,24 @@ def memo() -> dict[str, Any]:
 
 
 def queued(m: dict[str, Any]) -> list[str]:
+    """The keys queued since last asked, as text (``mpol:team/m``)."""
     keys = m["vpol"].queue.keys
-    out, keys[:] = list(keys), []
+    out, keys[:] = [str(k) for k in keys], []
     return out
+
+
+def resource(plural: str) -> kopf.Resource:
+    return kopf.Resource("policies.kyverno.io", "v1", plural)
 
 
 def test_every_kind_and_namespace_is_queued() -> None:
     m = memo()
-    events = [(handlers.policy_event, "a", "p"), (handlers.policy_event, "b", "p"),
-              (handlers.generating_policy_event, "a", "g"), (handlers.image_validating_policy_event, "b", "i"),
-              (handlers.deleting_policy_event, "", "d"), (handlers.mutating_policy_event, "c", "m")]
-    for handler, namespace, name in events:
-        asyncio.run(handler(type="ADDED", meta={"name": name, "namespace": namespace}, memo=m))
+    events = [("namespacedvalidatingpolicies", "a", "p"), ("namespacedvalidatingpolicies", "b", "p"),
+              ("namespacedgeneratingpolicies", "a", "g"), ("namespacedimagevalidatingpolicies", "b", "i"),
+              ("deletingpolicies", "", "d"), ("namespacedmutatingpolicies", "c", "m")]
+    for plural, namespace, name in events:
+        asyncio.run(handlers.policy_event(type="ADDED", resource=resource(plural),
+                                          meta={"name": name, "namespace": namespace}, memo=m))
     queued(m)
 
     def refs(*pairs: tuple[str, str]) -> list[str]:
@@ -53,7 +63,8 @@ def test_every_kind_and_namespace_is_queued() -> None:
     assert refs(("ClusterPolicy", "legacy")) == []
     # No kind: every policy of that name (PolicyException.applies_to exempts them all).
     assert {"a/p", "b/p", "p", "mpol:p", "gpol:p"} <= set(refs(("", "p")))
-    asyncio.run(handlers.policy_event(type="DELETED", meta={"name": "p", "namespace": "a"}, memo=m))
+    asyncio.run(handlers.policy_event(type="DELETED", resource=resource("namespacedvalidatingpolicies"),
+                                      meta={"name": "p", "namespace": "a"}, memo=m))
     queued(m)
     assert refs(("NamespacedValidatingPolicy", "p")) == ["b/p"]
 
@@ -66,5 +77,5 @@ def test_an_expiring_exception_requeues_the_policies_it_names_of_every_kind() ->
         ("v", "ValidatingPolicy"), ("nv", "NamespacedValidatingPolicy"), ("m", "MutatingPolicy"),
         ("g", "GeneratingPolicy"), ("ng", "NamespacedGeneratingPolicy"), ("d", "DeletingPolicy"),
         ("i", "NamespacedImageValidatingPolicy"), ("old", "ClusterPolicy"))))
-    assert exception_policy_keys(exc) == ["v", "team/nv", "mpol:m", "gpol:g", "gpol:team/ng", "dpol:d",
-                                          "ivpol:team/i"]
+    assert [str(k) for k in exception_policy_keys(exc)] == ["v", "team/nv", "mpol:m", "gpol:g", "gpol:team/ng", "dpol:d",
+                                                            "ivpol:team/i"]

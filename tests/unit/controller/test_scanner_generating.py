@@ -72,9 +72,9 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
         md = {"name": name, **({"namespace": namespace} if namespace else {})}
         return {"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": md}
 
-    listed = scanner_module.StartupPolicies([], [body("MutatingPolicy", "m")],
-                                            [body("GeneratingPolicy", "p"),
-                                             body("NamespacedGeneratingPolicy", "q", "team-a")])
+    listed = scanner_module.StartupPolicies({"MutatingPolicy": [body("MutatingPolicy", "m")],
+                                             "GeneratingPolicy": [body("GeneratingPolicy", "p"),
+                                                                  body("NamespacedGeneratingPolicy", "q", "team-a")]})
 
     class NoExceptions:
         def __init__(self, _api: Any) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from vpol.controller.queue_keys import QUEUE_KEYS
+from vpol.controller.plans import PLANS
+from vpol.controller.queue_keys import PolicyKey
 from vpol.engine.kinds import KINDS, kind_for_document, kind_named, kind_of
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -33,7 +34,10 @@ def test_every_kind_is_described_once() -> None:
     assert sorted(names) == sorted(ALL_KINDS)
     assert len({k.model for k in KINDS}) == len(KINDS)
     assert len({k.queue_prefix for k in KINDS}) == len(KINDS)
-    assert set(QUEUE_KEYS) == ALL_KINDS
+    # Every kind has its plan in the one reconcile loop, and a key of either variant names it.
+    assert set(PLANS) == {k.kind for k in KINDS}
+    assert {PolicyKey.of(name, "ns/p" if name.startswith("Namespaced") else "p").variant for name in ALL_KINDS} == \
+        ALL_KINDS
     assert kind_named("ClusterPolicy") is None and kind_for_document({"apiVersion": "v1", "kind": "Pod"}) is None
 
 

@@ -1,70 +1,49 @@
-"""Reconciling one MutatingPolicy: read, call the core, write.
+"""The plan of a MutatingPolicy or NamespacedMutatingPolicy.
 
-Reads the policy, the PolicyExceptions and the cluster's discovery; the core
-compiles and type-checks the mutations (a mutation that cannot apply to a
-matched kind, such as one setting an atomic list, counts as an error, as in
-`vpol check`), computes the pod-controller variants and the desired
-MutatingAdmissionPolicies; this module applies them in the newest MAP
-version the cluster serves, deletes what is no longer wanted and writes the
-status only when it changed.
+The core compiles and type-checks the mutations (a mutation that cannot apply to a matched kind, such as one
+setting an atomic list, counts as an error, as in `vpol check`), computes the pod-controller variants and the
+desired MutatingAdmissionPolicies; this plan applies them in the newest MAP version the cluster serves, deletes
+what is no longer wanted, and hands a policy that mutates existing objects to the background work.
 
-Admission route (:func:`vpol.desired.map.mutating_route`, shared with every
-replica's webhook): the same ``--vap-generation`` mode as for validation. In
-``eligible`` (the default) every MutatingPolicy that does not set
-``spec.autogen.mutatingAdmissionPolicy.enabled: false`` gets its MAPs when the
-API server can express it; in ``opt-in`` only an explicit ``true`` does
-(Kyverno's behaviour). Everything else (Kyverno-only functions, no opt-in, a
-MAP the API server refused) is applied by vpol's mutating webhook
-(``vpol-mutating``): ``AdmissionEnforced=True, Webhook`` once that
-configuration covers the policy's generation.
-
-Queue keys are ``mpol:<name>`` (a colon cannot appear in object names).
+Admission route (:func:`vpol.desired.map.mutating_route`, shared with every replica's webhook): the same
+``--vap-generation`` mode as for validation. In ``eligible`` (the default) every MutatingPolicy that does not set
+``spec.autogen.mutatingAdmissionPolicy.enabled: false`` gets its MAPs when the API server can express it; in
+``opt-in`` only an explicit ``true`` does (Kyverno's behaviour). Everything else (Kyverno-only functions, no
+opt-in, a MAP the API server refused) is applied by vpol's mutating webhook (``vpol-mutating``):
+``AdmissionEnforced=True, Webhook`` once that configuration covers the policy's generation.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from vpol.cel.library_use import unserved_libraries
 from vpol.cel.compiler import compile_mutating_policy
+from vpol.cel.library_use import unserved_libraries
 from vpol.cel.typecheck import check_policy_cached
-from vpol.controller.enforcement_proof import MAP, EnforcementProver
-from vpol.controller.generated_apply import GeneratedObjects, api_message
-from vpol.controller.reconcile import (DiscoveryCache, ReconcileResult, proof_of_native,
-                                       proof_of_webhook)
-from vpol.desired.enforcement import GENERATION_ELIGIBLE, PENDING
+from vpol.controller.enforcement_proof import MAP
+from vpol.controller.enforcement_state import proof_of_native, proof_of_webhook
+from vpol.controller.generated_apply import api_message
+from vpol.controller.plan_context import ReconcileContext, ReconcileResult
+from vpol.controller.queue_keys import PolicyKey
+from vpol.desired.enforcement import PENDING
 from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
-from vpol.desired.status import MAP_GENERATED, Findings, desired_status, status_changed
+from vpol.desired.status import MAP_GENERATED, Findings, desired_status
 from vpol.desired.vap import generated_selector
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
-from vpol.desired.webhook_coverage import covered_generation
+from vpol.desired.webhook_coverage import coverage_key, covered_generation
 from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
-from vpol.kube.objects import Listed, Objects
 from vpol.engine.mutate_existing import target_resources, trigger_resources
-from vpol.kube.access import AccessChecker
+from vpol.kube.objects import Listed
 from vpol.model.discovery import Discovery
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_mutating_policy
-from vpol.model.policy import PolicyException
-from vpol.controller.queue_keys import MUTATING, mutating_key
 
-logger = logging.getLogger(__name__)
-
-KEY_PREFIX = MUTATING + ":"
 NATIVE_MAP = "NativeMAP"
 #: Label telling generated MAPs of one policy apart from VAPs of a ValidatingPolicy of the same name.
 KIND_LABEL = "vpol.kyverno.io/policy-kind"
-
-
-key_for = mutating_key
-
-
-def is_mutating_key(key: str) -> bool:
-    return key.startswith(KEY_PREFIX)
 
 
 def served_map_version(discovery: Discovery) -> str | None:
@@ -80,70 +59,54 @@ def _selector(key: str) -> str:
     return f"{generated_selector(key)},{KIND_LABEL}=MutatingPolicy"
 
 
-class MutatingReconciler:
-    def __init__(self, objects: Objects, discovery: DiscoveryCache, exceptions: Callable[[], list[PolicyException]],
-                 *, generation: str = GENERATION_ELIGIBLE, webhook: bool = True,
-                 prover: EnforcementProver | None = None, access: AccessChecker | None = None,
-                 on_policy: Callable[[str, MutatingPolicy | None], None] | None = None,
-                 scans: bool = True, http_enabled: bool = True):
-        self.objects = objects
-        #: Whether http.* can be served (vpol.cel.library_use).
-        self.http_enabled = http_enabled
-        #: Asks what the operator may do (for mutateExisting: read triggers and targets, patch targets).
-        self.access = access
-        #: Told about every valid policy that mutates existing objects (None when gone): the scanner listens.
-        self.on_policy = on_policy or (lambda key, policy: None)
-        #: Whether the operator runs background scans (which mutate existing objects).
-        self.scans = scans
-        #: Proves the API server applies what was written (see vpol.controller.reconcile.Reconciler.prover).
-        self.prover = prover
-        self.written_at: dict[str, float] = {}
-        #: The cluster's PolicyExceptions (the validating reconciler's reader).
-        self.exceptions = exceptions
-        self.discovery = discovery
-        self.generation = generation
-        #: Whether this operator runs its admission webhook (which applies the non-native policies).
-        self.webhook = webhook
-        self.written_versions: dict[str, str] = {}
-        #: The MAPs and bindings we apply (vpol.controller.generated_apply), and their resourceVersions.
-        self.generated = GeneratedObjects(self.objects)
+class MutatingPlan:
+    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
+        return desired_status(findings, current)
+
+    def __init__(self, context: ReconcileContext):
+        self.ctx = context
 
     def map_api_version(self) -> str | None:
         """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""
-        return served_map_version(self.discovery.get())
+        return served_map_version(self.ctx.discovery.get())
 
-    def reconcile(self, key: str) -> ReconcileResult:
-        name = key[len(KEY_PREFIX):] if is_mutating_key(key) else key
-        key = key_for(name)
+    def _set_policy(self, key: PolicyKey, policy: MutatingPolicy | None) -> None:
+        if self.ctx.runner is not None:
+            self.ctx.runner.set_mutating(key.policy_key, policy)
+
+    def _existing(self, key: PolicyKey, api_version: str | None) -> dict[tuple[str, str], Listed]:
+        return self.ctx.objects.list_generated_maps(_selector(key.policy_key), api_version) if api_version else {}
+
+    def gone(self, key: PolicyKey) -> ReconcileResult:
+        self._set_policy(key, None)
+        api_version = self.map_api_version()
         result = ReconcileResult(key)
-        if self.scans:
+        result.deleted = self._delete_generated(self._existing(key, api_version), set(), api_version)
+        return result
+
+    def plan(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
+        ctx = self.ctx
+        result = ReconcileResult(key)
+        if ctx.runner is not None:
             # The cluster's exceptions reach the scanner's mutation of existing objects (also when no
             # ValidatingPolicy is reconciled to hand them over): an exception's event queues this policy.
-            self.exceptions()
+            ctx.exceptions()
         api_version = self.map_api_version()
-        body = self.objects.get_mutating_policy(name)
-        existing = self.objects.list_generated_maps(_selector(name), api_version) if api_version else {}
-        if body is None:
-            self.on_policy(name, None)
-            self.written_at.pop(key, None)
-            if self.prover is not None:
-                self.prover.forget(key)
-            result.deleted = self._delete_generated(existing, set(), api_version)
-            return result
+        existing = self._existing(key, api_version)
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         findings = Findings(generation=generation, native_condition=MAP_GENERATED, rbac_applicable=False,
                             background_enabled=False)
         policy, problems = parse_mutating_policy(body)
         if policy is None:
-            self.on_policy(name, None)
+            self._set_policy(key, None)
             findings.compile_errors = [p.short() for p in problems if p.severity == "error"]
             findings.admission = (False, "CompilationFailed", "not enforced: the policy is invalid")
             result.deleted = self._delete_generated(existing, set(), api_version)
-            return self._write_status(result, name, body, findings)
+            return result, findings
 
         compiled = compile_mutating_policy(policy)
         errors = [p.short() for p in compiled.errors()]
-        discovery = self.discovery.get()
+        discovery = ctx.discovery.get()
         try:
             warnings = check_policy_cached(policy, discovery)
             # A mutation that cannot apply to a matched kind fails every request: an error, as in `vpol check`.
@@ -153,8 +116,8 @@ class MutatingReconciler:
             findings.type_checked = False
             findings.type_check_note = f"type checking could not run: {exc}"
         findings.compile_errors = errors
-        findings.unserved_libraries = unserved_libraries(policy.expressions(), http_enabled=self.http_enabled)
-        self.on_policy(name, policy if not errors and policy.spec.evaluation.mutate_existing_enabled else None)
+        findings.unserved_libraries = unserved_libraries(policy.expressions(), http_enabled=ctx.http_enabled)
+        self._set_policy(key, policy if not errors and policy.spec.evaluation.mutate_existing_enabled else None)
         if policy.spec.evaluation.mutate_existing_enabled:
             self._mutate_existing_findings(policy, findings, discovery)
         findings.autogen = {
@@ -166,7 +129,7 @@ class MutatingReconciler:
             for config, variant in mutating_autogen_configs(policy)}
 
         keep: set[tuple[str, str]] = set()
-        wanted = wants_native_map(policy, self.generation)
+        wanted = wants_native_map(policy, ctx.generation)
         if not policy.spec.evaluation.admission_enabled or policy.targets_others:
             findings.enforcement = "NotApplicable"
         elif errors:
@@ -187,18 +150,18 @@ class MutatingReconciler:
                 findings.vap = (False, "NotEligible", f"skip generating MutatingAdmissionPolicy: {reason}")
                 why_not = reason
             else:
-                plan = desired_map_objects(policy, exceptions=self.exceptions(), force=True, api_version=api_version)
+                plan = desired_map_objects(policy, exceptions=ctx.exceptions(), force=True, api_version=api_version)
                 for obj in plan.objects:
                     obj["metadata"].setdefault("labels", {})[KIND_LABEL] = "MutatingPolicy"
-                ok, message = self.generated.apply(plan.objects, existing, result.applied)
+                ok, message = ctx.generated.apply(plan.objects, existing, result.applied)
                 findings.vap = (ok, "Generated" if ok else "ApplyFailed", message)
                 findings.generated = ok
                 if ok:
                     keep = {(o["kind"], o["metadata"]["name"]) for o in plan.objects}
                     names = ", ".join(o["metadata"]["name"] for o in plan.objects
                                       if o["kind"] == "MutatingAdmissionPolicy")
-                    changed = self.generated.changed(plan.objects, existing)
-                    proof = proof_of_native(self.prover, self.written_at, key, body, generation, MAP, changed,
+                    changed = ctx.generated.changed(plan.objects, existing)
+                    proof = proof_of_native(ctx.prover, ctx.written_at, key, body, generation, MAP, changed,
                                             NATIVE_MAP)
                     if proof.proven:
                         findings.admission = (True, NATIVE_MAP, f"applied by the API server: {names}")
@@ -210,11 +173,11 @@ class MutatingReconciler:
                 else:
                     why_not = message  # the API server refused the MAP: vpol's webhook applies the policy
             if why_not:
-                findings.admission, findings.enforcement = self._webhook_finding(key, name, body, generation,
+                findings.admission, findings.enforcement = self._webhook_finding(key, body, generation,
                                                                                  why_not)
         result.deleted = self._delete_generated(existing, keep, api_version)
         result.enforcement = findings.enforcement
-        return self._write_status(result, name, body, findings)
+        return result, findings
 
     def _mutate_existing_findings(self, policy: MutatingPolicy, findings: Findings, discovery: Discovery) -> None:
         """The MutateExisting condition and the permissions it needs (read triggers and targets, patch targets)."""
@@ -228,7 +191,7 @@ class MutatingReconciler:
             when += ", on each trigger"
             if policy.spec.evaluation.background_enabled:
                 when += ", and in every background scan"
-        if not self.scans:
+        if self.ctx.runner is None:
             findings.mutate_existing = (False, "ScansDisabled", "existing objects are not mutated: the operator runs "
                                                                 "with --scan-interval=0 (no background work)")
         else:
@@ -236,30 +199,31 @@ class MutatingReconciler:
         findings.rbac_applicable = True
         findings.background_enabled = True
         findings.rbac_message = "the operator may read the triggers and targets and patch the targets"
-        if self.access is not None:
+        if self.ctx.access is not None:
             reads = {(i.group, i.version, i.resource) for i in triggers} | \
                 {(i.group, i.version, i.resource) for i, _sub in targets}
             writes = [(i.group, i.version, f"{i.resource}/{sub}" if sub else i.resource) for i, sub in targets]
-            findings.missing_permissions = self.access.missing(sorted(reads)) + \
-                self.access.missing(writes, verbs=("patch",))
+            findings.missing_permissions = self.ctx.access.missing(sorted(reads)) + \
+                self.ctx.access.missing(writes, verbs=("patch",))
 
-    def _webhook_finding(self, key: str, name: str, body: dict[str, Any], generation: int,
+    def _webhook_finding(self, key: PolicyKey, body: dict[str, Any], generation: int,
                          why_not_native: str) -> tuple[tuple[bool, str, str], str]:
         """AdmissionEnforced (and the route word) of a policy vpol's mutating webhook applies."""
-        if not self.webhook:
+        if not self.ctx.webhook:
             return (False, "WebhookDisabled", f"not applied at admission: {why_not_native}; vpol's webhook is off "
                                               "(--webhook=off)"), "None"
         try:
-            config = self.objects.get_webhook_configuration(MUTATING_WEBHOOK_CONFIGURATION, mutating=True)
+            config = self.ctx.objects.get_webhook_configuration(MUTATING_WEBHOOK_CONFIGURATION, mutating=True)
         except ApiException as exc:
             return (False, "WebhookNotConfigured", f"not applied at admission: {why_not_native}; reading "
                                                    f"{MUTATING_WEBHOOK_CONFIGURATION} failed: {api_message(exc)}"), \
                 "None"
-        covered = covered_generation(config, name)
+        covered = covered_generation(config, coverage_key(key.kind, key.policy_key))
         if config is None or covered is None or covered < generation:
             return (False, PENDING, f"not applied at admission yet: {MUTATING_WEBHOOK_CONFIGURATION} does not "
                                     f"cover generation {generation} (not native because {why_not_native})"), PENDING
-        proof = proof_of_webhook(self.prover, key, body, generation, config, MUTATING_WEBHOOK_CONFIGURATION, True)
+        proof = proof_of_webhook(self.ctx.prover, key, body, generation, config, MUTATING_WEBHOOK_CONFIGURATION,
+                                 True)
         if not proof.proven:
             return (False, PENDING, f"{MUTATING_WEBHOOK_CONFIGURATION} covers generation {generation} (not native "
                                     f"because {why_not_native}); waiting for {proof.waiting_for}"), PENDING
@@ -271,18 +235,6 @@ class MutatingReconciler:
         deleted = []
         for kind, obj_name in existing:
             if (kind, obj_name) not in keep and api_version:
-                self.objects.delete_map(kind, obj_name, api_version)
+                self.ctx.objects.delete_map(kind, obj_name, api_version)
                 deleted.append(obj_name)
         return deleted
-
-    def _write_status(self, result: ReconcileResult, name: str, body: dict[str, Any],
-                      findings: Findings) -> ReconcileResult:
-        current = body.get("status") or {}
-        desired = desired_status(findings, current)
-        result.ready = desired["conditionStatus"]["ready"]
-        result.generated = bool(desired["generated"])
-        result.permissions_missing = bool(findings.missing_permissions)
-        if status_changed(current, desired):
-            self.written_versions[name] = self.objects.patch_mutating_policy_status(name, desired)
-            result.status_written = True
-        return result
