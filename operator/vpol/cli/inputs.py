@@ -15,30 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpol.model.deleting import DELETING_KINDS, DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
-from vpol.model.image_validating import (
-    IMAGE_VALIDATING_KINDS,
-    ImageValidatingPolicy,
-    is_image_validating_policy_document,
-    parse_image_validating_policy,
-)
+from vpol.engine.kinds import KINDS, kind_for_document, kind_named
+from vpol.model.deleting import DeletingPolicy
 from vpol.model.documents import Document, iter_documents, parse_documents
-from vpol.model.generating import (
-    GENERATING_KINDS,
-    GeneratingPolicy,
-    is_generating_policy_document,
-    parse_generating_policy,
-)
-from vpol.model.mutating import MUTATING_KINDS, MutatingPolicy
-from vpol.model.parse import (
-    is_exception_document,
-    is_mutating_policy_document,
-    is_policy_document,
-    parse_exception,
-    parse_mutating_policy,
-    parse_policy,
-)
-from vpol.model.policy import KINDS, PolicyException, ValidatingPolicy
+from vpol.model.generating import GeneratingPolicy
+from vpol.model.image_validating import ImageValidatingPolicy
+from vpol.model.mutating import MutatingPolicy
+from vpol.model.parse import is_exception_document, parse_exception
+from vpol.model.policy import PolicyException, ValidatingPolicy
 from vpol.model.problems import InputError, Position, Problem
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -90,12 +74,9 @@ def load_documents(path: Path) -> list[Document]:
 
 @dataclass
 class Loaded:
-    policies: list[ValidatingPolicy] = field(default_factory=list)
-    #: MutatingPolicies, in input order (the order they apply in).
-    mutating: list[MutatingPolicy] = field(default_factory=list)
-    generating: list[GeneratingPolicy] = field(default_factory=list)
-    deleting: list[DeletingPolicy] = field(default_factory=list)
-    image_validating: list[ImageValidatingPolicy] = field(default_factory=list)
+    #: The policies of each kind (the cluster-wide kind's name, vpol.engine.kinds; both variants), in input order
+    #: (MutatingPolicies apply in it).
+    by_kind: dict[str, list[Any]] = field(default_factory=lambda: {kind.kind: [] for kind in KINDS})
     exceptions: list[PolicyException] = field(default_factory=list)
     resources: list[Document] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -103,9 +84,29 @@ class Loaded:
     unreadable: list[Problem] = field(default_factory=list)
 
     @property
+    def policies(self) -> list[ValidatingPolicy]:
+        return self.by_kind["ValidatingPolicy"]
+
+    @property
+    def mutating(self) -> list[MutatingPolicy]:
+        return self.by_kind["MutatingPolicy"]
+
+    @property
+    def generating(self) -> list[GeneratingPolicy]:
+        return self.by_kind["GeneratingPolicy"]
+
+    @property
+    def deleting(self) -> list[DeletingPolicy]:
+        return self.by_kind["DeletingPolicy"]
+
+    @property
+    def image_validating(self) -> list[ImageValidatingPolicy]:
+        return self.by_kind["ImageValidatingPolicy"]
+
+    @property
     def any_policy(self) -> bool:
         """Whether any policy (of any kind) was loaded."""
-        return bool(self.policies or self.mutating or self.generating or self.deleting or self.image_validating)
+        return any(self.by_kind.values())
 
     @property
     def has_errors(self) -> bool:
@@ -125,31 +126,12 @@ def load_policies(paths: Iterable[str], out: Loaded | None = None, *, strict_kin
     """Load the policies of every kind (and PolicyExceptions found beside them)."""
     out = out or Loaded()
     for doc in _readable_documents(paths, out):
-        if is_policy_document(doc.data):
-            policy, problems = parse_policy(doc.data, doc)
+        kind = kind_for_document(doc.data)
+        if kind is not None:
+            policy, problems = kind.parse(doc.data, doc)
             out.problems.extend(problems)
             if policy is not None:
-                _add_unique(policy, out.policies, out)
-        elif is_mutating_policy_document(doc.data):
-            mpol, problems = parse_mutating_policy(doc.data, doc)
-            out.problems.extend(problems)
-            if mpol is not None:
-                _add_unique(mpol, out.mutating, out)
-        elif is_generating_policy_document(doc.data):
-            gpol, problems = parse_generating_policy(doc.data, doc)
-            out.problems.extend(problems)
-            if gpol is not None:
-                _add_unique(gpol, out.generating, out)
-        elif is_deleting_policy_document(doc.data):
-            dpol, problems = parse_deleting_policy(doc.data, doc)
-            out.problems.extend(problems)
-            if dpol is not None:
-                _add_unique(dpol, out.deleting, out)
-        elif is_image_validating_policy_document(doc.data):
-            ivpol, problems = parse_image_validating_policy(doc.data, doc)
-            out.problems.extend(problems)
-            if ivpol is not None:
-                _add_unique(ivpol, out.image_validating, out)
+                _add_unique(policy, out.by_kind[kind.kind], out)
         elif is_exception_document(doc.data):
             exc_obj, problems = parse_exception(doc.data, doc)
             out.problems.extend(problems)
@@ -174,8 +156,8 @@ def _add_unique(policy: Any, into: list[Any], out: Loaded) -> None:
 
 def _names_a_policy_kind(data: Any) -> bool:
     """A document of one of our kinds whatever its apiVersion (missing, or another group)."""
-    return isinstance(data, dict) and data.get("kind") in (*KINDS, *MUTATING_KINDS, *GENERATING_KINDS, *DELETING_KINDS,
-                                                          *IMAGE_VALIDATING_KINDS, "PolicyException")
+    return isinstance(data, dict) and (data.get("kind") == "PolicyException" or
+                                       kind_named(str(data.get("kind") or "")) is not None)
 
 
 def _claims_policy_group(data: Any) -> bool:

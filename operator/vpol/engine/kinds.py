@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from vpol.cel.compiler import (
     compile_deleting_policy,
@@ -22,6 +22,7 @@ from vpol.cel.compiler import (
     compile_verdict,
 )
 from vpol.engine.autogen import autogen_configs, image_autogen_configs, mutating_autogen_configs
+from vpol.model.documents import Document
 from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
 from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
 from vpol.model.image_validating import (
@@ -33,6 +34,10 @@ from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import is_mutating_policy_document, is_policy_document, parse_mutating_policy, parse_policy
 from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import Problem
+
+class Parse(Protocol):
+    def __call__(self, data: Any, doc: Document | None = None) -> tuple[Any, list[Problem]]: ...
+
 
 AnyPolicy = ValidatingPolicy | MutatingPolicy | GeneratingPolicy | DeletingPolicy | ImageValidatingPolicy
 
@@ -54,8 +59,9 @@ class PolicyKind:
     queue_prefix: str
     #: Whether a document is of this kind (either variant).
     is_document: Callable[[Mapping[str, Any]], bool]
-    #: The document parsed: the policy (None when it does not parse) and the problems found.
-    parse: Callable[[dict[str, Any]], tuple[Any, list[Problem]]]
+    #: The document parsed: the policy (None when it does not parse) and the problems found (located in the
+    #: document's text when it is given).
+    parse: Parse
     #: The problems of compiling every expression of a parsed policy.
     compile_problems: Callable[[Any], Sequence[Problem]]
     #: Whether its expressions are type-checked against the matched kinds' schemas (the others' objects are
