@@ -26,17 +26,8 @@ from vpol.controller.reconcile import EXPIRY_MARGIN
 from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
 from vpol.desired.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
-from vpol.kube.objects import (
-    EXCEPTION_PLURAL,
-    GROUP,
-    IMAGE_VALIDATING_POLICY_PLURAL,
-    NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL,
-    MUTATING_POLICY_PLURAL,
-    NAMESPACED_MUTATING_POLICY_PLURAL,
-    NAMESPACED_POLICY_PLURAL,
-    POLICY_PLURAL,
-    STORAGE_VERSION,
-)
+from vpol.engine.kinds import ADMISSION, KINDS
+from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, STORAGE_VERSION
 from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
@@ -84,6 +75,13 @@ class AdmissionPolicies:
         self._mutating: dict[str, MutatingPolicy] = {}
         self._images: dict[str, ImageValidatingPolicy] = {}
         self._exceptions: dict[str, PolicyException] = {}
+        #: Each kind that takes part in admission (vpol.engine.kinds): the store of the policies the webhook
+        #: enforces, and the handler of its watch events (which decides whether the webhook enforces a policy).
+        self.admission_kinds: dict[str, tuple[dict[str, Any], Callable[[str, dict[str, Any]], str]]] = {
+            "ValidatingPolicy": (self._webhook, self._on_policy),
+            "MutatingPolicy": (self._mutating, self._on_mutating),
+            "ImageValidatingPolicy": (self._images, self._on_image),
+        }
         #: Keys seen since each watcher's current list began (to drop vanished ones at SYNCED).
         self._listing: dict[str, set[str]] = {}
         self._snapshot = Snapshot()
@@ -103,16 +101,19 @@ class AdmissionPolicies:
         """Every kind has been listed once (a kind that cannot be listed, 403/404, has nothing to wait for)."""
         return bool(self.watchers) and all(w.synced.is_set() or w.unavailable for w in self.watchers)
 
+    def _watched(self) -> list[tuple[str, str, Callable[[str, dict[str, Any]], str]]]:
+        """(plural, kind, handler) of what the webhook watches: every kind that takes part in admission (both
+        variants; the registry says which) and the PolicyExceptions."""
+        out: list[tuple[str, str, Callable[[str, dict[str, Any]], str]]] = \
+            [(EXCEPTION_PLURAL, "PolicyException", self._on_exception)]
+        for kind in KINDS:
+            if ADMISSION in kind.paths:
+                _store, handler = self.admission_kinds[kind.kind]
+                out += [(plural, name, handler) for plural, name in zip(kind.plurals, kind.kinds)]
+        return out
+
     def start(self) -> None:
-        for plural, kind, handler in (
-            (POLICY_PLURAL, "ValidatingPolicy", self._on_policy),
-            (NAMESPACED_POLICY_PLURAL, "NamespacedValidatingPolicy", self._on_policy),
-            (EXCEPTION_PLURAL, "PolicyException", self._on_exception),
-            (MUTATING_POLICY_PLURAL, "MutatingPolicy", self._on_mutating),
-            (NAMESPACED_MUTATING_POLICY_PLURAL, "NamespacedMutatingPolicy", self._on_mutating),
-            (IMAGE_VALIDATING_POLICY_PLURAL, "ImageValidatingPolicy", self._on_image),
-            (NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL, "NamespacedImageValidatingPolicy", self._on_image),
-        ):
+        for plural, kind, handler in self._watched():
             watcher = Watcher(self.api, GROUP, STORAGE_VERSION, plural, _tracked(self, plural, handler), kind=kind,
                               on_list=self._listing_starts(plural))
             self.watchers.append(watcher)
@@ -206,27 +207,22 @@ class AdmissionPolicies:
         if before != policy:
             self._publish()
 
+    def _store_of(self, plural: str) -> tuple[dict[str, Any], bool | None]:
+        """The store of what a resource's watch lists, and whether its keys are namespaced (None: either)."""
+        if plural == EXCEPTION_PLURAL:
+            return self._exceptions, None
+        kind = next(k for k in KINDS if plural in k.plurals)
+        store, _handler = self.admission_kinds[kind.kind]
+        return store, plural == kind.plurals[1]
+
     def _drop_unlisted(self, plural: str, seen: set[str]) -> None:
+        """A watch listed again: what it no longer lists is gone (of its variant only: the other variant's keys
+        are another watch's)."""
+        store, namespaced = self._store_of(plural)
         with self._lock:
-            if plural in (IMAGE_VALIDATING_POLICY_PLURAL, NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL):
-                namespaced = plural == NAMESPACED_IMAGE_VALIDATING_POLICY_PLURAL
-                gone = [k for k in self._images if ("/" in k) == namespaced and k not in seen]
-                for k in gone:
-                    del self._images[k]
-            elif plural in (MUTATING_POLICY_PLURAL, NAMESPACED_MUTATING_POLICY_PLURAL):
-                namespaced = plural == NAMESPACED_MUTATING_POLICY_PLURAL
-                gone = [k for k in self._mutating if ("/" in k) == namespaced and k not in seen]
-                for k in gone:
-                    del self._mutating[k]
-            elif plural == EXCEPTION_PLURAL:
-                gone = [k for k in self._exceptions if k not in seen]
-                for k in gone:
-                    del self._exceptions[k]
-            else:
-                namespaced = plural == NAMESPACED_POLICY_PLURAL
-                gone = [k for k in self._webhook if ("/" in k) == namespaced and k not in seen]
-                for k in gone:
-                    del self._webhook[k]
+            gone = [k for k in store if k not in seen and (namespaced is None or ("/" in k) == namespaced)]
+            for k in gone:
+                del store[k]
         if gone:
             self._publish()
 
