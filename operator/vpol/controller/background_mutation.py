@@ -39,6 +39,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
+from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.scan_events import Batch
 from vpol.controller.token_bucket import TokenBucket
 from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
@@ -80,7 +82,7 @@ class _Pending:
     attempt: int = 1
 
 
-class BackgroundMutation:
+class BackgroundMutation(RunnerDefaults):
     def __init__(self, api: client.ApiClient, *, evaluator: Callable[[], SandboxedEvaluator | None],
                  resolve: Callable[[str, str], ResourceType | None], namespaces: dict[str, dict[str, Any]],
                  store: Callable[[ResourceRef, str, ReportEntry | None], None], writes_per_second: float = 50.0,
@@ -143,13 +145,22 @@ class BackgroundMutation:
                 count += self.mutate_all(policy, None, discovery)
         return count
 
+    def policies_changed(self, batch: Batch, discovery: Discovery) -> set[str]:
+        """MutatingPolicies created, changed or gone (``batch.mutating``): the targets of those present are mutated
+        (policy_changed); those gone are returned."""
+        present = {k for k in batch.mutating if self.get(k) is not None}
+        if present:
+            self.policy_changed(present, discovery)
+        return batch.mutating - present
+
     def periodic(self, discovery: Discovery) -> int:
         """A full background scan: every target of the background-enabled policies with listed targets."""
         return sum(self.mutate_all(p, None, discovery) for p in self.policies()
                    if p.spec.evaluation.background_enabled and not p.spec.target_expression)
 
-    def objects_changed(self, events: Iterable[tuple[str, dict[str, Any]]], discovery: Discovery) -> int:
+    def objects_changed(self, batch: Batch, discovery: Discovery) -> int:
         """Changes seen by the scanner's watches: the triggers among them."""
+        events = batch.triggers
         policies = [p for p in self.policies() if p.spec.evaluation.admission_enabled]
         if not policies:
             return 0

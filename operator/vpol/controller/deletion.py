@@ -32,6 +32,8 @@ from kubernetes.client.rest import ApiException
 
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
+from vpol.controller.background_runner import RunnerDefaults
+from vpol.desired.report import PolicyMeta
 from vpol.controller.token_bucket import TokenBucket
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
@@ -96,7 +98,7 @@ class RunOutcome:
     missing: tuple[str, ...] = ()
 
 
-class Deletion:
+class Deletion(RunnerDefaults):
     def __init__(self, api: client.ApiClient, *, resolve: Callable[[str, str], ResourceType | None],
                  namespaces: dict[str, dict[str, Any]], discovery: Callable[[], Discovery],
                  backend: Backend | None = None, access: AccessChecker | None = None,
@@ -167,7 +169,12 @@ class Deletion:
 
     # -- a run ------------------------------------------------------------------------------------------------
 
+    def report_meta(self) -> dict[str, PolicyMeta]:
+        """Nothing: deletion writes no results into reports (its runs are Events and metrics)."""
+        return {}
+
     def run_due(self) -> int:
+        """Run every policy whose time has come."""
         return sum(self.run(key).deleted for key in self.due())
 
     def run(self, key: str) -> RunOutcome:

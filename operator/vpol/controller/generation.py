@@ -50,6 +50,9 @@ from kubernetes.client.rest import ApiException
 
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
+from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.scan_evaluator import start_quietly
+from vpol.controller.scan_events import Batch
 from vpol.controller.token_bucket import TokenBucket
 from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
 from vpol.desired.events import EventSpec, ObjectRef
@@ -163,7 +166,7 @@ def holds(existing: Any, desired: Any) -> bool:
     return bool(existing == desired)
 
 
-class Generation:
+class Generation(RunnerDefaults):
     def __init__(self, api: client.ApiClient, *, resolve: Callable[[str, str], ResourceType | None],
                  namespaces: dict[str, dict[str, Any]], discovery: Callable[[], Discovery],
                  store: Callable[[ResourceRef, str, ReportEntry | None], None],
@@ -332,8 +335,24 @@ class Generation:
         """Policies created or changed (or all of them, when scanning starts): a pass of each."""
         return sum(self.run_pass(p) for p in (self.get(k) for k in sorted(keys)) if p is not None)
 
-    def periodic(self) -> int:
-        """A full background scan: a pass of every policy."""
+    def policies_changed(self, batch: Batch, discovery: Discovery) -> set[str]:
+        """GeneratingPolicies created or changed (``batch.generating``: a pass each) or gone (``batch.removed``:
+        their downstreams as they say); the keys of those gone are returned. The worker is started first (not at
+        the first trigger: that takes about a second)."""
+        if not (batch.generating or batch.removed):
+            return set()
+        if self.worker is not None and self.policies():
+            start_quietly(self.worker)
+        for policy in batch.removed:
+            self.policy_removed(policy)
+        gone = {p.key for p in batch.removed} - {p.key for p in self.policies()}
+        present = {k for k in batch.generating if self.get(k) is not None}
+        if present:
+            self.policy_changed(present)
+        return gone
+
+    def periodic(self, discovery: Discovery) -> int:
+        """A full background scan: a pass of every policy (which reads discovery when it needs it)."""
         return sum(self.run_pass(p) for p in self.policies())
 
     def policy_removed(self, policy: GeneratingPolicy) -> int:
@@ -352,8 +371,9 @@ class Generation:
                     deleted += self._delete(policy, ref)
         return deleted
 
-    def objects_changed(self, events: Iterable[tuple[str, dict[str, Any]]]) -> int:
+    def objects_changed(self, batch: Batch, discovery: Discovery) -> int:
         """Changes seen by the scanner's watches: triggers, downstreams and clone sources among them."""
+        events = batch.triggers
         policies = self.policies()
         if not policies:
             return 0

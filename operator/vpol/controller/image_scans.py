@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vpol.cel.backend import Backend, current, using
+from vpol.controller.background_runner import RunnerDefaults
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
@@ -36,7 +37,7 @@ def scanned(policy: ImageValidatingPolicy | None) -> bool:
     return policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode
 
 
-class ImageScans:
+class ImageScans(RunnerDefaults):
     def __init__(self, exceptions: Callable[[], Sequence[CompiledException]] = lambda: (),
                  clients: RegistryClients | None = None, backend: Backend | None = None):
         self.exceptions = exceptions

@@ -7,9 +7,9 @@ The scanner is one thread that runs every background path while this replica hol
   event handles that one resource within seconds;
 - :mod:`vpol.controller.scan_events`: the inbox, handled in batches; a burst of policy changes is gathered and
   evaluated in one pass, with the policies it started with;
-- the paths: :mod:`vpol.controller.validation_scans` (ValidatingPolicies and ImageValidatingPolicies),
-  :mod:`vpol.controller.background_mutation` (MutatingPolicies with mutateExisting),
-  :mod:`vpol.controller.generation` (GeneratingPolicies), :mod:`vpol.controller.deletion` (DeletingPolicies);
+- the paths, each a runner the scanner asks the same of (vpol.controller.background_runner): validation_scans
+  (ValidatingPolicies, evaluating ImageValidatingPolicies too), image_scans, background_mutation (mutateExisting),
+  generation and deletion;
 - :mod:`vpol.controller.scan_evaluator`: the bounded worker process the validating and mutating policies are
   evaluated in;
 - :mod:`vpol.controller.report_store`: every path's results per resource, one PolicyReport per resource, written
@@ -32,6 +32,7 @@ from kubernetes import client
 
 from vpol.controller import metrics
 from vpol.controller.background_mutation import BackgroundMutation
+from vpol.controller.background_runner import BackgroundRunner
 from vpol.controller.deletion import Deletion
 from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
@@ -104,7 +105,8 @@ class Scanner(threading.Thread):
         #: ImageValidatingPolicies (vpol.controller.image_scans): evaluated beside the validating policies.
         self.images = ImageScans(exceptions=self._compiled_exceptions,
                                  clients=RegistryClients(api, self.options.namespace), backend=backend)
-        self.validation = ValidationScans(self.store, self.watches, self.evaluation, self.images, events)
+        self.validation = ValidationScans(self.store, self.watches, self.evaluation, self.images, self._evaluator_now,
+                                          events)
         #: MutatingPolicies with mutateExisting, GeneratingPolicies and DeletingPolicies: run here, with this
         #: scanner's watches, namespaces, worker and reports.
         self.mutation = BackgroundMutation(api, evaluator=self._evaluator_now, resolve=self.watches.resolve,
@@ -127,6 +129,10 @@ class Scanner(threading.Thread):
                                      key, status, PLURALS["DeletingPolicy"]),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting, worker=self.lifecycle_worker)
+        #: Every path, in the order each step runs them (vpol.controller.background_runner); a policy key two paths
+        #: share is reported with the metadata of the later one.
+        self.runners: tuple[BackgroundRunner, ...] = (self.validation, self.images, self.mutation, self.generation,
+                                                      self.deletion)
         #: Told the key of a policy whose status should be reconciled (a GeneratingPolicy's or DeletingPolicy's).
         self.notify: Any = None
 
@@ -301,15 +307,12 @@ class Scanner(threading.Thread):
             self._events.put(("stop",))
             return
         self.store.meta_changed()
-        self._full_scan(mutate=False)
+        self._full_scan(only=(self.validation,))
         # Every MutatingPolicy with mutateExisting runs once when scanning starts (as Kyverno's controller does for
-        # every policy it finds), whatever its background setting.
-        if self.mutation.policies():
-            self._mutating_changed({p.key for p in self.mutation.policies()})
-        # And every GeneratingPolicy: what was owed while no replica led is generated now.
-        if self.generation.policies():
-            start_quietly(self.lifecycle_worker)
-            self._generating_changed({p.key for p in self.generation.policies()}, [])
+        # every policy it finds), whatever its background setting; and every GeneratingPolicy: what was owed while
+        # no replica led is generated now.
+        self._policies_changed_in(Batch(mutating={p.key for p in self.mutation.policies()},
+                                        generating={p.key for p in self.generation.policies()}))
 
     def _prime(self) -> None:
         """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now, and
@@ -353,8 +356,8 @@ class Scanner(threading.Thread):
         return self._events.gather(batch, last_change=last_change, on_arrival=start_worker, always=always)
 
     def _step(self) -> None:
-        if self.deletion.due():
-            self.deletion.run_due()
+        for runner in self.runners:
+            runner.run_due()
         timeout = max(0.1, self.options.scan_interval - (time.monotonic() - self._last_full))
         first = self._events.get(min(timeout, 1.0))
         if first is None:
@@ -374,21 +377,7 @@ class Scanner(threading.Thread):
         if batch.policies_changed() or resync_all:
             self._sync_watchers()
             self.store.meta_changed()
-        if batch.mutating:
-            self._mutating_changed(batch.mutating)
-        if batch.generating or batch.removed:
-            if self.generation.policies():  # its worker starts now, not at the first trigger (about a second)
-                start_quietly(self.lifecycle_worker)
-            self._generating_changed(batch.generating, batch.removed)
-        if batch.triggers and self.mutation.policies():
-            self.mutation.objects_changed(batch.triggers, self.discovery.get())
-            self.store.drain()
-        if batch.triggers and self.generation.policies():
-            self.generation.objects_changed(batch.triggers)
-            self.store.drain()
-        if self.generation.watches_changed.is_set():
-            self.generation.watches_changed.clear()
-            self._sync_watchers()
+        self._policies_changed_in(batch)
         if resync_all:
             self.images.exceptions_changed()
             self._full_scan()
@@ -397,47 +386,43 @@ class Scanner(threading.Thread):
                 self.validation.rescan(batch.policies, self._evaluator_now(), self.discovery.get())
             if batch.images:
                 self.validation.rescan_images(batch.images, self.discovery.get())
-        if batch.objects:
-            self.validation.objects_changed(batch.objects, self._evaluator_now)
+        if batch.objects or batch.triggers:
+            discovery = self.discovery.get()
+            for runner in self.runners:
+                if runner.objects_changed(batch, discovery):
+                    self.store.drain()
+        if self.generation.watches_changed.is_set():
+            self.generation.watches_changed.clear()
+            self._sync_watchers()
 
     # -- passes -----------------------------------------------------------------------------
 
-    def _mutating_changed(self, keys: set[str]) -> None:
-        """MutatingPolicies created, changed or gone: the targets of those present are mutated, the results of
-        those gone removed."""
-        present = {k for k in keys if self.mutation.get(k) is not None}
-        gone = keys - present
-        if gone:
-            self.store.drop(gone)
-        if present:
-            self.mutation.policy_changed(present, self.discovery.get())
+    def _policies_changed_in(self, batch: Batch) -> None:
+        """Each path's policies created, changed or gone in ``batch``: what they do at once, and the results of
+        those gone out of the reports."""
+        if not batch.policies_changed():
+            return
+        discovery = self.discovery.get()
+        for runner in self.runners:
+            gone = runner.policies_changed(batch, discovery)
+            if gone:
+                self.store.drop(gone)
         self.store.drain()
 
-    def _generating_changed(self, keys: set[str], removed: list[GeneratingPolicy]) -> None:
-        """GeneratingPolicies created or changed (a pass each) or gone (their downstreams as they say, their
-        results out of the reports)."""
-        for policy in removed:
-            self.generation.policy_removed(policy)
-        gone = {p.key for p in removed} - {p.key for p in self.generation.policies()}
-        if gone:
-            self.store.drop(gone)
-        present = {k for k in keys if self.generation.get(k) is not None}
-        if present:
-            self.generation.policy_changed(present)
-        self.store.drain()
-
-    def _full_scan(self, mutate: bool = True) -> None:
+    def _full_scan(self, only: tuple[BackgroundRunner, ...] | None = None) -> None:
+        """Every path's part of a full scan (``only`` these paths')."""
         evaluator = self._evaluator_now()
         started = time.perf_counter()
         # Values still in use stay shared; new ones are pooled afresh (bounds the pool).
         self.store.pool.clear()
         self._sync_watchers()
         writes = self.store.writes
-        count = self.validation.scan_all(evaluator)
-        if mutate and self.mutation.policies():
-            self.mutation.periodic(self.discovery.get())
-        if mutate and self.generation.policies():
-            self.generation.periodic()
+        discovery = self.discovery.get()
+        count = 0
+        for runner in only or self.runners:
+            acted_on = runner.periodic(discovery)
+            if runner is self.validation:  # vpol_scan_resources_total counts what validation scans evaluated
+                count = acted_on
         self.store.drain()
         self._last_full = time.monotonic()
         took = time.perf_counter() - started
@@ -451,10 +436,9 @@ class Scanner(threading.Thread):
 
     def _wanted(self) -> dict[GVR, ResourceInfo]:
         discovery = self.discovery.get()
-        wanted = self.validation.watched(discovery)
-        wanted.update(self.mutation.watched(discovery))
-        wanted.update(self.generation.watched(discovery))
-        wanted.update(self.images.watched(discovery))
+        wanted: dict[GVR, ResourceInfo] = {}
+        for runner in self.runners:
+            wanted.update(runner.watched(discovery))
         return wanted
 
     def _sync_watchers(self) -> None:
@@ -464,7 +448,7 @@ class Scanner(threading.Thread):
         """Where a new watch of ``gvr`` starts: from the oldest resourceVersion a policy triggered by it was seen
         at (mutateExisting, generation), so no trigger is missed; "" (now) when none is, or one is not a number."""
         discovery = self.discovery.get()
-        marks = [self.mutation.trigger_since(gvr, discovery), self.generation.trigger_since(gvr, discovery)]
+        marks = [runner.trigger_since(gvr, discovery) for runner in self.runners]
         numbers = [int(m) for m in marks if m.isdigit()]
         return str(min(numbers)) if numbers else ""
 
@@ -479,10 +463,9 @@ class Scanner(threading.Thread):
         for every resource)."""
         with self._lock:
             if self._meta_cache is None:
-                self._meta_cache = {name: PolicyMeta.of(p.severity, p.category, p.scored)
-                                    for name, p in self.validation.named().items()}
-                for other in [*self.mutation.policies(), *self.generation.policies(), *self.images.policies()]:
-                    self._meta_cache[other.key] = PolicyMeta(other.severity, other.category, other.scored)
+                self._meta_cache = {}
+                for runner in self.runners:
+                    self._meta_cache.update(runner.report_meta())
             return self._meta_cache
 
     def _full_scope(self) -> list[str] | None:

@@ -18,13 +18,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vpol.controller import metrics
+from vpol.controller.background_runner import RunnerDefaults
 from vpol.controller.image_scans import ImageScans
 from vpol.controller.report_store import WRITERS, ReportStore
 from vpol.controller.scan_evaluator import ScanEvaluator
+from vpol.controller.scan_events import Batch
 from vpol.controller.scan_startup import background_scanned
 from vpol.controller.scan_watches import GVR, ScanWatches
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
-from vpol.desired.report import ReportEntry, ResourceRef, by_policy, now_seconds
+from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, by_policy, now_seconds
 from vpol.engine.evaluate import SKIP, Result
 from vpol.engine.sandbox import SandboxedEvaluator
 from vpol.engine.scope import matched_resources
@@ -43,13 +45,15 @@ CHUNK = 200
 FIRST_CHUNK = 2 * WRITERS
 
 
-class ValidationScans:
+class ValidationScans(RunnerDefaults):
     """The ValidatingPolicies scanned with (thread-safe to set) and the passes that evaluate them and the
     ImageValidatingPolicies over existing resources (the scanner's thread)."""
 
     def __init__(self, store: ReportStore, watches: ScanWatches, evaluation: ScanEvaluator, images: ImageScans,
-                 events: Any = None) -> None:
+                 evaluator: Callable[[], SandboxedEvaluator | None], events: Any = None) -> None:
         self.store = store
+        #: The worker that evaluates the policies now (started on first use; vpol.controller.scan_evaluator).
+        self.evaluator = evaluator
         self.watches = watches
         self.evaluation = evaluation
         self.images = images
@@ -100,6 +104,10 @@ class ValidationScans:
         with self._lock:
             return dict(self._policies)
 
+    def report_meta(self) -> dict[str, PolicyMeta]:
+        with self._lock:
+            return {name: PolicyMeta.of(p.severity, p.category, p.scored) for name, p in self._policies.items()}
+
     def watched(self, discovery: Discovery) -> dict[GVR, ResourceInfo]:
         """The listable resource types the policies (and their autogen variants) match."""
         wanted: dict[GVR, ResourceInfo] = {}
@@ -130,10 +138,14 @@ class ValidationScans:
         (or results of a deleted policy) lose their results."""
         self._incremental(lambda: self._pass(list(self.images.watched(discovery, sorted(keys))), sorted(keys), None))
 
-    def objects_changed(self, objects: dict[str, tuple[str, dict[str, Any]]],
-                        evaluator: Callable[[], SandboxedEvaluator | None]) -> None:
-        """Objects created, changed or deleted (by uid: the event type and the object): evaluate those that are
-        there, forget those deleted (their reports go with them, by owner reference)."""
+    def objects_changed(self, batch: Batch, discovery: Discovery) -> int:
+        """Objects created, changed or deleted (the last event of each uid): evaluate those that are there with the
+        ValidatingPolicies and ImageValidatingPolicies, forget those deleted (their reports go with them, by owner
+        reference). Their report writes are not waited for."""
+        objects, evaluator = batch.objects, self.evaluator
+        if not objects:
+            return 0
+
         def run() -> int:
             for uid, (etype, _obj) in objects.items():
                 if etype == "DELETED":
@@ -143,7 +155,12 @@ class ValidationScans:
             self.scan_objects(changed, None, evaluator())
             return len(changed)
 
-        self._incremental(run)
+        count, _took = self._incremental(run)
+        return count
+
+    def periodic(self, discovery: Discovery) -> int:
+        """Every ValidatingPolicy and ImageValidatingPolicy over every watched type (scan_all)."""
+        return self.scan_all(self.evaluator())
 
     def scan_all(self, evaluator: SandboxedEvaluator | None) -> int:
         """Evaluate every policy over every watched type; results of resources not seen are removed (the caller

@@ -90,6 +90,6 @@ def test_reports_are_read_back_while_the_worker_starts(monkeypatch) -> None:
     monkeypatch.setattr(scanner, "_prime", lambda: scanner.expect([]))
     monkeypatch.setattr(scanner.store, "seed", lambda: seen.setdefault("seed", time.monotonic()))
     monkeypatch.setattr(scanner.store, "meta_changed", lambda: None)
-    monkeypatch.setattr(scanner, "_full_scan", lambda mutate=True: seen.setdefault("scan", time.monotonic()))
+    monkeypatch.setattr(scanner, "_full_scan", lambda only=None: seen.setdefault("scan", time.monotonic()))
     scanner._activate()
     assert seen["seed"] < evaluator.returned_at <= seen["scan"]
