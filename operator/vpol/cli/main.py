@@ -58,8 +58,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not loaded.any_policy and not loaded.problems and not loaded.unreadable and not entries:
         _none_found(f"{POLICY_KINDS} or GlobalContextEntry", args.paths)
         return EXIT_FAIL
-    policies: list[AnyPolicy] = [*loaded.policies, *loaded.mutating, *loaded.generating, *loaded.deleting,
-                                 *loaded.image_validating]
+    policies: list[AnyPolicy] = [policy for of_kind in loaded.by_kind.values() for policy in of_kind]
     for policy in policies:
         problems.extend(policy_problems(policy, typecheck=not args.no_typecheck))
     for exc in loaded.exceptions:
