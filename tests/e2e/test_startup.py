@@ -16,8 +16,10 @@ from typing import Any
 from tests.e2e.operator_process import REPO, OperatorProcess
 from tests.e2e.vpol_fixtures import wait_for
 
-EXPECTED = {"crd/validatingpolicies", "crd/namespacedvalidatingpolicies", "crd/mutatingpolicies",
-            "crd/policyexceptions", "crd/globalcontextentries", "crd/policyreports", "crd/clusterpolicyreports"}
+#: Every policy kind's CRDs, both variants, and the others vpol reads and writes.
+EXPECTED = {f"crd/{prefix}{kind}policies" for kind in ("validating", "mutating", "generating", "deleting",
+                                                       "imagevalidating") for prefix in ("", "namespaced")} | \
+    {"crd/policyexceptions", "crd/globalcontextentries", "crd/policyreports", "crd/clusterpolicyreports"}
 
 
 def _get(url: str) -> str:

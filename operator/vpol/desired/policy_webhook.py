@@ -18,16 +18,14 @@ from typing import Any
 
 from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
 from vpol.desired.webhook import API_VERSION, client_config_at
+from vpol.engine.kinds import KINDS
 
 POLICY_VALIDATION_CONFIGURATION = "vpol-policy-validation"
 POLICY_VALIDATION_PATH = "/validate-policy"
 POLICY_VALIDATION_WEBHOOK = "policies.validate.vpol.kyverno.io"
 #: (API group, resources) vpol validates.
 VALIDATED = (
-    ("policies.kyverno.io", ("validatingpolicies", "namespacedvalidatingpolicies", "mutatingpolicies",
-                             "namespacedmutatingpolicies", "generatingpolicies", "namespacedgeneratingpolicies",
-                             "deletingpolicies", "namespaceddeletingpolicies", "imagevalidatingpolicies",
-                             "namespacedimagevalidatingpolicies", "policyexceptions")),
+    ("policies.kyverno.io", (*(plural for kind in KINDS for plural in kind.plurals), "policyexceptions")),
     ("kyverno.io", ("globalcontextentries",)),
 )
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.engine.kinds import KINDS
 from vpol.kube.access import AccessChecker
+from vpol.kube.objects import GROUP, STORAGE_VERSION
 from vpol.kube.openapi import HTTPStatusError, get_json
 
 CRDS_HINT = "kubectl apply --server-side -k crds/"
@@ -40,12 +42,10 @@ class Dependency:
 
 
 DEPENDENCIES: tuple[Dependency, ...] = (
-    Dependency("crd/validatingpolicies", "policies.kyverno.io", "v1", "validatingpolicies",
-               "ValidatingPolicies cannot be served", CRDS_HINT),
-    Dependency("crd/namespacedvalidatingpolicies", "policies.kyverno.io", "v1", "namespacedvalidatingpolicies",
-               "NamespacedValidatingPolicies cannot be served", CRDS_HINT),
-    Dependency("crd/mutatingpolicies", "policies.kyverno.io", "v1", "mutatingpolicies",
-               "MutatingPolicies cannot be served", CRDS_HINT),
+    # Every policy kind's CRDs, both variants (vpol.engine.kinds).
+    *(Dependency(f"crd/{plural}", GROUP, STORAGE_VERSION, plural,
+                 f"{name.removesuffix('y')}ies cannot be served", CRDS_HINT)
+      for kind in KINDS for plural, name in zip(kind.plurals, kind.kinds)),
     Dependency("crd/policyexceptions", "policies.kyverno.io", "v1alpha1", "policyexceptions",
                "PolicyExceptions are ignored", CRDS_HINT),
     Dependency("crd/globalcontextentries", "kyverno.io", "v2", "globalcontextentries",
