@@ -6,7 +6,8 @@ Layers, lowest first (enforced by import-linter, see pyproject.toml): ``model`` 
 (environment, libraries, compiler, type checker), ``engine`` (matching, evaluation, autogen, generation,
 image verification), ``desired`` (the objects vpol writes: VAPs, MAPs, bindings, webhook configurations,
 reports, status), ``kube`` and ``oci`` (the only Kubernetes API and registry clients), ``controller`` (Kopf
-handlers, reconcilers, webhook, scanner), ``cli``.
+handlers, one reconcile loop over each kind's plan, the webhooks, the scanner and its runners), ``cli``. The kinds
+are registered once, in ``vpol.engine.kinds``.
 """
 
 __version__ = "0.1.0"
