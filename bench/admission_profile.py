@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""In-process profile of the admission webhook's request handling (issue 52): CPU per request and where it goes.
+
+No cluster: the webhook server of the operator is built in this process and its request handler is called
+directly, N times, on the AdmissionReview bodies the API server sends for bench/admission.py's load (a
+server-side dry-run create of its compliant Pod). What is real and what stands in:
+
+- the policies are bench/admission.py's (``pss_policies``: the 18 Pod Security policies of examples/pod-security
+  with validationActions [Deny], limited to the bench namespace; ``--scenario conditions``: the first 10, each
+  with the bench's matchCondition), handed as watch events to the operator's own AdmissionPolicies
+  (vpol.controller.admission.policies: parse, compile verdict, route), whose snapshot the operator's own
+  WebhookServer turns into its evaluator pool (its rebuild loop: inline compilation, workers left unstarted when
+  every request can be answered inline, the garbage collector frozen, as in the operator);
+- the namespace reaches the server's Namespaces through its watch callback, as the Namespace watch delivers it;
+- each request is the server's ``_handle`` (the aiohttp handler of ``POST /validate/fail``) called with a
+  stand-in for aiohttp's request that offers what the handler reads (path, headers, remote address, ``read()``
+  returning the body): boundary checks and decoding (vpol.engine.review), metrics, the namespace lookup, the
+  inline answer (vpol.engine.inline: work plans, evaluation, decision, JSON answer), metrics and the
+  ``web.Response``. Not included: aiohttp's HTTP parsing and writing, TLS, the event loop's socket work;
+- every body has its own uid, as the API server's do; the answers are checked (200, allowed) before anything
+  is measured.
+
+Reported: CPU per request (``time.process_time`` over N requests, after a warm-up), repeated ``--repeat``
+times (median, min, max); then one cProfile run of N requests: the top ``--top`` functions by cumulative and
+by own time. ``--path worker`` measures instead what an evaluation worker does with a request
+(vpol.engine.sandbox's ``_admit``: decode, evaluate, decide, encode) with engines built as a worker builds them,
+in this process (no pipe, no second process); ``--inline off`` is not offered: that path's CPU is the worker's.
+
+Usage: python3 bench/admission_profile.py [--scenario pss|conditions] [--requests 2000] [--repeat 5]
+       [--path server|worker] [--top 30] [--no-profile] [--sort cumulative,tottime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import logging
+import platform
+import pstats
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from admission import NAMESPACE, POD, pss_policies  # noqa: E402
+
+from vpol.cel.backend import Backend  # noqa: E402
+from vpol.controller.admission.namespaces import Namespaces  # noqa: E402
+from vpol.controller.admission.policies import AdmissionPolicies  # noqa: E402
+from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer  # noqa: E402
+from vpol.engine import sandbox  # noqa: E402
+from vpol.engine.evaluate import PolicyEngine, compile_exception  # noqa: E402
+from vpol.model.discovery import builtin  # noqa: E402
+
+#: What the API server's ServiceAccount admission plugin and defaulting make of bench/admission.py's Pod before
+#: the validating webhooks see it (a server-side dry run: BeforeCreate has named it and set its uid).
+_ACCESS_VOLUME = "kube-api-access-x7k2p"
+
+
+def admitted_pod(namespace: str) -> dict[str, Any]:
+    """bench/admission.py's Pod as the API server sends it to a validating webhook (defaulted, named, with the
+    ServiceAccount token volume and managedFields)."""
+    pod = json.loads(json.dumps(POD))
+    container = pod["spec"]["containers"][0]
+    container.update({
+        "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+        "volumeMounts": [{"name": _ACCESS_VOLUME, "readOnly": True,
+                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+    })
+    container["ports"] = [{"containerPort": 8080, "protocol": "TCP"}]
+    pod["metadata"].update({
+        "name": "bench-q8w2z", "namespace": namespace, "uid": "5f0c6a43-0d0e-4d67-9a8f-2f4b8f8f1c11",
+        "creationTimestamp": "2026-12-06T05:22:00Z",
+        "managedFields": [{
+            "manager": "Python", "operation": "Update", "apiVersion": "v1", "time": "2026-12-06T05:22:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {}}},
+                         "f:spec": {"f:containers": {'k:{"name":"app"}': {
+                             ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                             "f:ports": {".": {}, 'k:{"containerPort":8080,"protocol":"TCP"}': {
+                                 ".": {}, "f:containerPort": {}, "f:protocol": {}}},
+                             "f:resources": {}, "f:securityContext": {
+                                 ".": {}, "f:allowPrivilegeEscalation": {}, "f:capabilities": {".": {}, "f:drop": {}},
+                                 "f:runAsNonRoot": {}},
+                             "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                             "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
+                             "f:schedulerName": {}, "f:securityContext": {
+                                 ".": {}, "f:runAsNonRoot": {}, "f:runAsUser": {}, "f:seccompProfile": {
+                                     ".": {}, "f:type": {}}},
+                             "f:terminationGracePeriodSeconds": {}}},
+        }],
+    })
+    pod["spec"].update({
+        "volumes": [{"name": _ACCESS_VOLUME, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                          "fieldPath": "metadata.namespace"}}]}},
+        ]}}],
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default", "serviceAccount": "default", "schedulerName": "default-scheduler",
+        "tolerations": [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 300},
+        ],
+        "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+    })
+    pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    return pod
+
+
+def review_body(namespace: str, uid: str) -> bytes:
+    """The AdmissionReview the API server sends vpol's validating webhook for a dry-run create of the Pod, as
+    it encodes it (compact JSON)."""
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    request = {
+        "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "namespace": namespace, "operation": "CREATE",
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": admitted_pod(namespace), "oldObject": None, "dryRun": True,
+        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "dryRun": ["All"]},
+    }
+    review = {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def namespace_event(name: str) -> dict[str, Any]:
+    """The Namespace as its watch delivers it."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": "0b5e2f8e-7d1a-4a43-8d5e-9c1f0e6f3a21", "resourceVersion": "412",
+                         "creationTimestamp": "2026-12-06T05:20:00Z",
+                         "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+class _StandInRequest:
+    """What WebhookServer's handler reads of an aiohttp request: path, headers, remote address and the body."""
+
+    __slots__ = ("path", "headers", "remote", "_body")
+
+    def __init__(self, path: str, body: bytes):
+        self.path = path
+        self.headers = {"Content-Type": "application/json"}
+        self.remote = "127.0.0.1"
+        self._body = body
+
+    async def read(self) -> bytes:
+        return self._body
+
+
+async def started_server(scenario: str) -> WebhookServer:
+    """The operator's WebhookServer with the bench policies loaded through its own watch callbacks, its pool
+    built by its own rebuild loop (not listening: no certificate is ever offered)."""
+    conditions = 10 if scenario == "conditions" else 0
+    policies = AdmissionPolicies(None)  # type: ignore[arg-type]  # no API calls: events are handed to it
+    synced = threading.Event()
+    synced.set()
+    # What `synced` reads: every watcher has listed once (no watcher runs here; the events below are the list).
+    policies.watchers = [SimpleNamespace(synced=synced, unavailable=False)]  # type: ignore[list-item]
+    for body in pss_policies(native=False, namespace=NAMESPACE, conditions=conditions):
+        body["metadata"].update({"uid": str(uuid.uuid4()), "generation": 1, "resourceVersion": "1"})
+        body.update({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy"})
+        policies._on_policy("ADDED", body)
+    namespaces = Namespaces(None)  # type: ignore[arg-type]
+    namespaces._on_event("ADDED", namespace_event(NAMESPACE))
+    discovery = builtin()
+    server = WebhookServer(policies, namespaces, lambda: discovery, CertificateFiles(lambda: None),
+                           backend=Backend(), options=ServerOptions(port=0))
+    await server.start()
+    deadline = time.monotonic() + 120
+    while server._pool is None or server.serving_version < policies.snapshot.version:
+        if time.monotonic() > deadline:
+            raise SystemExit("the webhook server did not build its pool within 120 s")
+        await asyncio.sleep(0.05)
+    pool = server._pool
+    if pool.inline is None:
+        raise SystemExit("the server did not compile the policies for inline answers")
+    return server
+
+
+def _check(status: int, body: bytes, uid: str) -> None:
+    answer = json.loads(body)["response"]
+    if status != 200 or answer.get("uid") != uid or answer.get("allowed") is not True:
+        raise SystemExit(f"unexpected answer ({status}): {body[:400]!r}")
+
+
+class ServerPath:
+    """Requests through WebhookServer._handle (the path of POST /validate/fail)."""
+
+    def __init__(self, server: WebhookServer, bodies: list[tuple[str, bytes]]):
+        self.server = server
+        self.requests = [_StandInRequest("/validate/fail", body) for _uid, body in bodies]
+        self.uids = [uid for uid, _body in bodies]
+
+    async def run(self, n: int, check: bool = False) -> None:
+        handle, requests = self.server._handle, self.requests
+        count = len(requests)
+        for i in range(n):
+            response = await handle(requests[i % count])  # type: ignore[arg-type]
+            if check:
+                assert response.body is not None
+                _check(response.status, bytes(response.body), self.uids[i % count])  # type: ignore[arg-type]
+
+
+class WorkerPath:
+    """What an evaluation worker does with one request (sandbox._admit), with engines built as a worker builds
+    them, in this process."""
+
+    def __init__(self, server: WebhookServer, bodies: list[tuple[str, bytes]]):
+        snapshot = server._pool.snapshot  # type: ignore[union-attr]
+        policies = sorted(snapshot.policies.values(), key=lambda p: p.key)
+        exceptions = [compile_exception(e) for e in snapshot.exceptions]
+        self.engines = [sandbox._prepared(PolicyEngine(p, exceptions)) for p in policies]
+        namespace = server.namespaces.cached(NAMESPACE)
+        self.calls = [sandbox.AdmissionCall(body, "Fail", True, namespace, False) for _uid, body in bodies]
+        self.uids = [uid for uid, _body in bodies]
+
+    async def run(self, n: int, check: bool = False) -> None:
+        engines, calls = self.engines, self.calls
+        count = len(calls)
+        for i in range(n):
+            answer = sandbox._admit(engines, [], calls[i % count])
+            if check:
+                _check(200, answer.body, self.uids[i % count])
+
+
+def cpu_per_request(loop: asyncio.AbstractEventLoop, path: Any, n: int) -> float:
+    started = time.process_time()
+    loop.run_until_complete(path.run(n))
+    return (time.process_time() - started) / n
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=("pss", "conditions"), default="pss")
+    parser.add_argument("--path", choices=("server", "worker"), default="server")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per measurement")
+    parser.add_argument("--repeat", type=int, default=5, help="measurements (each --requests requests)")
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--sort", default="cumulative,tottime", help="pstats orders to print, comma-separated")
+    parser.add_argument("--no-profile", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = loop.run_until_complete(started_server(args.scenario))
+    uids = [str(uuid.uuid4()) for _ in range(64)]
+    bodies = [(uid, review_body(NAMESPACE, uid)) for uid in uids]
+    path: Any = ServerPath(server, bodies) if args.path == "server" else WorkerPath(server, bodies)
+    loop.run_until_complete(path.run(len(bodies), check=True))
+    loop.run_until_complete(path.run(args.warmup))
+
+    pool = server._pool
+    assert pool is not None
+    print(f"python {platform.python_version()}, {platform.machine()}, load average "
+          f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
+    print(f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}, "
+          f"body {len(bodies[0][1])} bytes, {args.requests} requests x {args.repeat}")
+    samples = [cpu_per_request(loop, path, args.requests) * 1000 for _ in range(args.repeat)]
+    print("CPU ms per request: " + " ".join(f"{s:.3f}" for s in samples))
+    print(f"median {statistics.median(samples):.3f} ms, min {min(samples):.3f}, max {max(samples):.3f}")
+
+    if not args.no_profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        loop.run_until_complete(path.run(args.requests))
+        profiler.disable()
+        for order in args.sort.split(","):
+            out = io.StringIO()
+            stats = pstats.Stats(profiler, stream=out)
+            stats.sort_stats(order.strip()).print_stats(args.top)
+            print(f"\n--- top {args.top} by {order.strip()} ({args.requests} requests, under cProfile) ---")
+            print("\n".join(line for line in out.getvalue().splitlines()
+                            if line.strip() and not line.startswith(("   Ordered by", "   List reduced"))))
+    loop.run_until_complete(server.stop())
+    loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
