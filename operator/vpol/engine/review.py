@@ -108,6 +108,14 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+def _may_nest_deeper(raw: bytes, limit: int) -> bool:
+    """False when the JSON text ``raw`` cannot nest arrays and objects deeper than ``limit``: each level opens
+    with a ``{`` or ``[``, whose byte is in the text in any of JSON's encodings (UTF-8, -16, -32), so a text
+    with at most ``limit`` of those bytes is no deeper, and the decoded value need not be walked
+    (:func:`_depth_exceeds` takes longer than decoding a small AdmissionReview: 70 against 30 us for a Pod)."""
+    return raw.count(b"{") + raw.count(b"[") > limit
+
+
 class _Invalid(Exception):
     """A field of the request that is not what the API server sends."""
 
@@ -221,7 +229,7 @@ def parse_review(body: bytes, content_encoding: str = "") -> Review | Refusal:
     if data.get("apiVersion") != API_VERSION or data.get("kind") != "AdmissionReview":
         return Refusal(400, NOT_REVIEW, f"expected apiVersion {API_VERSION} and kind AdmissionReview, not "
                                         f"{str(data.get('apiVersion'))[:60]!r} {str(data.get('kind'))[:60]!r}", uid)
-    if _depth_exceeds(data, MAX_DEPTH):
+    if _may_nest_deeper(raw, MAX_DEPTH) and _depth_exceeds(data, MAX_DEPTH):
         return Refusal(400, TOO_DEEP, f"the body nests deeper than {MAX_DEPTH} levels", uid)
     try:
         _request(request)

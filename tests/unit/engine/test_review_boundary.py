@@ -178,3 +178,23 @@ def test_the_valid_review_passes_and_each_class_of_refusal_is_named() -> None:
         "request.object must be an object, not a string"
     assert refusal.answer()["response"] == {"uid": "fuzz", "allowed": False, "status": {
         "code": 400, "reason": "BadRequest", "message": "request.object must be an object, not a string"}}
+
+
+def test_the_depth_limit_holds_exactly_in_every_json_encoding_without_walking_shallow_bodies() -> None:
+    """A body nested MAX_DEPTH deep passes and one level more is refused, in UTF-8, -16 and -32 (the count of
+    bracket bytes that spares shallow bodies the walk must not let a deeper one through); a shallow body full of
+    brackets in its strings passes."""
+    def nested(levels: int) -> Any:
+        value: Any = {"k": "v"}
+        for _ in range(levels - 4):  # the review, its request, options and the innermost object: four levels
+            value = [value]
+        return {**VALID, "request": {**VALID["request"], "options": {"deep": value}}}
+
+    for encoding in ("utf-8", "utf-16", "utf-32"):
+        ok = parse_review(json.dumps(nested(MAX_DEPTH)).encode(encoding))
+        assert isinstance(ok, Review), (encoding, ok)
+        deep = parse_review(json.dumps(nested(MAX_DEPTH + 1)).encode(encoding))
+        assert isinstance(deep, Refusal) and deep.reason == "too-deep", (encoding, deep)
+    brackets = {**VALID, "request": {**VALID["request"], "object": {
+        **VALID["request"]["object"], "data": {"k": "{[" * 1000}}}}
+    assert isinstance(parse_review(json.dumps(brackets).encode()), Review)
