@@ -5,10 +5,11 @@ reports-server is an aggregated API server: the APIService ``v1alpha2.wgpolicyk8
 PolicyReports and ClusterPolicyReports to it, and it keeps them in a database instead of etcd. Here it runs as a
 host process, as its chart runs it in a Pod: the report CRDs stay installed, it registers the APIService itself
 (pointing at a Service ``reports-server/reports-server``, which replaces the API server's own local APIService for
-the CRDs' group-version), and it is reached through that Service's EndpointSlice at the host's address (the API
-server runs with ``--enable-aggregator-routing=true``, so it dials the endpoint). Its database is a PostgreSQL 15
-of the test's own (Debian's packages: ``initdb``, ``pg_ctl``, ``psql``) in a temporary directory, on its own port
-and socket directory, stopped at the end.
+the CRDs' group-version), and it is reached through that Service's EndpointSlice at the host's address: the
+module's control plane is started with ``--enable-aggregator-routing=true`` (which ``cluster start`` sets only with
+``--node``), so the API server dials the endpoint, not the Service's cluster IP, which nothing routes here. Its
+database is a PostgreSQL 15 of the test's own (Debian's packages: ``initdb``, ``pg_ctl``, ``psql``) in a
+temporary directory, on its own port and socket directory, stopped at the end.
 
 vpol runs unchanged: it writes its reports through the API as always. The tests show that
 
@@ -18,7 +19,9 @@ vpol runs unchanged: it writes its reports through the API as always. The tests 
 * they survive a restart of reports-server (stopped, the API server serves the CRDs' empty storage again; started,
   the same reports, same UIDs and resourceVersions, come back), and vpol, restarted after it, reads them back and
   rewrites none;
-* Policy Reporter (tests/policyreporter/build) reads them through the aggregated API and counts every result.
+* Policy Reporter (tests/policyreporter/build) reads them through the aggregated API and counts every result;
+* vpol's later writes take the same way: a changed resource's report changes in its row, a deleted resource's
+  report leaves the table.
 """
 
 from __future__ import annotations
