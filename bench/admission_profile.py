@@ -26,8 +26,14 @@ by own time. ``--path worker`` measures instead what an evaluation worker does w
 (vpol.engine.sandbox's ``_admit``: decode, evaluate, decide, encode) with engines built as a worker builds them,
 in this process (no pipe, no second process); ``--inline off`` is not offered: that path's CPU is the worker's.
 
+``--path http`` adds what the handler alone leaves out: the server listens as in the operator (TLS with a
+serving certificate of vpol's own kind, on loopback) and ``--clients`` keep-alive HTTPS connections from a
+separate process (http.client, so its CPU is not this process's) send the same bodies; the CPU per request is
+then the serving process's whole share (aiohttp's HTTP parsing and writing, TLS, the event loop's socket work,
+the handler), and the profile shows how it divides.
+
 Usage: python3 bench/admission_profile.py [--scenario pss|conditions] [--requests 2000] [--repeat 5]
-       [--path server|worker] [--top 30] [--no-profile] [--sort cumulative,tottime]
+       [--path server|worker|http] [--clients 1] [--top 30] [--no-profile] [--sort cumulative,tottime]
 """
 
 from __future__ import annotations
@@ -35,13 +41,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import datetime
+import http.client
 import io
 import json
 import logging
+import multiprocessing as mp
+import os
 import platform
 import pstats
+import socket
+import ssl
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -54,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from admission import NAMESPACE, POD, pss_policies  # noqa: E402
 
 from vpol.cel.backend import Backend  # noqa: E402
+from vpol.desired.certificates import ServingCertificate, new_serving_certificate  # noqa: E402
 from vpol.controller.admission.namespaces import Namespaces  # noqa: E402
 from vpol.controller.admission.policies import AdmissionPolicies  # noqa: E402
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer  # noqa: E402
@@ -161,9 +175,11 @@ class _StandInRequest:
         return self._body
 
 
-async def started_server(scenario: str) -> WebhookServer:
+async def started_server(scenario: str, certificate: ServingCertificate | None = None,
+                         port: int = 0) -> WebhookServer:
     """The operator's WebhookServer with the bench policies loaded through its own watch callbacks, its pool
-    built by its own rebuild loop (not listening: no certificate is ever offered)."""
+    built by its own rebuild loop; listening on loopback ``port`` with ``certificate``, else not at all (no
+    certificate is ever offered)."""
     conditions = 10 if scenario == "conditions" else 0
     policies = AdmissionPolicies(None)  # type: ignore[arg-type]  # no API calls: events are handed to it
     synced = threading.Event()
@@ -177,11 +193,12 @@ async def started_server(scenario: str) -> WebhookServer:
     namespaces = Namespaces(None)  # type: ignore[arg-type]
     namespaces._on_event("ADDED", namespace_event(NAMESPACE))
     discovery = builtin()
-    server = WebhookServer(policies, namespaces, lambda: discovery, CertificateFiles(lambda: None),
-                           backend=Backend(), options=ServerOptions(port=0))
+    server = WebhookServer(policies, namespaces, lambda: discovery, CertificateFiles(lambda: certificate),
+                           backend=Backend(), options=ServerOptions(host="127.0.0.1", port=port))
     await server.start()
     deadline = time.monotonic() + 120
-    while server._pool is None or server.serving_version < policies.snapshot.version:
+    while server._pool is None or server.serving_version < policies.snapshot.version or \
+            (certificate is not None and not server.listening):
         if time.monotonic() > deadline:
             raise SystemExit("the webhook server did not build its pool within 120 s")
         await asyncio.sleep(0.05)
@@ -237,6 +254,57 @@ class WorkerPath:
                 _check(200, answer.body, self.uids[i % count])
 
 
+def _client(port: int, ca_file: str, bodies: list[tuple[str, bytes]], clients: int, jobs: Any, done: Any) -> None:
+    """In a child process: ``clients`` keep-alive HTTPS connections, each sending the bodies in turn, one request
+    at a time, for every job (a request count; None ends); ``done`` gets each job's answered count."""
+    context = ssl.create_default_context(cafile=ca_file)
+    connections = [http.client.HTTPSConnection("127.0.0.1", port, context=context) for _ in range(clients)]
+    headers = {"Content-Type": "application/json"}
+
+    def send(connection: http.client.HTTPSConnection, count: int, first: int) -> None:
+        for i in range(first, first + count):
+            uid, body = bodies[i % len(bodies)]
+            connection.request("POST", "/validate/fail", body=body, headers=headers)
+            response = connection.getresponse()
+            _check(response.status, response.read(), uid)
+
+    while (n := jobs.get()) is not None:
+        shares = [n // clients + (1 if k < n % clients else 0) for k in range(clients)]
+        threads = [threading.Thread(target=send, args=(c, share, k)) for k, (c, share) in
+                   enumerate(zip(connections, shares))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.put(n)
+
+
+class HttpPath:
+    """Requests over HTTPS to the listening server, from a child process (see the module docstring)."""
+
+    def __init__(self, bodies: list[tuple[str, bytes]], port: int, ca_file: str, clients: int):
+        spawn = mp.get_context("spawn")
+        self.jobs, self.done = spawn.Queue(), spawn.Queue()
+        self.process = spawn.Process(target=_client, args=(port, ca_file, bodies, clients, self.jobs, self.done),
+                                     daemon=True)
+        self.process.start()
+
+    async def run(self, n: int, check: bool = False) -> None:
+        self.jobs.put(n)
+        await asyncio.to_thread(self.done.get)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.process.join(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 def cpu_per_request(loop: asyncio.AbstractEventLoop, path: Any, n: int) -> float:
     started = time.process_time()
     loop.run_until_complete(path.run(n))
@@ -246,7 +314,8 @@ def cpu_per_request(loop: asyncio.AbstractEventLoop, path: Any, n: int) -> float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=("pss", "conditions"), default="pss")
-    parser.add_argument("--path", choices=("server", "worker"), default="server")
+    parser.add_argument("--path", choices=("server", "worker", "http"), default="server")
+    parser.add_argument("--clients", type=int, default=1, help="--path http: concurrent connections")
     parser.add_argument("--requests", type=int, default=2000, help="requests per measurement")
     parser.add_argument("--repeat", type=int, default=5, help="measurements (each --requests requests)")
     parser.add_argument("--warmup", type=int, default=300)
@@ -258,18 +327,31 @@ def main() -> int:
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    server = loop.run_until_complete(started_server(args.scenario))
+    certificate, port = None, 0
+    if args.path == "http":
+        certificate = new_serving_certificate([], ["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
+        port = _free_port()
+    server = loop.run_until_complete(started_server(args.scenario, certificate, port))
     uids = [str(uuid.uuid4()) for _ in range(64)]
     bodies = [(uid, review_body(NAMESPACE, uid)) for uid in uids]
-    path: Any = ServerPath(server, bodies) if args.path == "server" else WorkerPath(server, bodies)
+    path: Any
+    if args.path == "http":
+        assert certificate is not None
+        ca = tempfile.NamedTemporaryFile(suffix=".pem", delete=False)
+        ca.write(certificate.ca_pem)
+        ca.close()
+        path = HttpPath(bodies, port, ca.name, args.clients)
+    else:
+        path = ServerPath(server, bodies) if args.path == "server" else WorkerPath(server, bodies)
     loop.run_until_complete(path.run(len(bodies), check=True))
     loop.run_until_complete(path.run(args.warmup))
 
     pool = server._pool
     assert pool is not None
     print(f"python {platform.python_version()}, {platform.machine()}, load average "
-          f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
-    print(f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    clients = f" ({args.clients} clients)" if args.path == "http" else ""
+    print(f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}{clients}, "
           f"body {len(bodies[0][1])} bytes, {args.requests} requests x {args.repeat}")
     samples = [cpu_per_request(loop, path, args.requests) * 1000 for _ in range(args.repeat)]
     print("CPU ms per request: " + " ".join(f"{s:.3f}" for s in samples))
@@ -287,6 +369,9 @@ def main() -> int:
             print(f"\n--- top {args.top} by {order.strip()} ({args.requests} requests, under cProfile) ---")
             print("\n".join(line for line in out.getvalue().splitlines()
                             if line.strip() and not line.startswith(("   Ordered by", "   List reduced"))))
+    if isinstance(path, HttpPath):
+        path.close()
+        os.unlink(ca.name)
     loop.run_until_complete(server.stop())
     loop.close()
     return 0
