@@ -21,7 +21,7 @@ Counters and histograms are served without their ``_created`` series (see :func:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
@@ -109,9 +109,13 @@ EVENTS = Counter("vpol_events_total", "PolicyViolation Events, by outcome (sent,
 
 # A request counts once per policy it evaluated: the labelled children are kept here rather than looked up
 # with .labels() each time (which takes a lock and builds a tuple key: a few microseconds, times every policy
-# of every request). Admission series are never removed, so a kept child stays the exported one.
+# of every request), and so are those of the metrics every request counts once. Admission series are never
+# removed, so a kept child stays the exported one.
 _decision_children: dict[tuple[str, str], Any] = {}
 _policy_latency_children: dict[str, Any] = {}
+_request_children: dict[tuple[str, str, str], Any] = {}
+_latency_children: dict[str, Any] = {}
+_evaluation_children: dict[str, Any] = {}
 
 
 def admission_decision(policy: str, decision: str) -> None:
@@ -126,6 +130,46 @@ def admission_policy_latency(policy: str, seconds: float) -> None:
     if child is None:
         child = _policy_latency_children[policy] = ADMISSION_POLICY_LATENCY.labels(policy)
     child.observe(seconds)
+
+
+def admission_outcomes(outcomes: Iterable[tuple[str, str]], seconds: float | None) -> None:
+    """One answered request's decisions, (policy, decision) each, and with ``seconds`` each policy's share of
+    its evaluation time: admission_decision and admission_policy_latency for each, in one call."""
+    decisions, latencies = _decision_children, _policy_latency_children
+    for policy, decision in outcomes:
+        child = decisions.get((policy, decision))
+        if child is None:
+            child = decisions[(policy, decision)] = ADMISSION_DECISIONS.labels(policy, decision)
+        child.inc()
+        if seconds is not None:
+            timer = latencies.get(policy)
+            if timer is None:
+                timer = latencies[policy] = ADMISSION_POLICY_LATENCY.labels(policy)
+            timer.observe(seconds)
+
+
+def admission_request(webhook: str, operation: str, kind: str) -> None:
+    """A request to ``webhook`` passed the boundary (vpol_admission_requests_total)."""
+    child = _request_children.get((webhook, operation, kind))
+    if child is None:
+        child = _request_children[(webhook, operation, kind)] = ADMISSION_REQUESTS.labels(webhook, operation, kind)
+    child.inc()
+
+
+def admission_latency(webhook: str, seconds: float) -> None:
+    """A request to ``webhook`` was answered in ``seconds`` (vpol_admission_duration_seconds)."""
+    child = _latency_children.get(webhook)
+    if child is None:
+        child = _latency_children[webhook] = ADMISSION_LATENCY.labels(webhook)
+    child.observe(seconds)
+
+
+def admission_evaluated(where: str) -> None:
+    """A request was evaluated ``inline`` or by a ``worker`` (vpol_admission_evaluations_total)."""
+    child = _evaluation_children.get(where)
+    if child is None:
+        child = _evaluation_children[where] = ADMISSION_EVALUATIONS.labels(where)
+    child.inc()
 
 
 # Counters with labels appear only once a label value is used; create the known
