@@ -9,48 +9,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from vpol.cel.compiler import compile_deleting_policy
 from vpol.controller.deletion import candidates, due_at
-from vpol.controller.plan_context import ReconcileResult
 from vpol.controller.plans.lifecycle import LifecyclePlan
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
-from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
+from vpol.model.deleting import DeletingPolicy
 
 SCHEDULED = "Scheduled"
 
 
 class DeletingPlan(LifecyclePlan):
-    def _set_policy(self, key: PolicyKey, policy: DeletingPolicy | None, last_execution: str = "") -> None:
+    def hand_over(self, key: PolicyKey, policy: DeletingPolicy | None, *, gone: bool = False,
+                  last_execution: str = "") -> None:
         if self.runner is not None:
             self.runner.set_deleting(key.policy_key, policy, last_execution)
 
-    def gone(self, key: PolicyKey) -> ReconcileResult:
-        if self.runner is not None:
-            self.ctx.exceptions()
-        self._set_policy(key, None)
-        return ReconcileResult(key)
-
-    def plan(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
-        result, findings = self.start(key, body)
+    def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         self._deleting(key, body, findings)
-        return result, findings
+        return ""
 
     def _deleting(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> None:
-        policy, problems = parse_deleting_policy(body)
-        self.libraries(findings, policy)
-        errors = [p.short() for p in problems if p.severity == "error"]
-        if policy is not None and not errors:
-            errors = [p.short() for p in compile_deleting_policy(policy).errors()]
-        findings.compile_errors = errors
+        policy, errors = self.parsed(key, body, findings)
         findings.rbac_message = "the operator may list and delete every matched resource"
         last_execution = str((body.get("status") or {}).get("lastExecutionTime") or "")
         if policy is None or errors:
-            self._set_policy(key, None)
+            self.hand_over(key, None)
             findings.extra = [(SCHEDULED, False, "CompilationFailed", "nothing is deleted: the policy is invalid",
                                False)]
             return
-        self._set_policy(key, policy, last_execution)
+        self.hand_over(key, policy, last_execution=last_execution)
         discovery = self.ctx.discovery.get()
         resources = candidates(policy, discovery)
         findings.missing_permissions = self.missing(resources, resources, ("delete",))

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from vpol.cel.compiler import compile_generating_policy
-from vpol.controller.plan_context import ReconcileResult
 from vpol.controller.plans.lifecycle import LifecyclePlan
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
 from vpol.engine.mutate_existing import trigger_resources
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy, parse_generating_policy
+from vpol.model.generating import GeneratingPolicy
 from vpol.model.templates import parse as parse_template
 
 GENERATING_CONDITION = "Generating"
@@ -62,18 +60,11 @@ def unserved_template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> l
 
 
 class GeneratingPlan(LifecyclePlan):
-    def _set_policy(self, key: PolicyKey, policy: GeneratingPolicy | None, *, gone: bool = False) -> None:
+    def hand_over(self, key: PolicyKey, policy: GeneratingPolicy | None, *, gone: bool = False) -> None:
         if self.runner is not None:
             self.runner.set_generating(key.policy_key, policy, gone=gone)
 
-    def gone(self, key: PolicyKey) -> ReconcileResult:
-        if self.runner is not None:
-            self.ctx.exceptions()
-        self._set_policy(key, None, gone=True)
-        return ReconcileResult(key)
-
-    def plan(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
-        result, findings = self.start(key, body)
+    def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         self._generating(key, body, findings)
         current = body.get("status") or {}
         was_lacking = any(c.get("type") == "RBACPermissionsGranted" and c.get("status") == "False"
@@ -81,22 +72,17 @@ class GeneratingPlan(LifecyclePlan):
         if was_lacking and not findings.missing_permissions and self.runner is not None:
             # Triggers whose generation was refused are owed it: a pass of the policy retries them now.
             self.runner.retry_generation(key.policy_key)
-        return result, findings
+        return ""
 
     def _generating(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> None:
-        policy, problems = parse_generating_policy(body)
-        self.libraries(findings, policy)
-        errors = [p.short() for p in problems if p.severity == "error"]
-        if policy is not None and not errors:
-            errors = [p.short() for p in compile_generating_policy(policy).errors()]
-        findings.compile_errors = errors
+        policy, errors = self.parsed(key, body, findings)
         findings.rbac_message = "the operator may read the triggers and write the kinds the policy generates"
         if policy is None or errors:
-            self._set_policy(key, None)
+            self.hand_over(key, None)
             findings.extra = [(GENERATING_CONDITION, False, "CompilationFailed",
                                "nothing is generated: the policy is invalid", False)]
             return
-        self._set_policy(key, policy)
+        self.hand_over(key, policy)
         discovery = self.ctx.discovery.get()
         triggers = trigger_resources(policy, discovery)
         written = list(template_kinds(policy, discovery))

@@ -13,16 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vpol.cel.compiler import compile_image_validating_policy
 from vpol.controller.enforcement_state import webhook_state
-from vpol.controller.plan_context import ReconcileResult
 from vpol.controller.plans.lifecycle import LifecyclePlan
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.enforcement import WebhookState
 from vpol.desired.status import Findings
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import coverage_key
-from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy, unverifiable
+from vpol.model.image_validating import ImageValidatingPolicy, unverifiable
 
 BACKGROUND_SCANNED = "BackgroundScanned"
 ATTESTORS_VERIFIABLE = "AttestorsVerifiable"
@@ -46,32 +44,19 @@ def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[t
 
 
 class ImageValidatingPlan(LifecyclePlan):
-    def _set_policy(self, key: PolicyKey, policy: ImageValidatingPolicy | None) -> None:
+    def hand_over(self, key: PolicyKey, policy: ImageValidatingPolicy | None, *, gone: bool = False) -> None:
         if self.runner is not None:
             self.runner.set_image(key.policy_key, policy)
 
-    def gone(self, key: PolicyKey) -> ReconcileResult:
-        if self.runner is not None:
-            self.ctx.exceptions()
-        self._set_policy(key, None)
-        return ReconcileResult(key)
-
-    def plan(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
-        result, findings = self.start(key, body)
-        result.enforcement = self._image_validating(key, body, findings.generation, findings)
-        return result, findings
+    def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
+        return self._image_validating(key, body, findings.generation, findings)
 
     def _image_validating(self, key: PolicyKey, body: dict[str, Any], generation: int,
                           findings: Findings) -> str:
         """Compiled, and enforced once vpol's image webhooks serve this generation (the route in one word)."""
-        policy, problems = parse_image_validating_policy(body)
-        self.libraries(findings, policy)
-        errors = [p.short() for p in problems if p.severity == "error"]
-        if policy is not None and not errors:
-            errors = [p.short() for p in compile_image_validating_policy(policy).errors()]
-        findings.compile_errors = errors
+        policy, errors = self.parsed(key, body, findings)
         findings.rbac_applicable = False
-        self._set_policy(key, policy if policy is not None and not errors else None)
+        self.hand_over(key, policy if policy is not None and not errors else None)
         background = policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode
         findings.background_enabled = background
         if background and not errors:

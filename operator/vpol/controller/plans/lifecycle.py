@@ -25,6 +25,26 @@ class LifecyclePlan:
     def runner(self) -> Runner | None:
         return self.ctx.runner
 
+    def hand_over(self, key: PolicyKey, policy: Any, *, gone: bool = False) -> None:
+        """Hand the background work the policy (None: invalid, or ``gone``: deleted)."""
+        raise NotImplementedError
+
+    def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
+        """The kind's findings of the policy ``body`` (handed over as they decide); its admission route in one word
+        ("": none)."""
+        raise NotImplementedError
+
+    def gone(self, key: PolicyKey) -> ReconcileResult:
+        if self.runner is not None:
+            self.ctx.exceptions()
+        self.hand_over(key, None, gone=True)
+        return ReconcileResult(key)
+
+    def plan(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
+        result, findings = self.start(key, body)
+        result.enforcement = self.decide(key, body, findings) or result.enforcement
+        return result, findings
+
     def start(self, key: PolicyKey, body: dict[str, Any]) -> tuple[ReconcileResult, Findings]:
         """The result and findings every such policy starts from (the cluster's exceptions handed to the background
         work first: a PolicyException's event queues the policies it names, and generation, deletion and image
@@ -36,6 +56,19 @@ class LifecyclePlan:
                             type_check_note="expressions type-check (objects are typed dyn, as in Kyverno; they are "
                                             "not checked against the matched kinds' schemas)")
         return ReconcileResult(key, enforcement="NotApplicable"), findings
+
+    def parsed(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> tuple[Any, list[str]]:
+        """The policy parsed (None: it does not parse) and its errors, parsing or compiling (the kind's, from the
+        registry), which are also the findings' compile errors; the libraries it calls that this operator cannot
+        serve go into the findings too."""
+        kind = key.policy_kind
+        policy, problems = kind.parse(body)
+        self.libraries(findings, policy)
+        errors = [p.short() for p in problems if p.severity == "error"]
+        if policy is not None and not errors:
+            errors = [p.short() for p in kind.compile_problems(policy) if p.severity == "error"]
+        findings.compile_errors = errors
+        return policy, errors
 
     def libraries(self, findings: Findings, policy: Any) -> None:
         """What the policy calls that this operator cannot serve (vpol.cel.library_use) goes into its status."""
