@@ -129,9 +129,10 @@ class Scanner(threading.Thread):
                                      key, status, PLURALS["DeletingPolicy"]),
                                  events=events, deletes_per_second=self.options.deletes_per_second,
                                  on_run=self._notify_deleting, worker=self.lifecycle_worker)
-        #: Every path, in the order each step runs them (vpol.controller.background_runner); a policy key two paths
-        #: share is reported with the metadata of the later one.
-        self.runners: tuple[BackgroundRunner, ...] = (self.validation, self.images, self.mutation, self.generation,
+        #: Every path, in the order each step runs them (vpol.controller.background_runner): mutateExisting and
+        #: generation act on a batch's triggers before the validation scans evaluate its objects (a trigger's
+        #: downstreams are not held up by the scans).
+        self.runners: tuple[BackgroundRunner, ...] = (self.mutation, self.generation, self.validation, self.images,
                                                       self.deletion)
         #: Told the key of a policy whose status should be reconciled (a GeneratingPolicy's or DeletingPolicy's).
         self.notify: Any = None
@@ -464,7 +465,8 @@ class Scanner(threading.Thread):
         with self._lock:
             if self._meta_cache is None:
                 self._meta_cache = {}
-                for runner in self.runners:
+                # The validation scans' first: a policy of another path with the same key is reported with its own.
+                for runner in sorted(self.runners, key=lambda r: r is not self.validation):
                     self._meta_cache.update(runner.report_meta())
             return self._meta_cache
 
