@@ -32,8 +32,15 @@ separate process (http.client, so its CPU is not this process's) send the same b
 then the serving process's whole share (aiohttp's HTTP parsing and writing, TLS, the event loop's socket work,
 the handler), and the profile shows how it divides.
 
+``--against DIR`` compares this checkout with another (DIR: its ``operator`` directory, e.g. a ``git worktree``
+of the commit before a change): both harnesses start, each in its own process, and measure in turns of
+--requests requests, alternating, --repeat turns each; printed: each one's median, min and max, and the ratio
+this/against turn by turn. Turns matter on a shared machine: the CPU time of the same code changed here by up
+to 1.7x from one minute to the next (another process on the other vCPU), more than the changes measured.
+
 Usage: python3 bench/admission_profile.py [--scenario pss|conditions] [--requests 2000] [--repeat 5]
        [--path server|worker|http] [--clients 1] [--top 30] [--no-profile] [--sort cumulative,tottime]
+       [--against OTHER_CHECKOUT/operator]
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import pstats
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -311,6 +319,47 @@ def cpu_per_request(loop: asyncio.AbstractEventLoop, path: Any, n: int) -> float
     return (time.process_time() - started) / n
 
 
+def compare(args: argparse.Namespace) -> int:
+    """--against: this checkout's harness and the other's, each in a process of its own (PYTHONPATH: the other's
+    ``operator`` directory), measured in turns of --requests requests, --repeat turns each."""
+    def child(pythonpath: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "PYTHONPATH": pythonpath}
+        command = [sys.executable, str(Path(__file__).resolve()), "--driven", "--scenario", args.scenario,
+                   "--path", args.path, "--clients", str(args.clients), "--warmup", str(args.warmup)]
+        return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                cwd=tempfile.gettempdir())
+
+    this = str(Path(__file__).resolve().parents[1] / "operator")
+    processes = {"against": child(str(Path(args.against).resolve())), "this": child(this)}
+    for name, process in processes.items():
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("ready"):
+            raise SystemExit(f"the {name} harness did not start ({line!r})")
+        print(f"{name}: {line.strip().removeprefix('ready ')}")
+    samples: dict[str, list[float]] = {name: [] for name in processes}
+    for turn in range(args.repeat):
+        for name in (processes if turn % 2 == 0 else reversed(processes)):
+            process = processes[name]
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(f"{args.requests}\n")
+            process.stdin.flush()
+            samples[name].append(float(process.stdout.readline()))
+    for process in processes.values():
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(60)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.repeat} turns of {args.requests} "
+          f"requests each, alternating")
+    for name, values in samples.items():
+        print(f"{name:8s} CPU ms per request: median {statistics.median(values):.3f}, min {min(values):.3f}, "
+              f"max {max(values):.3f}")
+    ratios = sorted(t / a for t, a in zip(samples["this"], samples["against"]))
+    print(f"this/against, turn by turn: median {statistics.median(ratios):.3f}, "
+          f"min {ratios[0]:.3f}, max {ratios[-1]:.3f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=("pss", "conditions"), default="pss")
@@ -322,8 +371,13 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="cumulative,tottime", help="pstats orders to print, comma-separated")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--against", metavar="OPERATOR_DIR",
+                        help="compare with another checkout's operator/ directory, turn by turn")
+    parser.add_argument("--driven", action="store_true", help=argparse.SUPPRESS)  # a child of --against
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.against:
+        return compare(args)
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -348,14 +402,22 @@ def main() -> int:
 
     pool = server._pool
     assert pool is not None
-    print(f"python {platform.python_version()}, {platform.machine()}, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     clients = f" ({args.clients} clients)" if args.path == "http" else ""
-    print(f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}{clients}, "
-          f"body {len(bodies[0][1])} bytes, {args.requests} requests x {args.repeat}")
-    samples = [cpu_per_request(loop, path, args.requests) * 1000 for _ in range(args.repeat)]
-    print("CPU ms per request: " + " ".join(f"{s:.3f}" for s in samples))
-    print(f"median {statistics.median(samples):.3f} ms, min {min(samples):.3f}, max {max(samples):.3f}")
+    setting = (f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}{clients}, "
+               f"body {len(bodies[0][1])} bytes")
+    if args.driven:  # --against's child: "ready", then a CPU ms per request for each request count read
+        print(f"ready {setting}, vpol from {Path(sys.modules['vpol'].__file__ or '').parent}", flush=True)
+        for line in sys.stdin:
+            print(f"{cpu_per_request(loop, path, int(line)) * 1000:.4f}", flush=True)
+        samples: list[float] = []
+        args.no_profile = True
+    else:
+        print(f"python {platform.python_version()}, {platform.machine()}, load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"{setting}, {args.requests} requests x {args.repeat}")
+        samples = [cpu_per_request(loop, path, args.requests) * 1000 for _ in range(args.repeat)]
+        print("CPU ms per request: " + " ".join(f"{s:.3f}" for s in samples))
+        print(f"median {statistics.median(samples):.3f} ms, min {min(samples):.3f}, max {max(samples):.3f}")
 
     if not args.no_profile:
         profiler = cProfile.Profile()
