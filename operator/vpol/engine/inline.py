@@ -25,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.cost import Pattern
+from vpol.cel.cost import WorkPlan, merged
 from vpol.engine.admission import subject_for_request
 from vpol.engine.evaluate import PolicyEngine, SubjectData, compile_exception
-from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, admit_request, answering
+from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, Answering, admit_request, answering_set
 from vpol.model.policy import PolicyException, ValidatingPolicy
+
+#: Request shapes whose merged work plan is kept (see InlineAdmission.admit); beyond, the kept ones are dropped.
+_PLANS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class InlineAdmission:
         for engine in self.engines:
             fp = engine.policy.spec.failure_policy
             self._unplanned[fp] = self._unplanned.get(fp, False) or engine.work_plan(0) is None
+        #: Per failurePolicy: the engines answering its webhook (in order), and their policies by key.
+        self._answering: dict[str, Answering] = {fp: answering_set(self.engines, fp) for fp in self._unplanned}
+        #: Per request shape (failurePolicy; the variant of each answering policy that matches, None for none):
+        #: the work plans of the matching variants merged into one (vpol.cel.cost.merged), None when one of them
+        #: has no plan. Requests of one shape (every Pod of the namespaces the policies select...) measure the
+        #: lists the policies share once, in one call.
+        self._plans: dict[tuple[str, tuple[int | None, ...]], WorkPlan | None] = {}
 
     def covers(self, failure_policy: str) -> bool:
         """Whether requests of this webhook may be answered inline (every policy answering them has plans)."""
@@ -69,17 +79,28 @@ class InlineAdmission:
             return None
         subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
         data = SubjectData(subject)
-        sizes: dict[Pattern, int] = {}
-        work = 0
-        for i in answering(self.engines, call.failure_policy):
-            engine = self.engines[i]
-            variant = engine.variant(subject)
-            if variant is None:
-                continue
-            plan = engine.work_plan(variant)
-            if plan is None:
-                return None
-            work += plan.work(data.data, sizes)
-            if work > self.limits.max_work:
-                return None
-        return admit_request(self.engines, (), req, call, started, subject, data)
+        engines = self.engines
+        chosen = self._answering.get(call.failure_policy) or answering_set(engines, call.failure_policy)
+        shape = (call.failure_policy, tuple(engines[i].variant(subject) for i in chosen.indexes))
+        plan = self._plans.get(shape, _UNKNOWN)
+        if plan is _UNKNOWN:
+            plan = self._plan(chosen.indexes, shape)
+        if plan is None or plan.work(data.data, {}) > self.limits.max_work:
+            return None
+        return admit_request(engines, (), req, call, started, subject, data, chosen)
+
+    def _plan(self, indexes: tuple[int, ...], shape: tuple[str, tuple[int | None, ...]]) -> WorkPlan | None:
+        """The merged work plan of a request shape (see _plans), kept."""
+        plans = []
+        for i, variant in zip(indexes, shape[1]):
+            if variant is not None:
+                plans.append(self.engines[i].work_plan(variant))
+        plan = None if any(p is None for p in plans) else merged(p for p in plans if p is not None)
+        if len(self._plans) >= _PLANS_KEPT:
+            self._plans.clear()
+        self._plans[shape] = plan
+        return plan
+
+
+#: What InlineAdmission._plans holds for a shape not planned yet (None means "no plan").
+_UNKNOWN = WorkPlan(nodes=-1)

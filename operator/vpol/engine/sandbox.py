@@ -39,9 +39,9 @@ import multiprocessing.connection
 import resource
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from vpol.cel.backend import Backend, using
 from vpol.cel.global_context import GlobalContextView
@@ -151,10 +151,11 @@ def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEng
 
 def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[MutatingPolicyEngine],
                   req: dict[str, Any], call: AdmissionCall, started: float, subject: Subject | None = None,
-                  data: SubjectData | None = None) -> AdmissionAnswer:
+                  data: SubjectData | None = None, webhook: Answering | None = None) -> AdmissionAnswer:
     """The answer to one decoded AdmissionRequest (``req``) by these engines: what a worker does with a request,
     and what the serving process does with one it may evaluate itself (vpol.engine.inline); ``subject`` and
-    ``data``: the request's subject and its CEL inputs when the caller made them already."""
+    ``data``: the request's subject and its CEL inputs, ``webhook``: :func:`answering_set` of ``engines`` for the
+    request's webhook, when the caller made them already."""
     uid = str(req.get("uid") or "")
     if subject is None:
         subject = subject_for_request(req, namespaced=call.namespaced, namespace_object=call.namespace_object)
@@ -168,17 +169,33 @@ def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[Mu
                      ("error" if r.result == ERROR else "allow")) for r in results]
         violations = [(r.policy, r.result, r.message) for r in results if r.result == ERROR]
     else:
-        only = answering(engines, call.failure_policy)
-        decision = decide(_validate(list(engines), subject, only, data) if only else [],
-                          {engines[i].policy.key: engines[i].policy for i in only})
+        if webhook is None:
+            webhook = answering_set(engines, call.failure_policy)
+        validated = []
+        if webhook.indexes:
+            data = data or SubjectData(subject)
+            for i in webhook.indexes:
+                result = engines[i].evaluate(subject, data)
+                if result is not None:
+                    validated.append(result)
+        decision = decide(validated, webhook.policies)
         answer, outcomes, violations = review_response(uid, decision), decision.outcomes, decision.violations
     return AdmissionAnswer(json.dumps(answer, separators=(",", ":")).encode(), tuple(outcomes),
                            time.perf_counter() - started, bool(answer["response"]["allowed"]), tuple(violations))
 
 
-def answering(engines: Sequence[PolicyEngine], failure_policy: str) -> frozenset[int]:
-    """Indexes of the engines whose policies the webhook of ``failure_policy`` answers for."""
-    return frozenset(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == failure_policy)
+class Answering(NamedTuple):
+    """The engines answering one webhook: their indexes (in order), and their policies by key."""
+
+    indexes: tuple[int, ...]
+    policies: Mapping[str, ValidatingPolicy]
+
+
+def answering_set(engines: Sequence[PolicyEngine], failure_policy: str) -> Answering:
+    """The engines whose policies the webhook of ``failure_policy`` answers for (what a caller answering many
+    requests keeps)."""
+    indexes = tuple(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == failure_policy)
+    return Answering(indexes, {engines[i].policy.key: engines[i].policy for i in indexes})
 
 
 #: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).

@@ -57,6 +57,30 @@ def test_the_work_counts_iterations_and_the_copies_of_map_and_filter() -> None:
     assert plan.work(pod([])) == 0
 
 
+def test_merged_plans_measure_what_the_plans_measure_together_with_shared_ranges_made_one() -> None:
+    """The webhook plans a request shape once, by the policies' plans merged (vpol.engine.inline): the merged
+    plan's work is the sum of theirs on any request, and ranges over the same lists count once with their times
+    added (every Pod Security policy iterates the Pod's containers)."""
+    loaded = load_policies([str(REPO / "examples" / "pod-security")])
+    plans = []
+    for policy in loaded.policies:
+        compiled = compile_policy(policy)
+        expressions = [p.expression for _i, p, _m in compiled.validations]
+        expressions += [m.expression for _i, _p, m in compiled.validations if m]
+        plans.append(cost.plan(expressions, [(n, p.expression) for n, p in compiled.variables]))
+    assert all(p is not None for p in plans)
+    together = cost.merged(p for p in plans if p is not None)
+    assert len(together.ranges) < sum(len(p.ranges) for p in plans if p is not None)
+    assert together.nodes == sum(p.nodes for p in plans if p is not None)
+    containers = [{"name": f"c{i}", "ports": [{"containerPort": 80 + i}], "securityContext": {
+        "capabilities": {"add": ["NET_ADMIN"] * i}}} for i in range(4)]
+    for roots in (pod([]), pod(containers[:1]), pod(containers, initContainers=containers[:2],
+                                                     volumes=[{"name": "v"}] * 3)):
+        assert together.work(roots) == sum(p.work(roots) for p in plans if p is not None)
+    assert together.work(pod(containers)) > together.work(pod(containers[:1])) > 0
+    assert cost.merged([]).work(pod(containers)) == 0
+
+
 def test_variables_carry_where_their_lists_come_from() -> None:
     plan = plan_of("variables.names.size() == 0", variables=(
         ("all", "dyn(object.spec.containers) + dyn(object.spec.?initContainers.orValue([]))"),
