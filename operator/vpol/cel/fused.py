@@ -29,11 +29,18 @@ Built from each Program's evaluated text (the compiler's rewrites included),
 in the policy's environment without its typed ``variables`` (each variable is
 ``dyn``, as an untyped variable is to cel-go's checker); a program that does
 not compile simply has no fused form.
+
+Several policies' fused programs also make one program (:func:`batch_program`):
+the list of their values, ``[(fused 1), (fused 2), ...]``, in one call instead
+of one per policy (each part is evaluated as it would be alone: a list literal's
+elements are independent; an error in any makes the whole an error, and the
+caller then evaluates the policies one by one).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from cel_expr_python import cel
 
@@ -91,5 +98,24 @@ def _build(compiled: CompiledPolicy) -> cel.Expression | None:
         expression, _unchecked = compile_written(environment(EnvSpec(mode=compiled.policy.spec.evaluation.mode)),
                                                  text)
     except Exception:  # noqa: BLE001 - no fused form: the policy is evaluated expression by expression
+        return None
+    return expression
+
+
+def batch_program(compiled: Sequence[CompiledPolicy]) -> cel.Expression | None:
+    """The fused programs of ``compiled`` (policies of one evaluation mode) as one program whose value is the
+    list of theirs, in order (module docstring); None when one of them has no fused form or the whole does not
+    type-check (its parts are then evaluated one by one)."""
+    texts = [fused_text(c) for c in compiled]
+    if not texts or any(t is None for t in texts):
+        return None
+    modes = {c.policy.spec.evaluation.mode for c in compiled}
+    if len(modes) != 1:
+        return None
+    text = "[" + ",".join(f"(\n{t}\n)" for t in texts) + "]"
+    try:
+        # Checked only (no unchecked fallback, as compile_written has): a part that needs it stays on its own.
+        expression: cel.Expression = environment(EnvSpec(mode=modes.pop())).compile(text)
+    except Exception:  # noqa: BLE001 - no batch: the policies are evaluated one by one
         return None
     return expression

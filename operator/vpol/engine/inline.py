@@ -61,7 +61,10 @@ class InlineAdmission:
             fp = engine.policy.spec.failure_policy
             self._unplanned[fp] = self._unplanned.get(fp, False) or engine.work_plan(0) is None
         #: Per failurePolicy: the engines answering its webhook (in order), and their policies by key.
-        self._answering: dict[str, Answering] = {fp: answering_set(self.engines, fp) for fp in self._unplanned}
+        #: Each with its Batches (vpol.engine.evaluate): the policies a request's shape applies are evaluated as
+        #: one program.
+        self._answering: dict[str, Answering] = {fp: answering_set(self.engines, fp, batched=True)
+                                                 for fp in self._unplanned}
         #: Per request shape (failurePolicy; the variant of each answering policy that matches, None for none):
         #: the work plans of the matching variants merged into one (vpol.cel.cost.merged), None when one of them
         #: has no plan. Requests of one shape (every Pod of the namespaces the policies select...) measure the
@@ -82,9 +85,7 @@ class InlineAdmission:
         engines = self.engines
         chosen = self._answering.get(call.failure_policy) or answering_set(engines, call.failure_policy)
         shape = (call.failure_policy, tuple(engines[i].variant(subject) for i in chosen.indexes))
-        plan = self._plans.get(shape, _UNKNOWN)
-        if plan is _UNKNOWN:
-            plan = self._plan(chosen.indexes, shape)
+        plan = self._plans[shape] if shape in self._plans else self._plan(chosen.indexes, shape)
         if plan is None or plan.work(data.data, {}) > self.limits.max_work:
             return None
         return admit_request(engines, (), req, call, started, subject, data, chosen)
@@ -100,7 +101,3 @@ class InlineAdmission:
             self._plans.clear()
         self._plans[shape] = plan
         return plan
-
-
-#: What InlineAdmission._plans holds for a shape not planned yet (None means "no plan").
-_UNKNOWN = WorkPlan(nodes=-1)

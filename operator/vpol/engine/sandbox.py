@@ -49,6 +49,7 @@ from vpol.engine.admission import decide, mutation_response, review_response, su
 from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
+    Batches,
     CompiledException,
     PolicyEngine,
     Rendered,
@@ -142,11 +143,18 @@ class AdmissionAnswer:
     violations: tuple[tuple[str, str, str], ...] = ()
 
 
-def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEngine], call: AdmissionCall
-           ) -> AdmissionAnswer:
-    """In the worker: one admission request, from the bytes received to the bytes to answer."""
+def _admit(engines: list[PolicyEngine], mutating_engines: list[MutatingPolicyEngine], call: AdmissionCall,
+           webhooks: dict[str, Answering] | None = None) -> AdmissionAnswer:
+    """In the worker: one admission request, from the bytes received to the bytes to answer; ``webhooks``: the
+    worker's answering_set of ``engines`` per webhook, kept across requests (filled here)."""
     started = time.perf_counter()
-    return admit_request(engines, mutating_engines, json.loads(call.body)["request"], call, started)
+    webhook = None
+    if webhooks is not None and not call.mutating:
+        webhook = webhooks.get(call.failure_policy)
+        if webhook is None:
+            webhook = webhooks[call.failure_policy] = answering_set(engines, call.failure_policy, batched=True)
+    return admit_request(engines, mutating_engines, json.loads(call.body)["request"], call, started,
+                         webhook=webhook)
 
 
 def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[MutatingPolicyEngine],
@@ -174,10 +182,13 @@ def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[Mu
         validated = []
         if webhook.indexes:
             data = data or SubjectData(subject)
-            for i in webhook.indexes:
-                result = engines[i].evaluate(subject, data)
-                if result is not None:
-                    validated.append(result)
+            if webhook.batches is not None:
+                validated = webhook.batches.evaluate(subject, data)
+            else:
+                for i in webhook.indexes:
+                    result = engines[i].evaluate(subject, data)
+                    if result is not None:
+                        validated.append(result)
         decision = decide(validated, webhook.policies)
         answer, outcomes, violations = review_response(uid, decision), decision.outcomes, decision.violations
     return AdmissionAnswer(json.dumps(answer, separators=(",", ":")).encode(), tuple(outcomes),
@@ -185,17 +196,20 @@ def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[Mu
 
 
 class Answering(NamedTuple):
-    """The engines answering one webhook: their indexes (in order), and their policies by key."""
+    """The engines answering one webhook: their indexes (in order), their policies by key, and optionally the
+    Batches evaluating them together."""
 
     indexes: tuple[int, ...]
     policies: Mapping[str, ValidatingPolicy]
+    batches: Batches | None = None
 
 
-def answering_set(engines: Sequence[PolicyEngine], failure_policy: str) -> Answering:
+def answering_set(engines: Sequence[PolicyEngine], failure_policy: str, *, batched: bool = False) -> Answering:
     """The engines whose policies the webhook of ``failure_policy`` answers for (what a caller answering many
-    requests keeps)."""
+    requests keeps); ``batched``: with Batches of them (each request shape met compiles one, on first use)."""
     indexes = tuple(i for i, e in enumerate(engines) if e.policy.spec.failure_policy == failure_policy)
-    return Answering(indexes, {engines[i].policy.key: engines[i].policy for i in indexes})
+    return Answering(indexes, {engines[i].policy.key: engines[i].policy for i in indexes},
+                     Batches([engines[i] for i in indexes]) if batched else None)
 
 
 #: Engines a forked worker inherits from its parent (see SandboxedEvaluator's ``engines``).
@@ -221,6 +235,8 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
         backend = GlobalContextBackend(backend, view)
     #: Other kinds' engines by key (SandboxedEvaluator.load).
     held: dict[str, Any] = {}
+    #: The engines answering each admission webhook, with their batches (_admit); rebuilt when the policies are.
+    webhooks: dict[str, Answering] = {}
     conn.send(("ready", None))
     with using(backend):
         while True:
@@ -244,10 +260,11 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                         compiled_exceptions, engines = [compile_exception(e) for e in new_exceptions], []
                     engines = _reload(engines, new_policies, compiled_exceptions)
                     exceptions = new_exceptions
+                    webhooks = {}
                     conn.send(("ok", None))
                     continue
                 if op == "admit":
-                    conn.send(("ok", _admit(engines, mutating_engines, subjects)))
+                    conn.send(("ok", _admit(engines, mutating_engines, subjects, webhooks)))
                     continue
                 if op == "engine":
                     key, kind, args = subjects
