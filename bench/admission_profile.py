@@ -21,10 +21,11 @@ server-side dry-run create of its compliant Pod). What is real and what stands i
   is measured.
 
 Reported: CPU per request (``time.process_time`` over N requests, after a warm-up), repeated ``--repeat``
-times (median, min, max); then one cProfile run of N requests: the top ``--top`` functions by cumulative and
-by own time. ``--path worker`` measures instead what an evaluation worker does with a request
-(vpol.engine.sandbox's ``_admit``: decode, evaluate, decide, encode) with engines built as a worker builds them,
-in this process (no pipe, no second process); ``--inline off`` is not offered: that path's CPU is the worker's.
+times (median, min, max), and the process's resident memory (now and peak); then one cProfile run of N
+requests: the top ``--top`` functions by cumulative and by own time. ``--path worker`` measures instead what an
+evaluation worker does with a request (vpol.engine.sandbox's ``_admit``: decode, evaluate, decide, encode) with
+engines built as a worker builds them, in this process (no pipe, no second process); ``--inline off`` is not
+offered: that path's CPU is the worker's.
 
 ``--path http`` adds what the handler alone leaves out: the server listens as in the operator (TLS with a
 serving certificate of vpol's own kind, on loopback) and ``--clients`` keep-alive HTTPS connections from a
@@ -50,6 +51,7 @@ import asyncio
 import cProfile
 import datetime
 import http.client
+import inspect
 import io
 import json
 import logging
@@ -252,12 +254,14 @@ class WorkerPath:
         namespace = server.namespaces.cached(NAMESPACE)
         self.calls = [sandbox.AdmissionCall(body, "Fail", True, namespace, False) for _uid, body in bodies]
         self.uids = [uid for uid, _body in bodies]
+        # What the worker keeps between requests, where its _admit takes it (older checkouts: nothing).
+        self.kept: tuple[Any, ...] = ({},) if "webhooks" in inspect.signature(sandbox._admit).parameters else ()
 
     async def run(self, n: int, check: bool = False) -> None:
-        engines, calls = self.engines, self.calls
+        engines, calls, kept = self.engines, self.calls, self.kept
         count = len(calls)
         for i in range(n):
-            answer = sandbox._admit(engines, [], calls[i % count])
+            answer = sandbox._admit(engines, [], calls[i % count], *kept)
             if check:
                 _check(200, answer.body, self.uids[i % count])
 
@@ -311,6 +315,12 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def memory() -> str:
+    """This process's resident memory now and at its peak (VmRSS, VmHWM)."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return f"RSS {int(status['VmRSS'].split()[0]) / 1024:.0f} MiB (peak {int(status['VmHWM'].split()[0]) / 1024:.0f})"
 
 
 def cpu_per_request(loop: asyncio.AbstractEventLoop, path: Any, n: int) -> float:
@@ -406,7 +416,8 @@ def main() -> int:
     setting = (f"scenario {args.scenario}: {len(pool.snapshot.policies)} policies, path {args.path}{clients}, "
                f"body {len(bodies[0][1])} bytes")
     if args.driven:  # --against's child: "ready", then a CPU ms per request for each request count read
-        print(f"ready {setting}, vpol from {Path(sys.modules['vpol'].__file__ or '').parent}", flush=True)
+        print(f"ready {setting}, vpol from {Path(sys.modules['vpol'].__file__ or '').parent}, after warm-up "
+              f"{memory()}", flush=True)
         for line in sys.stdin:
             print(f"{cpu_per_request(loop, path, int(line)) * 1000:.4f}", flush=True)
         samples: list[float] = []
@@ -417,7 +428,8 @@ def main() -> int:
         print(f"{setting}, {args.requests} requests x {args.repeat}")
         samples = [cpu_per_request(loop, path, args.requests) * 1000 for _ in range(args.repeat)]
         print("CPU ms per request: " + " ".join(f"{s:.3f}" for s in samples))
-        print(f"median {statistics.median(samples):.3f} ms, min {min(samples):.3f}, max {max(samples):.3f}")
+        print(f"median {statistics.median(samples):.3f} ms, min {min(samples):.3f}, max {max(samples):.3f}; "
+              f"{memory()}")
 
     if not args.no_profile:
         profiler = cProfile.Profile()
