@@ -656,14 +656,26 @@ class PolicyEngine:
                 return index
         return None
 
+    def selection(self) -> tuple[Any, ...]:
+        """What :meth:`variant` decides from: the policy's namespace, and each variant's matchConstraints and
+        JSON mode in order. Engines with equal selections choose the same variant for every subject (the Pod
+        Security policies, their autogen variants included, all match alike)."""
+        return (self.policy.namespace,
+                tuple((policy.spec.match_constraints, policy.json_mode) for _c, policy, _p in self._variants))
+
+    def _compiled_variant(self, index: int) -> CompiledPolicy:
+        """Variant ``index``, compiled now if it was not yet."""
+        config, policy, compiled = self._variants[index]
+        if compiled is None:
+            compiled = compile_policy(policy)
+            self._variants[index] = (config, policy, compiled)
+        return compiled
+
     def work_plan(self, index: int) -> WorkPlan | None:
         """How much work evaluating variant ``index`` (and the PolicyExceptions of the policy) can take, as
         vpol.cel.cost bounds it from a request; None when it cannot be bounded. Kept per variant."""
         if index not in self._plans:
-            config, policy, compiled = self._variants[index]
-            if compiled is None:
-                compiled = compile_policy(policy)
-                self._variants[index] = (config, policy, compiled)
+            compiled = self._compiled_variant(index)
             expressions = [p.expression for _n, p in compiled.match_conditions]
             expressions += [p.expression for _i, p, _m in compiled.validations]
             expressions += [m.expression for _i, _p, m in compiled.validations if m is not None]
@@ -765,8 +777,8 @@ class PolicyEngine:
         applies to the policy; else None (it is evaluated on its own)."""
         if not self.fused or self.exceptions:
             return None
-        _config, _policy, compiled = self._variants[index]
-        if compiled is None or not compiled.ok or fused_text(compiled) is None:
+        compiled = self._compiled_variant(index)
+        if not compiled.ok or fused_text(compiled) is None:
             return None
         return compiled
 
@@ -815,12 +827,31 @@ class Batches:
         self.limit = limit
         #: Per shape: its programs (none when fewer than two of its policies can be held).
         self._batches: dict[tuple[tuple[int | None, ...], str], tuple[_Part, ...]] = {}
+        #: Per engine: the first engine whose selection (PolicyEngine.selection) is the same as its own, whose
+        #: variant it takes (itself when none before it has).
+        firsts: dict[Any, int] = {}
+        self._same_as = [firsts.setdefault(engine.selection(), i) for i, engine in enumerate(self.engines)]
+        #: The subject shape() was last asked about, and its answer (a subject is not changed once made).
+        self._last: tuple[Subject | None, tuple[int | None, ...]] = (None, ())
+
+    def shape(self, subject: Subject) -> tuple[int | None, ...]:
+        """The variant of each engine that applies to ``subject`` (PolicyEngine.variant; None: none does), decided
+        once for engines whose policies select alike."""
+        last, answer = self._last
+        if last is subject:
+            return answer
+        engines = self.engines
+        shape: list[int | None] = []
+        for i, first in enumerate(self._same_as):
+            shape.append(engines[i].variant(subject) if first == i else shape[first])
+        self._last = (subject, tuple(shape))
+        return self._last[1]
 
     def evaluate(self, subject: Subject, data: SubjectData) -> list[Result]:
         """The results of the engines that apply to ``subject``, in their order (:meth:`PolicyEngine.evaluate`
         of each, with ``data``: the subject's data in its evaluation mode)."""
         engines = self.engines
-        shape = tuple(engine.variant(subject) for engine in engines)
+        shape = self.shape(subject)
         key = (shape, data.mode)
         parts = self._batches[key] if key in self._batches else self._build(key)
         values: dict[int, Any] = {}

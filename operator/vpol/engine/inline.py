@@ -84,7 +84,9 @@ class InlineAdmission:
         data = SubjectData(subject)
         engines = self.engines
         chosen = self._answering.get(call.failure_policy) or answering_set(engines, call.failure_policy)
-        shape = (call.failure_policy, tuple(engines[i].variant(subject) for i in chosen.indexes))
+        variants = chosen.batches.shape(subject) if chosen.batches is not None else \
+            tuple(engines[i].variant(subject) for i in chosen.indexes)
+        shape = (call.failure_policy, variants)
         plan = self._plans[shape] if shape in self._plans else self._plan(chosen.indexes, shape)
         if plan is None or plan.work(data.data, {}) > self.limits.max_work:
             return None

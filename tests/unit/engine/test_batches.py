@@ -173,3 +173,21 @@ def test_many_policies_make_programs_of_a_few_and_a_failing_one_costs_only_its_o
     data = SubjectData(subject)
     answered = [_part_values(part, data) is not None for part in parts]
     assert answered == [3 not in part.members for part in parts] and answered.count(False) == 1
+
+
+def test_policies_that_select_alike_are_matched_once_and_the_shape_is_each_ones_variant() -> None:
+    elsewhere = make_policy(name="elsewhere", validations=[{"expression": "true"}], matchConstraints={
+        "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"]}],
+        "namespaceSelector": {"matchLabels": {"team": "other"}}})
+    engines = _engines(NAMED, IMAGES, elsewhere, LABELLED)
+    batches = Batches(engines)
+    assert batches._same_as == [0, 0, 2, 0]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+                  "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    for obj in (pod(), deployment):
+        subject = subject_for(obj, resolve=resolve)
+        shape = batches.shape(subject)
+        assert shape == tuple(PolicyEngine(e.policy).variant(subject) for e in engines)
+        assert shape[2] is None and shape[0] is not None
+        assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(slow(engines), subject))
