@@ -102,20 +102,16 @@ def _build(compiled: CompiledPolicy) -> cel.Expression | None:
     return expression
 
 
-def batch_program(compiled: Sequence[CompiledPolicy]) -> cel.Expression | None:
-    """The fused programs of ``compiled`` (policies of one evaluation mode) as one program whose value is the
-    list of theirs, in order (module docstring); None when one of them has no fused form or the whole does not
+def batch_program(texts: Sequence[str], mode: str) -> cel.Expression | None:
+    """The fused programs whose texts (:func:`fused_text`) are ``texts``, of policies of evaluation ``mode``, as one
+    program whose value is the list of theirs, in order (module docstring); None when the whole does not
     type-check (its parts are then evaluated one by one)."""
-    texts = [fused_text(c) for c in compiled]
-    if not texts or any(t is None for t in texts):
-        return None
-    modes = {c.policy.spec.evaluation.mode for c in compiled}
-    if len(modes) != 1:
+    if not texts:
         return None
     text = "[" + ",".join(f"(\n{t}\n)" for t in texts) + "]"
     try:
         # Checked only (no unchecked fallback, as compile_written has): a part that needs it stays on its own.
-        expression: cel.Expression = environment(EnvSpec(mode=modes.pop())).compile(text)
+        expression: cel.Expression = environment(EnvSpec(mode=mode)).compile(text)
     except Exception:  # noqa: BLE001 - no batch: the policies are evaluated one by one
         return None
     return expression

@@ -771,16 +771,18 @@ class PolicyEngine:
             return self._result(data, FAIL, message, validation=index, properties={})
         return self._result(data, PASS, "success", properties={})
 
-    def batchable(self, index: int) -> CompiledPolicy | None:
-        """Variant ``index`` compiled, when :class:`Batches` may evaluate it by its fused program among other
-        policies' (what :meth:`evaluate` would try first): it compiles, has a fused form, and no PolicyException
-        applies to the policy; else None (it is evaluated on its own)."""
+    def batchable(self, index: int) -> str | None:
+        """The text of variant ``index``'s fused program (vpol.cel.fused.fused_text), when :class:`Batches` may
+        evaluate it among other policies' (what :meth:`evaluate` would try first): it compiles, has a fused form,
+        and no PolicyException applies to the policy; else None (it is evaluated on its own)."""
         if not self.fused or self.exceptions:
             return None
         compiled = self._compiled_variant(index)
-        if not compiled.ok or fused_text(compiled) is None:
-            return None
-        return compiled
+        return fused_text(compiled) if compiled.ok else None
+
+    def mode(self, index: int) -> str:
+        """The evaluation mode of variant ``index``."""
+        return self._variants[index][1].spec.evaluation.mode
 
     def from_batch(self, index: int, data: SubjectData, value: Any) -> Result:
         """The result of variant ``index`` (:meth:`batchable`) on the subject of ``data``, from its fused program's
@@ -875,18 +877,20 @@ class Batches:
         if len(self._batches) >= self.limit:
             return ()  # beyond the shapes kept: policy by policy, as without batches
         shape, mode = key
-        members: list[tuple[int, CompiledPolicy]] = []
+        members: list[tuple[int, str]] = []
         for i, index in enumerate(shape):
-            compiled = self.engines[i].batchable(index) if index is not None else None
-            if compiled is not None and compiled.policy.spec.evaluation.mode == mode:
-                members.append((i, compiled))
+            if index is None or self.engines[i].mode(index) != mode:
+                continue
+            text = self.engines[i].batchable(index)
+            if text is not None:
+                members.append((i, text))
         parts = []
         count = -(-len(members) // MAX_PART)  # as even as can be: 13 policies are 5 + 4 + 4, not 6 + 6 + 1
         for n in range(count if len(members) >= 2 else 0):
             chunk = members[n * len(members) // count:(n + 1) * len(members) // count]
-            program = batch_program([compiled for _i, compiled in chunk]) if len(chunk) >= 2 else None
+            program = batch_program([text for _i, text in chunk], mode) if len(chunk) >= 2 else None
             if program is not None:
-                parts.append(_Part(program, tuple(i for i, _c in chunk)))
+                parts.append(_Part(program, tuple(i for i, _t in chunk)))
         self._batches[key] = tuple(parts)
         return self._batches[key]
 
