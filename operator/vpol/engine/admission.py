@@ -27,7 +27,7 @@ from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped]
 
-from vpol.engine.evaluate import ERROR, FAIL, WARN, Result
+from vpol.engine.evaluate import ERROR, FAIL, PASS, SKIP, WARN, Result
 from vpol.engine.request import ResourceType, Subject
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.policy import ACTION_AUDIT, ACTION_DENY, ACTION_WARN, ValidatingPolicy
@@ -94,6 +94,9 @@ def decide(results: Sequence[Result], policies: Mapping[str, ValidatingPolicy | 
     for result in results:
         policy = policies.get(result.policy)
         if policy is None:
+            continue
+        if (result.result == PASS or result.result == SKIP) and not result.properties:
+            decision.outcomes.append((policy.key, ALLOW))  # what the steps below give it, without them
             continue
         for key, value in sorted(result.properties.items()):
             decision.audit_annotations[_annotation_key(policy.key, key)] = value

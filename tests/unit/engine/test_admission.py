@@ -64,6 +64,14 @@ def test_errors_follow_the_failure_policy():
     assert d.allowed and d.outcomes == [("i", ERRORED)]
 
 
+def test_passes_and_skips_allow_without_violations_or_annotations():
+    passes = make_policy(name="p", validations=CHECK)
+    skips = make_policy(name="s", validations=CHECK, matchConditions=[{"name": "never", "expression": "false"}])
+    d = evaluate([passes, skips], pod("good"))
+    assert d.allowed and d.outcomes == [("p", ALLOW), ("s", ALLOW)]
+    assert not d.violations and not d.warnings and not d.audit_annotations and d.message == ""
+
+
 def test_audit_annotations_of_the_policy_are_returned():
     p = make_policy(name="a", validations=[{"expression": "true"}],
                     auditAnnotations=[{"key": "who", "valueExpression": "request.userInfo.username"}])
