@@ -128,6 +128,8 @@ class CompiledPolicy(CompiledOutcome):
     audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
     #: The policy as one program (vpol.cel.fused), once built: (the program, or None when it has none).
     fused: tuple[cel.Expression | None] | None = field(default=None, repr=False)
+    #: That program's text, once made (vpol.cel.fused.fused_text; a batch of policies is built from it too).
+    fused_source: tuple[str | None] | None = field(default=None, repr=False)
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:

@@ -59,7 +59,14 @@ def _part(prog: Program) -> str:
 
 def fused_text(compiled: CompiledPolicy) -> str | None:
     """The fused program's text (module docstring), or None when the policy has no fused form: audit
-    annotations (evaluated for their side values), variables whose names are not identifiers."""
+    annotations (evaluated for their side values), variables whose names are not identifiers. Made once per
+    compiled policy (a rewrite of its tokens: milliseconds)."""
+    if compiled.fused_source is None:
+        compiled.fused_source = (_text(compiled),)
+    return compiled.fused_source[0]
+
+
+def _text(compiled: CompiledPolicy) -> str | None:
     if compiled.audit_annotations or not compiled.ok:
         return None
     progs = [p for _n, p in compiled.match_conditions] + [p for _n, p in compiled.variables] + \
