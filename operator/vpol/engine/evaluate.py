@@ -20,6 +20,9 @@ computed, every validation evaluated, in one call); its answer is taken only
 when it evaluates without an error to a bool per validation, and then it is
 the answer the steps give one by one. Anything else (a false condition, an error, a
 policy with audit annotations or partial exceptions) goes through the steps.
+Several policies' fused programs can also be evaluated as one (:class:`Batches`,
+what the admission webhook does): one call per few policies instead of one each,
+each policy's result the one it gets alone.
 
 Activations: cel-expr-python converts a value an Activation holds when an
 expression first reads it, again in every Activation, and an Activation costs

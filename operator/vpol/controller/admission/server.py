@@ -9,18 +9,22 @@ failurePolicy, and every replica must serve. aiohttp is Kopf's own HTTP
 library, so this adds no dependency.
 
 Each request is evaluated by the same engine as ``vpol apply`` and the
-background scans, in bounded worker processes (:mod:`vpol.engine.sandbox`):
-the event loop never runs CEL, and a runaway expression costs one worker
-its deadline (the failurePolicy of the webhook answers), while the other
-workers keep serving. Workers are rebuilt off the request path when the
-policies change.
+background scans. A request whose work is bounded before it starts is
+answered by the serving process itself (:mod:`vpol.engine.inline`: the
+policies' comprehensions over the request's own lists, within a budget);
+every other one in bounded worker processes (:mod:`vpol.engine.sandbox`),
+where a runaway expression costs one worker its deadline (the failurePolicy
+of the webhook answers), while the other workers keep serving. Workers are
+rebuilt off the request path when the policies change.
 
 The serving process does as little per request as it can, since every
-request passes through its one event loop: it reads the body, looks up the
-namespace, and hands the body as received to an idle worker, which decodes
-it, evaluates, decides and encodes the answer; the exchange is awaited on the
-loop itself (no thread per request), and the counters of the policies'
-decisions are kept without a label lookup each.
+request passes through its one event loop: it reads the body (checked and
+decoded once), looks up the namespace, and either answers it inline (the
+policies that apply evaluated in a few programs: vpol.engine.evaluate.Batches)
+or hands the body as received to an idle worker, which decodes it, evaluates,
+decides and encodes the answer; the exchange is awaited on the loop itself (no
+thread per request), and the metrics' labelled children are kept rather than
+looked up per request or policy.
 
 Every caller is treated as hostile (the port is reachable by whatever can reach the Service): a body passes
 :mod:`vpol.engine.review` (size, encoding, nesting, the AdmissionReview's fields and types) before anything reads
@@ -542,8 +546,8 @@ class WebhookServer:
         return found if found is not None else self.namespaces.get(name)
 
     async def _answer(self, request: web.Request, failure_policy: str, *, mutating: bool) -> web.Response:
-        """Read the AdmissionReview, have a worker answer it (the event loop never runs CEL), send the answer;
-        any failure is answered by the webhook's failurePolicy."""
+        """Read the AdmissionReview, have it answered (inline when its work is bounded, else by a worker), send
+        the answer; any failure is answered by the webhook's failurePolicy."""
         started = time.perf_counter()
         webhook = f"mutate-{failure_policy.lower()}" if mutating else failure_policy.lower()
         review = await self._read(request, webhook)
