@@ -797,12 +797,13 @@ class PolicyEngine:
         return result
 
 
-#: Request shapes a Batches keeps (a batch of N policies is about as large as their N fused programs).
-MAX_BATCHES = 8
 #: Most policies in one program of a batch: compiling one program of many policies takes more memory at once
 #: than compiling them apart (18 Pod Security policies: 14 MiB against 4.5, of which 4 stay either way; 6 at a
 #: time: 7.7), while the calls saved are about as many (measured: the same CPU per subject with 3, 6 or 18).
 MAX_PART = 6
+#: Programs a Batches keeps (each about as large as the fused programs it holds: ~1.3 MiB for 6 Pod Security
+#: policies); beyond, the policies of a group of variants not met yet are evaluated one by one.
+MAX_PARTS = 24
 
 
 class _Part(NamedTuple):
@@ -814,24 +815,31 @@ class _Part(NamedTuple):
 
 
 class Batches:
-    """Policies evaluated together, by their fused programs made one (vpol.cel.fused.batch_program): for each
-    request shape met (which variant of each policy applies to the subject, and the subject data's evaluation
-    mode; the first MAX_BATCHES shapes), the fused programs of the variants that apply make programs of up to
-    MAX_PART policies each, so a subject costs a few calls into cel-expr-python and conversions of their values
-    instead of one per policy.
+    """Policies evaluated together, by their fused programs made one (vpol.cel.fused.batch_program): the engines
+    are taken in groups of MAX_PART, in order, and for each combination of variants met in a group (which
+    variant of each of its policies applies to a subject, and the subject data's evaluation mode), the fused
+    programs of the variants that apply make one program, so a subject costs a call into cel-expr-python and a
+    conversion of its value per group instead of per policy. Subjects that differ in what applies in one group
+    share the other groups' programs; at most MAX_PARTS programs are kept.
 
     Each policy's result is the one :meth:`PolicyEngine.evaluate` gives: its part of a program's value is the
     value of its own fused program, and from there the same steps follow (a false validation's message, an
     expression-by-expression evaluation when a condition is false). A policy no program holds (no fused form,
-    PolicyExceptions, another evaluation mode), and every policy of a program whose value is an error (one of
-    its parts failed), are evaluated on their own. A shape's programs are compiled, in the calling thread, the
-    first time it is met (about as long as compiling its policies' fused programs, which they replace)."""
+    PolicyExceptions, another evaluation mode, alone in its group), and every policy of a program whose value is
+    an error (one of its parts failed), are evaluated on their own. A program is compiled, in the calling thread,
+    the first time its combination is met (about as long as compiling its policies' fused programs, which it
+    replaces)."""
 
-    def __init__(self, engines: Sequence[PolicyEngine], limit: int = MAX_BATCHES):
+    def __init__(self, engines: Sequence[PolicyEngine], limit: int = MAX_PARTS):
         self.engines = list(engines)
         self.limit = limit
-        #: Per shape: its programs (none when fewer than two of its policies can be held).
-        self._batches: dict[tuple[tuple[int | None, ...], str], tuple[_Part, ...]] = {}
+        count = len(self.engines)
+        groups = -(-count // MAX_PART)  # as even as can be: 13 policies are 5 + 4 + 4, not 6 + 6 + 1
+        #: The engines' groups: indexes in Batches.engines.
+        self._groups = [tuple(range(n * count // groups, (n + 1) * count // groups)) for n in range(groups)]
+        #: Per group, combination of its variants and evaluation mode: its program (None: fewer than two of its
+        #: policies can be held, or it does not compile).
+        self._parts: dict[tuple[int, tuple[int | None, ...], str], _Part | None] = {}
         #: Per engine: the first engine whose selection (PolicyEngine.selection) is the same as its own, whose
         #: variant it takes (itself when none before it has).
         firsts: dict[Any, int] = {}
@@ -857,12 +865,12 @@ class Batches:
         of each, with ``data``: the subject's data in its evaluation mode)."""
         engines = self.engines
         shape = self.shape(subject)
-        key = (shape, data.mode)
-        parts = self._batches[key] if key in self._batches else self._build(key)
         values: dict[int, Any] = {}
-        for part in parts:
-            got = _part_values(part, data)
-            if got is not None:
+        for g, group in enumerate(self._groups):
+            key = (g, tuple(shape[i] for i in group), data.mode)
+            part = self._parts[key] if key in self._parts else self._build(key)
+            got = _part_values(part, data) if part is not None else None
+            if got is not None and part is not None:
                 values.update(zip(part.members, got))
         out = []
         for i, index in enumerate(shape):
@@ -876,26 +884,21 @@ class Batches:
                 out.append(result)
         return out
 
-    def _build(self, key: tuple[tuple[int | None, ...], str]) -> tuple[_Part, ...]:
-        if len(self._batches) >= self.limit:
-            return ()  # beyond the shapes kept: policy by policy, as without batches
-        shape, mode = key
+    def _build(self, key: tuple[int, tuple[int | None, ...], str]) -> _Part | None:
+        if len(self._parts) >= self.limit:
+            return None  # beyond the programs kept: policy by policy, as without batches
+        g, variants, mode = key
         members: list[tuple[int, str]] = []
-        for i, index in enumerate(shape):
+        for i, index in zip(self._groups[g], variants):
             if index is None or self.engines[i].mode(index) != mode:
                 continue
             text = self.engines[i].batchable(index)
             if text is not None:
                 members.append((i, text))
-        parts = []
-        count = -(-len(members) // MAX_PART)  # as even as can be: 13 policies are 5 + 4 + 4, not 6 + 6 + 1
-        for n in range(count if len(members) >= 2 else 0):
-            chunk = members[n * len(members) // count:(n + 1) * len(members) // count]
-            program = batch_program([text for _i, text in chunk], mode) if len(chunk) >= 2 else None
-            if program is not None:
-                parts.append(_Part(program, tuple(i for i, _t in chunk)))
-        self._batches[key] = tuple(parts)
-        return self._batches[key]
+        program = batch_program([text for _i, text in members], mode) if len(members) >= 2 else None
+        part = _Part(program, tuple(i for i, _t in members)) if program is not None else None
+        self._parts[key] = part
+        return part
 
 
 def _part_values(part: _Part, data: SubjectData) -> list[Any] | None:

@@ -1,7 +1,7 @@
 """Policies evaluated together by one program (vpol.engine.evaluate.Batches) get the results each gets on its own:
 on every suite of the corpus (as tests/differential/test_fused.py compares the fused fast path with the
 expression-by-expression evaluation), and in the cases where the batch cannot answer (a part that fails, a false
-matchCondition, policies it does not hold, more shapes than it keeps)."""
+matchCondition, policies it does not hold, more programs than it keeps)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_batches_decide_as_each_policy_alone_on_every_suite() -> None:
                     if got != want:
                         differences.append(f"{test_file.parent.name} on {subject.name} ({operation}):\n"
                                            f"  batch    {got}\n  one by one {want}")
-            batched += sum(len(parts) for parts in batches._batches.values())
+            batched += sum(part is not None for part in batches._parts.values())
     print(f"{subjects} subjects, {batched} batches built")
     assert subjects >= 2000 and batched >= 50, (subjects, batched)  # batched: programs built
     assert not differences, f"{len(differences)} differences:\n" + "\n".join(differences[:20])
@@ -110,8 +110,8 @@ def test_a_batch_holds_the_policies_that_apply_and_answers_with_their_results() 
     for obj in (pod(labels={"team": "a"}), pod(), latest):
         subject = subject_for(obj, resolve=resolve)
         assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(slow(engines), subject))
-    (parts,) = batches._batches.values()
-    assert [part.members for part in parts] == [(0, 1, 2)]  # the audited policy has no fused form
+    assert [part.members for part in batches._parts.values() if part is not None] == [(0, 1, 2)]
+    # (the audited policy has no fused form)
     # A false matchCondition (its part is null) is said by name, as evaluating the policy alone says it.
     subject = subject_for(pod(), resolve=resolve)
     skipped = [r for r in batches.evaluate(subject, SubjectData(subject)) if r.policy == "labelled"]
@@ -138,12 +138,12 @@ def test_policies_with_exceptions_and_autogen_variants_are_answered_as_alone() -
     for obj in (pod("web", labels={"team": "t"}), pod("other"), deployment):
         subject = subject_for(obj, resolve=resolve)
         assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(slow(engines), subject)), obj
-    members = [part.members for parts in batches._batches.values() for part in parts]
-    # The Pods' batch and the Deployment's (autogen variants); the policy with an exception is in neither.
+    members = [part.members for part in batches._parts.values() if part is not None]
+    # The Pods' program and the Deployment's (autogen variants); the policy with an exception is in neither.
     assert members == [(0, 2), (0, 2)]
 
 
-def test_shapes_beyond_the_limit_are_evaluated_policy_by_policy() -> None:
+def test_combinations_beyond_the_limit_are_evaluated_policy_by_policy() -> None:
     by_name = [make_policy(name=f"n{i}", rules=[{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                                  "resources": ["pods"], "resourceNames": [f"pod-{i}"]}],
                            validations=[{"expression": "true"}]) for i in range(4)]
@@ -153,7 +153,7 @@ def test_shapes_beyond_the_limit_are_evaluated_policy_by_policy() -> None:
     for i in range(4):
         subject = subject_for(pod(f"pod-{i}"), resolve=resolve)
         assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(reference, subject))
-    assert len(batches._batches) == 2
+    assert len(batches._parts) == 2 and all(part is not None for part in batches._parts.values())
 
 
 def test_many_policies_make_programs_of_a_few_and_a_failing_one_costs_only_its_own() -> None:
@@ -166,7 +166,7 @@ def test_many_policies_make_programs_of_a_few_and_a_failing_one_costs_only_its_o
     results = batches.evaluate(subject, SubjectData(subject))
     assert _fields(results) == _fields(alone(slow(engines), subject))
     assert [r.result for r in results].count("error") == 1 and [r.result for r in results].count("fail") == 1
-    (parts,) = batches._batches.values()
+    parts = [part for part in batches._parts.values() if part is not None]
     assert len(parts) == 3 and all(len(part.members) <= MAX_PART for part in parts)
     assert sorted(i for part in parts for i in part.members) == list(range(len(engines)))
     # The program holding the failing policy gives no value; the others answer their policies.
@@ -191,3 +191,24 @@ def test_policies_that_select_alike_are_matched_once_and_the_shape_is_each_ones_
         assert shape == tuple(PolicyEngine(e.policy).variant(subject) for e in engines)
         assert shape[2] is None and shape[0] is not None
         assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(slow(engines), subject))
+
+
+def test_subjects_that_differ_in_one_group_share_the_other_groups_programs() -> None:
+    """Pods of one namespace meet every policy, Pods of another all but one: the groups that one is not in keep
+    their program for both."""
+    team = {"namespaceSelector": {"matchLabels": {"team": "a"}}}
+    several = [make_policy(name=f"c{i}", validations=[{"expression": "object.spec.containers.size() > 0"}])
+               for i in range(2 * MAX_PART)]
+    selective = make_policy(name="team-a", validations=[{"expression": "true"}], matchConstraints={
+        "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"]}], **team})
+    engines = _engines(selective, *several)
+    batches = Batches(engines)
+    reference = slow(engines)
+    namespaces = {"a": {"metadata": {"name": "a", "labels": {"team": "a"}}},
+                  "b": {"metadata": {"name": "b", "labels": {"team": "b"}}}}
+    for namespace in ("a", "b", "a", "b"):
+        subject = subject_for(pod(namespace=namespace), resolve=resolve, namespaces=namespaces)
+        assert _fields(batches.evaluate(subject, SubjectData(subject))) == _fields(alone(reference, subject))
+    # Three groups: the first has a program for each namespace, the other two one for both.
+    assert len(batches._parts) == 4 and all(part is not None for part in batches._parts.values())
