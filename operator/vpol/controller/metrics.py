@@ -111,65 +111,47 @@ EVENTS = Counter("vpol_events_total", "PolicyViolation Events, by outcome (sent,
 # with .labels() each time (which takes a lock and builds a tuple key: a few microseconds, times every policy
 # of every request), and so are those of the metrics every request counts once. Admission series are never
 # removed, so a kept child stays the exported one.
-_decision_children: dict[tuple[str, str], Any] = {}
-_policy_latency_children: dict[str, Any] = {}
-_request_children: dict[tuple[str, str, str], Any] = {}
-_latency_children: dict[str, Any] = {}
-_evaluation_children: dict[str, Any] = {}
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric``'s child for ``labels``, kept in :data:`_children`."""
+    child = _children.get((metric, labels))
+    if child is None:
+        child = _children[(metric, labels)] = metric.labels(*labels)
+    return child
 
 
 def admission_decision(policy: str, decision: str) -> None:
-    child = _decision_children.get((policy, decision))
-    if child is None:
-        child = _decision_children[(policy, decision)] = ADMISSION_DECISIONS.labels(policy, decision)
-    child.inc()
+    _child(ADMISSION_DECISIONS, policy, decision).inc()
 
 
 def admission_policy_latency(policy: str, seconds: float) -> None:
-    child = _policy_latency_children.get(policy)
-    if child is None:
-        child = _policy_latency_children[policy] = ADMISSION_POLICY_LATENCY.labels(policy)
-    child.observe(seconds)
+    _child(ADMISSION_POLICY_LATENCY, policy).observe(seconds)
 
 
 def admission_outcomes(outcomes: Iterable[tuple[str, str]], seconds: float | None) -> None:
     """One answered request's decisions, (policy, decision) each, and with ``seconds`` each policy's share of
     its evaluation time: admission_decision and admission_policy_latency for each, in one call."""
-    decisions, latencies = _decision_children, _policy_latency_children
     for policy, decision in outcomes:
-        child = decisions.get((policy, decision))
-        if child is None:
-            child = decisions[(policy, decision)] = ADMISSION_DECISIONS.labels(policy, decision)
-        child.inc()
+        _child(ADMISSION_DECISIONS, policy, decision).inc()
         if seconds is not None:
-            timer = latencies.get(policy)
-            if timer is None:
-                timer = latencies[policy] = ADMISSION_POLICY_LATENCY.labels(policy)
-            timer.observe(seconds)
+            _child(ADMISSION_POLICY_LATENCY, policy).observe(seconds)
 
 
 def admission_request(webhook: str, operation: str, kind: str) -> None:
     """A request to ``webhook`` passed the boundary (vpol_admission_requests_total)."""
-    child = _request_children.get((webhook, operation, kind))
-    if child is None:
-        child = _request_children[(webhook, operation, kind)] = ADMISSION_REQUESTS.labels(webhook, operation, kind)
-    child.inc()
+    _child(ADMISSION_REQUESTS, webhook, operation, kind).inc()
 
 
 def admission_latency(webhook: str, seconds: float) -> None:
     """A request to ``webhook`` was answered in ``seconds`` (vpol_admission_duration_seconds)."""
-    child = _latency_children.get(webhook)
-    if child is None:
-        child = _latency_children[webhook] = ADMISSION_LATENCY.labels(webhook)
-    child.observe(seconds)
+    _child(ADMISSION_LATENCY, webhook).observe(seconds)
 
 
 def admission_evaluated(where: str) -> None:
     """A request was evaluated ``inline`` or by a ``worker`` (vpol_admission_evaluations_total)."""
-    child = _evaluation_children.get(where)
-    if child is None:
-        child = _evaluation_children[where] = ADMISSION_EVALUATIONS.labels(where)
-    child.inc()
+    _child(ADMISSION_EVALUATIONS, where).inc()
 
 
 # Counters with labels appear only once a label value is used; create the known
