@@ -15,11 +15,11 @@ from vpol.model.discovery import ResourceInfo
 
 
 class LifecyclePlan:
-    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
-        return lifecycle_status(findings, current)
-
     def __init__(self, context: ReconcileContext):
         self.ctx = context
+
+    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
+        return lifecycle_status(findings, current)
 
     @property
     def runner(self) -> Runner | None:

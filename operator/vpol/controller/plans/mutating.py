@@ -60,11 +60,11 @@ def _selector(key: str) -> str:
 
 
 class MutatingPlan:
-    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
-        return desired_status(findings, current)
-
     def __init__(self, context: ReconcileContext):
         self.ctx = context
+
+    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
+        return desired_status(findings, current)
 
     def map_api_version(self) -> str | None:
         """The newest MutatingAdmissionPolicy version the cluster serves (None: none)."""

@@ -29,11 +29,11 @@ from vpol.model.policy import PolicyException
 
 
 class ValidatingPlan:
-    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
-        return desired_status(findings, current)
-
     def __init__(self, context: ReconcileContext):
         self.ctx = context
+
+    def status(self, findings: Findings, current: Mapping[str, Any]) -> dict[str, Any]:
+        return desired_status(findings, current)
 
     def _set_policy(self, key: PolicyKey, policy: Any) -> None:
         if self.ctx.runner is not None:
