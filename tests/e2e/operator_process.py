@@ -47,6 +47,14 @@ def sa_kubeconfig(cluster: Any, path: Path, namespace: str = "vpol-system", name
     return path
 
 
+
+def log_tail(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of a process's log ("" when it cannot be read)."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
 class OperatorProcess:
     """`vpol run` in a subprocess with its own ports and log file."""
 
@@ -106,10 +114,7 @@ class OperatorProcess:
         return total
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-6000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 6000)
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from tests.e2e.operator_process import free_port
+from tests.e2e.operator_process import free_port, log_tail
 
 INSTALL_HINT = "install Debian's prometheus package (apt-get install prometheus)"
 
@@ -155,10 +155,7 @@ class PrometheusServer:
         return False
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-6000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 6000)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

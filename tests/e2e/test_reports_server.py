@@ -44,7 +44,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.e2e.conftest import KubeCluster, LocalClusters, e2e_required, go_built, unique_name
-from tests.e2e.operator_process import REPO, OperatorProcess, end, free_port, sa_kubeconfig
+from tests.e2e.operator_process import REPO, OperatorProcess, end, free_port, log_tail, sa_kubeconfig
 from tests.e2e.test_policy_reporter import (
     NAMESPACES,
     PolicyReporter,
@@ -140,10 +140,7 @@ class PostgreSQL:
         return [line.split("\t") for line in proc.stdout.splitlines() if line]
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 3000)
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
@@ -216,10 +213,7 @@ class ReportsServer:
         return self.proc is not None and self.proc.poll() is None
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 5000)
 
     def stop(self) -> None:
         if self.proc is not None:
