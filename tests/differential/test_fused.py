@@ -10,16 +10,13 @@ properties, autogen variant and exception. No Go needed: this runs wherever the 
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from typing import Any
 
-import yaml
 
-from tests.differential.test_kyverno import CORPUS, REPO, SUITES, _backend, _load, _values, _variations
+from tests.differential.test_kyverno import _backend, _values, _variations, every_suite
 from vpol.cel.backend import using
 from vpol.cel.fused import fused_program
-from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.engine.evaluate import PolicyEngine, Result, compile_exception
 from vpol.engine.subjects import subject_for
 
@@ -33,40 +30,34 @@ def _fields(result: Result | None) -> Any:
 
 def test_fused_programs_decide_as_expression_by_expression() -> None:
     rng = random.Random(20261125)
-    extra = [p for p in os.environ.get("VPOL_DIFFERENTIAL_EXTRA", "").split(os.pathsep) if p]
-    roots = [str(REPO / "examples"), str(CORPUS), str(SUITES), *extra]
     pairs = policies = fusible = 0
     differences = []
-    for test_file in find_test_files(roots):
-        for spec in yaml.safe_load_all(test_file.read_text()):
-            if not isinstance(spec, dict) or any(spec.get(k) for k in UNSUPPORTED_KEYS):
-                continue
-            suite = _load(test_file, spec)
-            if suite is None or not suite.loaded.policies:
-                continue
-            values = _values(suite)
-            backend, resolve = _backend(suite)
-            exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
-            fast = [PolicyEngine(p, exceptions) for p in suite.loaded.policies]
-            slow = [PolicyEngine(p, exceptions, fused=False) for p in suite.loaded.policies]
-            policies += len(fast)
-            fusible += sum(fused_program(e.compiled) is not None for e in fast)
-            originals = [d.data for d in suite.loaded.resources if isinstance(d.data, dict)]
-            objects = originals + [v for obj in originals for _ in range(2) for v in _variations(obj, rng)]
-            for operation in ("CREATE", "UPDATE", "DELETE"):
-                batch = objects if operation == "CREATE" else originals
-                for obj in batch:
-                    subject = subject_for(obj, operation=operation, resolve=resolve, namespaces=values.namespaces,
-                                          user_info=values.user_info)
-                    if operation == "UPDATE":
-                        subject = dataclasses.replace(subject, old_object=subject.object)
-                    with using(backend):
-                        for f, s in zip(fast, slow):
-                            got, want = _fields(f.evaluate(subject)), _fields(s.evaluate(subject))
-                            pairs += 1
-                            if got != want:
-                                differences.append(f"{test_file.parent.name}: {f.policy.name} on {subject.name} "
-                                                   f"({operation}): fused {got}; one by one {want}")
+    for test_file, suite in every_suite():
+        if suite is None or not suite.loaded.policies:
+            continue
+        values = _values(suite)
+        backend, resolve = _backend(suite)
+        exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
+        fast = [PolicyEngine(p, exceptions) for p in suite.loaded.policies]
+        slow = [PolicyEngine(p, exceptions, fused=False) for p in suite.loaded.policies]
+        policies += len(fast)
+        fusible += sum(fused_program(e.compiled) is not None for e in fast)
+        originals = [d.data for d in suite.loaded.resources if isinstance(d.data, dict)]
+        objects = originals + [v for obj in originals for _ in range(2) for v in _variations(obj, rng)]
+        for operation in ("CREATE", "UPDATE", "DELETE"):
+            batch = objects if operation == "CREATE" else originals
+            for obj in batch:
+                subject = subject_for(obj, operation=operation, resolve=resolve, namespaces=values.namespaces,
+                                      user_info=values.user_info)
+                if operation == "UPDATE":
+                    subject = dataclasses.replace(subject, old_object=subject.object)
+                with using(backend):
+                    for f, s in zip(fast, slow):
+                        got, want = _fields(f.evaluate(subject)), _fields(s.evaluate(subject))
+                        pairs += 1
+                        if got != want:
+                            differences.append(f"{test_file.parent.name}: {f.policy.name} on {subject.name} "
+                                               f"({operation}): fused {got}; one by one {want}")
     print(f"{pairs} (policy, resource) pairs; {fusible} of {policies} policies have a fused program")
     assert pairs >= 2000, pairs
     # The fast path is really taken: most real policies have a fused form.

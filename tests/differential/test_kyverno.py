@@ -27,6 +27,7 @@ import os
 import random
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,17 @@ def _kyverno_outcome(answer: dict[str, Any], policy: str) -> str:
     return f"{rules[0]['status']}: {rules[0]['message']}" if rules else ""
 
 
+def every_suite() -> Iterator[tuple[Path, Suite | None]]:
+    """Each Kyverno CLI test of examples/, the corpus and the project's suites (and of the folders in
+    VPOL_DIFFERENTIAL_EXTRA, os.pathsep-separated, e.g. a checkout of a public catalogue) that vpol's test runner
+    supports, with its suite loaded (None: it does not load)."""
+    extra = [p for p in os.environ.get("VPOL_DIFFERENTIAL_EXTRA", "").split(os.pathsep) if p]
+    for test_file in find_test_files([str(REPO / "examples"), str(CORPUS), str(SUITES), *extra]):
+        for spec in yaml.safe_load_all(test_file.read_text()):
+            if isinstance(spec, dict) and not any(spec.get(k) for k in UNSUPPORTED_KEYS):
+                yield test_file, _load(test_file, spec)
+
+
 def _load(test_file: Path, spec: dict[str, Any]) -> Suite | None:
     suite = Suite(test_file, spec, Loaded())
     load_policies([str(p) for p in suite.files("policies")], suite.loaded, strict_kinds=False)
@@ -433,23 +445,17 @@ def test_vpol_agrees_with_kyverno_on_every_suite_and_variation() -> None:
     binary = oracle()
     rng = random.Random(20261125)
     outcomes: list[Outcome] = []
-    # VPOL_DIFFERENTIAL_EXTRA: more suite folders (os.pathsep-separated), e.g. a checkout of a public catalogue.
-    extra = [p for p in os.environ.get("VPOL_DIFFERENTIAL_EXTRA", "").split(os.pathsep) if p]
-    for test_file in find_test_files([str(REPO / "examples"), str(CORPUS), str(SUITES), *extra]):
-        for spec in yaml.safe_load_all(test_file.read_text()):
-            if not isinstance(spec, dict) or any(spec.get(k) for k in UNSUPPORTED_KEYS):
-                continue
-            suite = _load(test_file, spec)
-            if suite is None:
-                # Our own suites must load (a broken one would silently test nothing).
-                assert SUITES not in test_file.parents, f"{test_file} does not load"
-                continue
-            if suite.loaded.mutating:
-                outcomes += _mutating_suite(suite, binary, rng)
-            if suite.loaded.policies:
-                outcomes += _validating_suite(suite, binary, rng)
-            if suite.loaded.generating or suite.loaded.deleting:
-                outcomes += _lifecycle_suite(suite, binary, rng)
+    for test_file, suite in every_suite():
+        if suite is None:
+            # Our own suites must load (a broken one would silently test nothing).
+            assert SUITES not in test_file.parents, f"{test_file} does not load"
+            continue
+        if suite.loaded.mutating:
+            outcomes += _mutating_suite(suite, binary, rng)
+        if suite.loaded.policies:
+            outcomes += _validating_suite(suite, binary, rng)
+        if suite.loaded.generating or suite.loaded.deleting:
+            outcomes += _lifecycle_suite(suite, binary, rng)
     decided = [o for o in outcomes if o.vpol or o.kyverno]
     deviations = _deviations()
     explained: dict[str, int] = {}

@@ -6,18 +6,15 @@ matchCondition, policies it does not hold, more programs than it keeps)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from typing import Any
 
-import yaml
 
-from tests.differential.test_kyverno import CORPUS, REPO, SUITES, _backend, _load, _values, _variations
+from tests.differential.test_kyverno import REPO, _backend, _values, _variations, every_suite
 from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
 from vpol.cel.backend import using
 from vpol.cli.inputs import load_policies
-from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.engine.evaluate import (MAX_PART, Batches, PolicyEngine, Result, SubjectData, _part_values,
                                   compile_exception)
 from vpol.engine.subjects import subject_for
@@ -50,38 +47,33 @@ def test_batches_decide_as_each_policy_alone_on_every_suite() -> None:
     pod_security = load_policies([str(REPO / "examples" / "pod-security")]).policies[::4]
     beside = [PolicyEngine(p) for p in pod_security]
     beside_reference = slow(beside)
-    extra = [p for p in os.environ.get("VPOL_DIFFERENTIAL_EXTRA", "").split(os.pathsep) if p]
     subjects = batched = 0
     differences = []
-    for test_file in find_test_files([str(REPO / "examples"), str(CORPUS), str(SUITES), *extra]):
-        for spec in yaml.safe_load_all(test_file.read_text()):
-            if not isinstance(spec, dict) or any(spec.get(k) for k in UNSUPPORTED_KEYS):
-                continue
-            suite = _load(test_file, spec)
-            if suite is None or not suite.loaded.policies:
-                continue
-            values = _values(suite)
-            backend, resolve_suite = _backend(suite)
-            exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
-            own = [PolicyEngine(p, exceptions) for p in suite.loaded.policies]
-            batches = Batches([*own, *beside], limit=1000)
-            reference = [*slow(own), *beside_reference]
-            originals = [d.data for d in suite.loaded.resources if isinstance(d.data, dict)]
-            objects = originals + [v for obj in originals for v in _variations(obj, rng)]
-            for operation in ("CREATE", "UPDATE", "DELETE"):
-                for obj in objects if operation == "CREATE" else originals:
-                    subject = subject_for(obj, operation=operation, resolve=resolve_suite,
-                                          namespaces=values.namespaces, user_info=values.user_info)
-                    if operation == "UPDATE":
-                        subject = dataclasses.replace(subject, old_object=subject.object)
-                    with using(backend):
-                        got = _fields(batches.evaluate(subject, SubjectData(subject)))
-                        want = _fields(alone(reference, subject))
-                    subjects += 1
-                    if got != want:
-                        differences.append(f"{test_file.parent.name} on {subject.name} ({operation}):\n"
-                                           f"  batch    {got}\n  one by one {want}")
-            batched += sum(part is not None for part in batches._parts.values())
+    for test_file, suite in every_suite():
+        if suite is None or not suite.loaded.policies:
+            continue
+        values = _values(suite)
+        backend, resolve_suite = _backend(suite)
+        exceptions = [compile_exception(e) for e in suite.loaded.exceptions]
+        own = [PolicyEngine(p, exceptions) for p in suite.loaded.policies]
+        batches = Batches([*own, *beside], limit=1000)
+        reference = [*slow(own), *beside_reference]
+        originals = [d.data for d in suite.loaded.resources if isinstance(d.data, dict)]
+        objects = originals + [v for obj in originals for v in _variations(obj, rng)]
+        for operation in ("CREATE", "UPDATE", "DELETE"):
+            for obj in objects if operation == "CREATE" else originals:
+                subject = subject_for(obj, operation=operation, resolve=resolve_suite,
+                                      namespaces=values.namespaces, user_info=values.user_info)
+                if operation == "UPDATE":
+                    subject = dataclasses.replace(subject, old_object=subject.object)
+                with using(backend):
+                    got = _fields(batches.evaluate(subject, SubjectData(subject)))
+                    want = _fields(alone(reference, subject))
+                subjects += 1
+                if got != want:
+                    differences.append(f"{test_file.parent.name} on {subject.name} ({operation}):\n"
+                                       f"  batch    {got}\n  one by one {want}")
+        batched += sum(part is not None for part in batches._parts.values())
     print(f"{subjects} subjects, {batched} batches built")
     assert subjects >= 2000 and batched >= 50, (subjects, batched)  # batched: programs built
     assert not differences, f"{len(differences)} differences:\n" + "\n".join(differences[:20])
