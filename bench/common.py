@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -130,8 +131,10 @@ class Cluster:
     script: Path | None = None
 
     @classmethod
-    def start(cls, state_dir: Path, apiserver_args: Sequence[str] = (), node: bool = False) -> "Cluster":
+    def start(cls, state_dir: Path, apiserver_args: Sequence[str] = (), node: bool = False,
+              etcd_quota_bytes: int = 0) -> "Cluster":
         extra = [f"--apiserver-arg={a}" for a in apiserver_args] + (["--node"] if node else [])
+        extra += [f"--etcd-quota-bytes={etcd_quota_bytes}"] if etcd_quota_bytes else []
         proc = None
         for script in (CLUSTER_SCRIPT, None):
             path = script or _committed_script()
@@ -181,7 +184,7 @@ class BenchRun:
 
     @classmethod
     def begin(cls, workdir: str | None, prefix: str, kubeconfig: str | None, kubectl: str | None,
-              apiserver_args: Sequence[str] = (), node: bool = False) -> "BenchRun":
+              apiserver_args: Sequence[str] = (), node: bool = False, etcd_quota_bytes: int = 0) -> "BenchRun":
         print("machine:\n" + "\n".join(f"  {k}: {v}" for k, v in machine().items()))
         print(f"  busiest processes at start (pcpu rss comm): {other_load()}")
         work = Path(workdir or tempfile.mkdtemp(prefix=prefix))
@@ -189,8 +192,8 @@ class BenchRun:
         load = LoadSampler()
         load.start()
         started = time.monotonic()
-        cluster = Cluster.existing(kubeconfig, kubectl) if kubeconfig else Cluster.start(work / "cluster",
-                                                                                           apiserver_args, node)
+        cluster = (Cluster.existing(kubeconfig, kubectl) if kubeconfig
+                   else Cluster.start(work / "cluster", apiserver_args, node, etcd_quota_bytes))
         return cls(work, cluster, load, started)
 
     def end(self) -> str:
@@ -455,6 +458,34 @@ def control_plane_parts() -> dict[str, list[int]]:
         mode = argv[1].decode() if len(argv) > 1 else ""
         parts[mode if mode in parts else "etcd (supervisor)"].append(pid)
     return parts
+
+
+def control_plane_memory(state_dir: Path | None) -> list[list[str]]:
+    """Rows of the local control plane's memory now: kube-apiserver's and the supervisor's (etcd runs embedded in
+    it) resident and peak memory, and etcd's database size (allocated and in use, from its metrics). Empty with
+    --kubeconfig."""
+    if state_dir is None:
+        return []
+    rows = []
+    for part, pids in control_plane_parts().items():
+        if part == "kube-controller-manager" or not pids:
+            continue
+        rss = sum(status_kib(pid, "VmRSS") for pid in pids) / 1024
+        hwm = sum(status_kib(pid, "VmHWM") for pid in pids) / 1024
+        rows.append([f"  {part} RSS / peak", f"{rss:.0f} / {hwm:.0f} MiB", ""])
+    try:
+        port = json.loads((state_dir / "ready.json").read_text())["ports"]["etcd-client"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
+    except (OSError, KeyError, ValueError):
+        return rows
+    size = {name: float(value) for name, value in re.findall(
+        r"^(etcd_mvcc_db_total_size(?:_in_use)?_in_bytes) (\S+)$", metrics, re.MULTILINE)}
+    if size:
+        rows.append(["  etcd database: allocated / in use",
+                     f"{size.get('etcd_mvcc_db_total_size_in_bytes', 0) / 2**20:.0f} / "
+                     f"{size.get('etcd_mvcc_db_total_size_in_use_in_bytes', 0) / 2**20:.0f} MiB", ""])
+    return rows
 
 
 def pids_named(name: str) -> list[int]:

@@ -102,6 +102,8 @@ func runUp(argv []string) int {
 	verbosity := fs.Int("v", 1, "log verbosity of kube-apiserver and kube-controller-manager")
 	timeout := fs.Duration("timeout", 180*time.Second, "give up if the cluster is not ready within this time")
 	withNode := fs.Bool("node", false, "also run kube-scheduler and a node (kubelet and containerd) whose Pods run here")
+	etcdQuota := fs.Int64("etcd-quota-bytes", 0, "etcd's backend size limit (0: etcd's default, 2 GiB); large benchmarks "+
+		"(100,000 Pods and their reports) need more")
 	var apiExtra, kcmExtra stringList
 	fs.Var(&apiExtra, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--feature-gates=X=true (repeatable)")
 	fs.Var(&kcmExtra, "controller-manager-arg", "extra kube-controller-manager flag (repeatable)")
@@ -115,7 +117,8 @@ func runUp(argv []string) int {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("[vpol-controlplane] ")
 
-	u := &upper{start: time.Now(), verbosity: *verbosity, apiExtra: apiExtra, kcmExtra: kcmExtra, withNode: *withNode}
+	u := &upper{start: time.Now(), verbosity: *verbosity, apiExtra: apiExtra, kcmExtra: kcmExtra, withNode: *withNode,
+		etcdQuota: *etcdQuota}
 	var err error
 	if u.dir, err = filepath.Abs(*dir); err != nil {
 		log.Print(err)
@@ -174,6 +177,7 @@ type upper struct {
 	kcmExtra  []string
 	withNode  bool
 	node      *node
+	etcdQuota int64
 
 	pki       *pki
 	etcd      *embed.Etcd
@@ -374,6 +378,9 @@ func (u *upper) startEtcd(ctx context.Context, clientPort, peerPort int) (string
 	cfg.LogOutputs = []string{u.path("etcd.log")}
 	// Throw-away test data: durability is not worth the fsync latency.
 	cfg.UnsafeNoFsync = true
+	if u.etcdQuota > 0 {
+		cfg.QuotaBackendBytes = u.etcdQuota
+	}
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
