@@ -11,7 +11,7 @@ signatures cosign made (tests/signing/tools.py), the operator running as its Ser
 - a stopped registry: requests are answered within the webhook timeout by the policy's failurePolicy, an image
   verified before is still admitted from the cache, and a restarted registry is used again;
 - background scans: Pods that existed before the policy get its results in their PolicyReports, the same results
-  admission gives for the same images (and `vpol apply` too)."""
+  admission gives for the same images (and `vpol apply` too), and a restarted operator writes none of them again."""
 
 from __future__ import annotations
 
@@ -249,9 +249,9 @@ def test_a_stopped_registry_is_answered_by_the_failure_policy_within_the_timeout
         own.stop()
 
 
-def test_background_reports_agree_with_admission_and_the_cli(
+def test_background_reports_agree_with_admission_and_the_cli_and_survive_a_restart(
         kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any],
-        tmp_path: Path) -> None:
+        tmp_path: Path, operator: OperatorProcess) -> None:
     from vpol.cli.main import main
 
     pods = {what: pod_doc(f"old-{what}", namespace, signed[what]) for what in ("good", "unsigned", "stranger")}
@@ -292,6 +292,24 @@ def test_background_reports_agree_with_admission_and_the_cli(
     for what, doc in pods.items():
         row = rows[doc["metadata"]["name"]]
         assert (row["result"], row["message"]) == (results[what]["result"], results[what]["message"]), what
+
+    # A restarted operator finds the reports as it left them: its first scan waits for the image policy as for
+    # the others (its results are in the same reports) and writes none of them again.
+    def report_versions() -> dict[str, str]:
+        items = json.loads(cluster.kubectl("get", "policyreport", "-n", namespace, "-o", "json").stdout)["items"]
+        return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
+
+    before = report_versions()
+    assert len(before) == len(pods)
+    operator.stop()
+    operator.start()
+    wait_for("the restarted operator's first full scan",
+             lambda: operator.metric_value("vpol_scan_last_success_timestamp_seconds", {}) > 0, timeout=90)
+    wait_for("the image policy's background scan after the restart",
+             lambda: operator.metric_value("vpol_policy_results_total", {"policy": name}) >= len(pods), timeout=60)
+    time.sleep(3)
+    assert operator.metric_value("vpol_report_writes_total", {}) == 0, operator.log()
+    assert report_versions() == before
 
 
 def test_a_private_registry_is_read_with_the_pull_secret_the_policy_names(
