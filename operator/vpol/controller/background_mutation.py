@@ -39,7 +39,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
-from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.controller.scan_events import Batch
 from vpol.controller.token_bucket import TokenBucket
 from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subject
@@ -103,6 +103,14 @@ class BackgroundMutation(RunnerDefaults):
         self.writes = 0
 
     # -- the policies (thread-safe) ---------------------------------------------------------------------------
+
+    kind = "MutatingPolicy"
+    reports_results = True
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        """A MutatingPolicy that mutates existing objects (None: no more); a created or changed spec mutates every
+        target at once."""
+        return Handed(changed=True, event=("mutating", key)) if self.set_policy(key, policy) else Handed()
 
     def set_policy(self, key: str, policy: MutatingPolicy | None) -> bool:
         """A policy that mutates existing objects (None: stop). True when what evaluation depends on changed."""

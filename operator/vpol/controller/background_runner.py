@@ -3,16 +3,17 @@
 The paths: validation scans (ValidatingPolicies, vpol.controller.validation_scans), image scans
 (ImageValidatingPolicies, vpol.controller.image_scans), mutation of existing objects
 (vpol.controller.background_mutation), generation (vpol.controller.generation) and scheduled deletion
-(vpol.controller.deletion). Each is a :class:`BackgroundRunner`: its policies and what its results say of them in the
-reports, the resources it watches and since which resourceVersion, what it does with a batch of changed objects,
-what a full scan does, and what is due now. The scanner loops over them; what a path does not do is the default of
-:class:`RunnerDefaults`.
+(vpol.controller.deletion). Each is a :class:`BackgroundRunner`: the kind of policy its plan hands it
+(:meth:`BackgroundRunner.hand_over`), its policies and what its results say of them in the reports, the resources it
+watches and since which resourceVersion, what it does with a batch of changed objects, what a full scan does, and
+what is due now. The scanner loops over them; what a path does not do is the default of :class:`RunnerDefaults`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from vpol.controller.scan_events import Batch
 from vpol.controller.scan_watches import GVR
@@ -20,7 +21,33 @@ from vpol.desired.report import PolicyMeta
 from vpol.model.discovery import Discovery, ResourceInfo
 
 
+@dataclass(frozen=True)
+class Handed:
+    """What handing a policy to a runner changed, for the scanner to act on."""
+
+    #: Its policies changed: the reports' policy metadata is computed again.
+    changed: bool = False
+    #: The scanner waits until such changes stop coming before it scans (a burst of policies applied together is
+    #: scanned once, not once per policy).
+    settle: bool = False
+    #: What the scanner's loop does about it (vpol.controller.scan_events), None: nothing.
+    event: tuple[Any, ...] | None = None
+
+
 class BackgroundRunner(Protocol):
+    #: The policy kind (its cluster-wide name in vpol.engine.kinds, for both variants) whose policies its plan hands
+    #: it; "" for none.
+    kind: ClassVar[str]
+    #: Its results are in the reports: the first scan after a start waits until every policy of its kind that
+    #: existed then was handed over (else it takes their results for stale and writes those reports again).
+    reports_results: ClassVar[bool]
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        """A policy of its kind by policy key (``name`` or ``namespace/name``) as its plan found it: valid, or None
+        (invalid, not for this path, or gone); ``details`` are the kind's own (a GeneratingPolicy's ``gone``, a
+        DeletingPolicy's ``last_execution``)."""
+        ...
+
     def policies(self) -> Sequence[Any]:
         """The policies it runs with now."""
         ...
@@ -59,6 +86,12 @@ class BackgroundRunner(Protocol):
 
 class RunnerDefaults:
     """What a path that does not take part in one of the scanner's steps does there: nothing."""
+
+    kind: ClassVar[str] = ""
+    reports_results: ClassVar[bool] = False
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        return Handed()
 
     def policies(self) -> Sequence[Any]:
         return []

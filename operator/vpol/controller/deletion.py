@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
-from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.desired.report import PolicyMeta
 from vpol.controller.token_bucket import TokenBucket
 from vpol.desired.events import EventSpec, ObjectRef
@@ -130,6 +130,14 @@ class Deletion(RunnerDefaults):
         self.missing: dict[str, tuple[str, ...]] = {}
 
     # -- the policies (thread-safe) ---------------------------------------------------------------------------
+
+    kind = "DeletingPolicy"
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        """A DeletingPolicy to run on its schedule (None: no more), with its ``status.lastExecutionTime``
+        (``last_execution``)."""
+        self.set_policy(key, policy, str(details.get("last_execution", "")))
+        return Handed()
 
     def set_policy(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None:
         """A valid policy and its ``status.lastExecutionTime`` (None: gone or invalid)."""

@@ -50,7 +50,7 @@ from kubernetes.client.rest import ApiException
 
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
-from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.controller.scan_evaluator import start_quietly
 from vpol.controller.scan_events import Batch
 from vpol.controller.token_bucket import TokenBucket
@@ -228,8 +228,20 @@ class Generation(RunnerDefaults):
                 self._engines.pop(key, None)
             return changed
 
-    def hand_over(self, key: str, policy: GeneratingPolicy | None, *,
-                  gone: bool = False) -> tuple[bool, GeneratingPolicy | None]:
+    kind = "GeneratingPolicy"
+    reports_results = True
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        """A GeneratingPolicy to generate with (None: no more); created or changed, its existing triggers are
+        generated for as its settings say; deleted (``gone``), its downstreams go as its settings say (a policy
+        that became invalid only stops: what it generated stays)."""
+        changed, removed = self.take(key, policy, gone=bool(details.get("gone")))
+        if removed is not None:
+            return Handed(changed=changed, event=("generating-removed", removed))
+        return Handed(changed=changed, event=("generating", key) if changed and policy is not None else None)
+
+    def take(self, key: str, policy: GeneratingPolicy | None, *,
+             gone: bool = False) -> tuple[bool, GeneratingPolicy | None]:
         """The policy as its reconcile read it: valid, invalid (None) or deleted (``gone``). Returns whether the
         policies changed, and the policy whose downstreams must now go as it said (a deleted one; one that became
         invalid only stops, and what it generated stays until it is deleted)."""

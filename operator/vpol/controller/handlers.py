@@ -203,7 +203,7 @@ async def _queue_every_policy(rt: Runtime) -> None:
         objects = rt.reconciler.objects
         listed = await asyncio.to_thread(StartupPolicies.read, objects)
         if rt.scanner is not None:
-            rt.scanner.expect(listed.expected())
+            rt.scanner.expect(listed.keys())
         for key in listed.keys():
             rt.queue.add(key)
     except Exception as exc:  # noqa: BLE001 - try again at the next period

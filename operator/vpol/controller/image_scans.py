@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vpol.cel.backend import Backend, current, using
-from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.evaluate import CompiledException, Result
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
@@ -38,6 +38,9 @@ def scanned(policy: ImageValidatingPolicy | None) -> bool:
 
 
 class ImageScans(RunnerDefaults):
+    kind = "ImageValidatingPolicy"
+    reports_results = True
+
     def __init__(self, exceptions: Callable[[], Sequence[CompiledException]] = lambda: (),
                  clients: RegistryClients | None = None, backend: Backend | None = None):
         self.exceptions = exceptions
@@ -63,6 +66,9 @@ class ImageScans(RunnerDefaults):
                 self._policies[key] = wanted
             self._engines = None
         return True
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        return Handed(changed=True, event=("images", key)) if self.set_policy(key, policy) else Handed()
 
     def exceptions_changed(self) -> None:
         with self._lock:

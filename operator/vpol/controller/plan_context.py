@@ -45,22 +45,14 @@ class ReconcileResult:
 
 class Runner(Protocol):
     """What plans tell the background work (vpol.controller.scanner.Scanner) of the policies they reconcile: each
-    valid policy (None when it is invalid or gone) and the cluster's PolicyExceptions. Keys are policy keys
-    (``name`` or ``namespace/name``)."""
+    policy of any kind (None when it is invalid, not for background work, or gone), handed to its kind's runner, and
+    the cluster's PolicyExceptions."""
 
     generation: Any
     deletion: Any
     images: Any
 
-    def set_policy(self, key: str, policy: Any) -> None: ...
-
-    def set_mutating(self, key: str, policy: Any) -> None: ...
-
-    def set_generating(self, key: str, policy: Any, *, gone: bool = False) -> None: ...
-
-    def set_deleting(self, key: str, policy: Any, last_execution: str = "") -> None: ...
-
-    def set_image(self, key: str, policy: Any) -> None: ...
+    def hand_over(self, key: PolicyKey, policy: Any | None, **details: Any) -> None: ...
 
     def set_exceptions(self, exceptions: list[PolicyException]) -> None: ...
 

@@ -17,12 +17,7 @@ from vpol.controller.queue_keys import PolicyKey
 from vpol.engine.kinds import KINDS
 from vpol.kube.objects import Objects
 from vpol.model.parse import parse_policy
-from vpol.model.policy import ValidatingPolicy, policy_key
-
-#: How a MutatingPolicy or a GeneratingPolicy seen is counted (StartupGate): their results are in the reports too.
-MUTATING_SEEN = "MutatingPolicy:"
-GENERATING_SEEN = "GeneratingPolicy:"
-
+from vpol.model.policy import ValidatingPolicy
 
 def background_scanned(policy: ValidatingPolicy | None) -> bool:
     """Whether background scans evaluate ``policy`` and report its results: background evaluation enabled and no
@@ -56,34 +51,26 @@ class StartupPolicies:
         return [PolicyKey.from_meta(kind, body.get("metadata") or {})
                 for kind, bodies in self.bodies.items() for body in bodies]
 
-    def expected(self) -> list[str]:
-        """The names StartupGate.expect waits for: every ValidatingPolicy's, and every MutatingPolicy's and
-        GeneratingPolicy's (cluster-wide and namespaced), whose results are in the reports too."""
-        def keys(kind: str, prefix: str = "") -> list[str]:
-            return [prefix + policy_key(b.get("metadata") or {}) for b in self.bodies.get(kind, ())]
-        return keys("ValidatingPolicy") + keys("MutatingPolicy", MUTATING_SEEN) + \
-            keys("GeneratingPolicy", GENERATING_SEEN)
-
 
 class StartupGate:
     """Open once every policy that existed at start-up has been seen (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._expected: set[str] | None = None
-        self._seen: set[str] = set()
+        self._expected: set[PolicyKey] | None = None
+        self._seen: set[PolicyKey] = set()
         self._open = threading.Event()
 
-    def expect(self, names: Iterable[str]) -> None:
+    def expect(self, keys: Iterable[PolicyKey]) -> None:
         """The policies that exist at start-up (the first call counts)."""
         with self._lock:
             if self._expected is None:
-                self._expected = set(names)
+                self._expected = set(keys)
                 self._check()
 
-    def seen(self, name: str) -> None:
+    def seen(self, key: PolicyKey) -> None:
         with self._lock:
-            self._seen.add(name)
+            self._seen.add(key)
             self._check()
 
     def is_open(self) -> bool:

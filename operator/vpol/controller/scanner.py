@@ -41,7 +41,7 @@ from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.report_store import ReportStore
 from vpol.controller.scan_evaluator import ScanEvaluator, start_quietly
 from vpol.controller.scan_events import Batch, Event, ScanEvents
-from vpol.controller.scan_startup import GENERATING_SEEN, MUTATING_SEEN, StartupGate, StartupPolicies, scanned_policy
+from vpol.controller.scan_startup import StartupGate, StartupPolicies, scanned_policy
 from vpol.controller.scan_watches import GVR, ScanWatches
 from vpol.controller.validation_scans import ValidationScans
 from vpol.desired.report import PolicyMeta
@@ -53,12 +53,8 @@ from vpol.kube.errors import describe
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import PLURALS, Objects
 from vpol.kube.reports import Reports
-from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import ResourceInfo
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
+from vpol.model.policy import PolicyException, active_exceptions
 
 logger = logging.getLogger(__name__)
 
@@ -134,58 +130,38 @@ class Scanner(threading.Thread):
         #: downstreams are not held up by the scans).
         self.runners: tuple[BackgroundRunner, ...] = (self.mutation, self.generation, self.validation, self.images,
                                                       self.deletion)
+        #: The runner each kind's policies are handed to, and the kinds the first scan waits for.
+        self._by_kind: dict[str, BackgroundRunner] = {r.kind: r for r in self.runners if r.kind}
+        self._gating = {r.kind for r in self.runners if r.reports_results}
         #: Told the key of a policy whose status should be reconciled (a GeneratingPolicy's or DeletingPolicy's).
         self.notify: Any = None
 
     # -- inputs (thread-safe) ---------------------------------------------------------------
 
-    def set_policy(self, name: str, policy: ValidatingPolicy | None) -> None:
-        """A ValidatingPolicy to scan with (None, or one not background-scanned: stop scanning with it).
+    def hand_over(self, key: PolicyKey, policy: Any | None, **details: Any) -> None:
+        """A policy as its plan (or, for a ValidatingPolicy, the scanner's own watch of them) found it: valid, or
+        None (invalid, not for background work, or gone), to the runner of its kind; ``details`` are the kind's own
+        (vpol.controller.background_runner.BackgroundRunner.hand_over).
 
-        Called from the scanner's watch of the policies (scanned_policy) and again by its reconcile, which may
-        have read an older version of it (vpol.controller.validation_scans.ValidationScans.set_policy)."""
-        self.startup.seen(name)
-        if self.validation.set_policy(name, policy):
+        A ValidatingPolicy is handed over by the scanner's watch and again by its reconcile, which may have read an
+        older version of it (vpol.controller.validation_scans.ValidationScans.set_policy)."""
+        self.startup.seen(key)
+        runner = self._by_kind.get(key.kind)
+        if runner is None:
+            return
+        handed = runner.hand_over(key.policy_key, policy, **details)
+        if handed.changed:
             with self._lock:
                 self._meta_cache = None
-                self._policies_changed = time.monotonic()
-            self._events.put(("policy", name))
-
-    def set_image(self, key: str, policy: ImageValidatingPolicy | None) -> None:
-        """An ImageValidatingPolicy to scan with (None, or one not background-scanned: no more)."""
-        if self.images.set_policy(key, policy):
-            self._forget_meta()
-            self._events.put(("images", key))
-
-    def set_mutating(self, key: str, policy: MutatingPolicy | None) -> None:
-        """A MutatingPolicy that mutates existing objects (None: no more); its created or changed spec mutates
-        every target at once."""
-        self.startup.seen(MUTATING_SEEN + key)
-        if self.mutation.set_policy(key, policy):
-            self._forget_meta()
-            self._events.put(("mutating", key))
-
-    def set_generating(self, key: str, policy: GeneratingPolicy | None, *, gone: bool = False) -> None:
-        """A GeneratingPolicy to generate with (None: no more); created or changed, its existing triggers are
-        generated for as its settings say; deleted (``gone``), its downstreams go as its settings say (a policy
-        that became invalid only stops: what it generated stays)."""
-        self.startup.seen(GENERATING_SEEN + key)
-        changed, removed = self.generation.hand_over(key, policy, gone=gone)
-        if changed:
-            self._forget_meta()
-        if removed is not None:
-            self._events.put(("generating-removed", removed))
-        elif changed and policy is not None:
-            self._events.put(("generating", key))
+                if handed.settle:
+                    self._policies_changed = time.monotonic()
+        if handed.event is not None:
+            self._events.put(handed.event)
 
     def retry_generation(self, key: str) -> None:
         """A pass of the GeneratingPolicy ``key`` (its permissions were granted: what failed is tried again)."""
         if self.generation.get(key) is not None:
             self._events.put(("generating", key))
-
-    def set_deleting(self, key: str, policy: DeletingPolicy | None, last_execution: str = "") -> None:
-        """A DeletingPolicy to run on its schedule (None: no more), and its ``status.lastExecutionTime``."""
-        self.deletion.set_policy(key, policy, last_execution)
 
     def set_exceptions(self, exceptions: Iterable[PolicyException]) -> None:
         new = list(exceptions)
@@ -199,9 +175,10 @@ class Scanner(threading.Thread):
             self._policies_changed = time.monotonic()
         self._events.put(("exceptions",))
 
-    def expect(self, names: Iterable[str]) -> None:
-        """The policies that exist at start-up; scanning starts once each has been seen."""
-        self.startup.expect(names)
+    def expect(self, keys: Iterable[PolicyKey]) -> None:
+        """The policies that exist at start-up; scanning starts once each whose results are in the reports (its
+        runner's ``reports_results``) has been handed over."""
+        self.startup.expect(k for k in keys if k.kind in self._gating)
 
     def kinds_changed(self) -> None:
         """The cluster's kinds changed (a CRD came or went; discovery has been refreshed): watch what the policies
@@ -222,10 +199,6 @@ class Scanner(threading.Thread):
             exceptions = list(self._exceptions)
         return [compile_exception(e) for e in exceptions]
 
-    def _forget_meta(self) -> None:
-        with self._lock:
-            self._meta_cache = None
-
     def _notify_generating(self, key: str) -> None:
         if self.notify is not None:
             self.notify(PolicyKey.of("GeneratingPolicy", key))
@@ -241,9 +214,9 @@ class Scanner(threading.Thread):
     def _on_policy_object(self, etype: str, obj: dict[str, Any]) -> None:
         if etype not in ("ADDED", "MODIFIED", "DELETED"):
             return
-        key = policy_key(obj.get("metadata") or {})
+        key = PolicyKey.from_meta("ValidatingPolicy", obj.get("metadata") or {})
         try:
-            self.set_policy(key, None if etype == "DELETED" else scanned_policy(obj))
+            self.hand_over(key, None if etype == "DELETED" else scanned_policy(obj))
         except Exception:  # noqa: BLE001 - the operator's handlers and reconciles tell the scanner as well
             logger.exception("background scans: could not read policy %s", key)
 
@@ -317,8 +290,8 @@ class Scanner(threading.Thread):
 
     def _prime(self) -> None:
         """Tell the scanner every ValidatingPolicy, NamespacedValidatingPolicy and PolicyException there is now, and
-        have the first scan wait until the operator's reconciles have told it every MutatingPolicy and
-        GeneratingPolicy too (StartupPolicies)."""
+        have the first scan wait until the operator's reconciles have handed over every other policy whose results
+        are in the reports too (StartupPolicies, Scanner.expect)."""
         objects = Objects(self.api)
         try:
             listed = StartupPolicies.read(objects)
@@ -329,12 +302,12 @@ class Scanner(threading.Thread):
             return
         self.set_exceptions(exceptions)
         for body in listed.bodies.get("ValidatingPolicy", ()):
-            key = policy_key(body.get("metadata") or {})
+            key = PolicyKey.from_meta("ValidatingPolicy", body.get("metadata") or {})
             try:
-                self.set_policy(key, scanned_policy(body))
+                self.hand_over(key, scanned_policy(body))
             except Exception:  # noqa: BLE001 - one unreadable policy does not stop the others
                 logger.exception("background scans: could not read policy %s", key)
-        self.expect(listed.expected())
+        self.expect(listed.keys())
 
     def _deactivate(self) -> None:
         self.watches.stop()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vpol.controller import metrics
-from vpol.controller.background_runner import RunnerDefaults
+from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.controller.image_scans import ImageScans
 from vpol.controller.report_store import WRITERS, ReportStore
 from vpol.controller.scan_evaluator import ScanEvaluator
@@ -63,6 +63,14 @@ class ValidationScans(RunnerDefaults):
         self._policies: dict[str, ValidatingPolicy] = {}
 
     # -- the policies -----------------------------------------------------------------------
+
+    kind = "ValidatingPolicy"
+    reports_results = True
+
+    def hand_over(self, key: str, policy: Any | None, **details: Any) -> Handed:
+        if not self.set_policy(key, policy):
+            return Handed()
+        return Handed(changed=True, settle=True, event=("policy", key))
 
     def set_policy(self, name: str, policy: ValidatingPolicy | None) -> bool:
         """Scan with ``policy`` (None, or one not background-scanned: no more); whether that changed anything.

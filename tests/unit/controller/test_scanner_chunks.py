@@ -11,6 +11,7 @@ from tests.unit.policies import make_policy
 from vpol.controller import validation_scans
 from vpol.controller.scanner import Scanner
 from vpol.engine.evaluate import Result
+from vpol.controller.queue_keys import PolicyKey
 
 POLICY = make_policy(name="p", validations=[{"expression": "true"}])
 
@@ -37,7 +38,7 @@ def config_maps(count: int) -> list[dict[str, Any]]:
 def test_the_writers_get_the_first_reports_after_a_small_chunk_then_chunks_double() -> None:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     scanner.store.reports = RecordingReports()  # type: ignore[assignment]
-    scanner.set_policy("p", POLICY)
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), POLICY)
     evaluator = RecordingEvaluator(scanner)
     try:
         count = scanner.validation.scan_objects(config_maps(1000), None, evaluator)  # type: ignore[arg-type]

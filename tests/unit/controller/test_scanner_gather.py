@@ -11,6 +11,7 @@ from kubernetes import client
 from tests.unit.policies import make_policy
 from vpol.controller import scan_events, scan_watches
 from vpol.controller.scanner import Scanner
+from vpol.controller.queue_keys import PolicyKey
 
 
 class SlowStartEvaluator:
@@ -38,10 +39,10 @@ def test_a_burst_that_ends_while_the_worker_starts_is_gathered_whole(monkeypatch
 
     def burst() -> None:
         for p in policies[1:]:
-            scanner.set_policy(p.name, p)
+            scanner.hand_over(PolicyKey.of("ValidatingPolicy", p.name), p)
             time.sleep(0.01)
 
-    scanner.set_policy(policies[0].name, policies[0])
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", policies[0].name), policies[0])
     first = scanner._events.get(1.0)
     sender = threading.Thread(target=burst)
     sender.start()

@@ -11,6 +11,7 @@ from kubernetes import client
 from vpol.controller.scanner import Scanner
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef
 from vpol.model.generating import parse_generating_policy
+from vpol.controller.queue_keys import PolicyKey
 
 
 def _policy() -> Any:
@@ -31,39 +32,39 @@ def _queued(scanner: Scanner) -> list[tuple[Any, ...]]:
 def test_a_deleted_policy_is_removed_with_its_downstreams() -> None:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     policy = _policy()
-    scanner.set_generating("p", policy)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), policy)
     assert _queued(scanner) == [("generating", "p")]
-    scanner.set_generating("p", policy)  # the same spec again: nothing to do
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), policy)  # the same spec again: nothing to do
     assert _queued(scanner) == []
-    scanner.set_generating("p", None, gone=True)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), None, gone=True)
     assert _queued(scanner) == [("generating-removed", policy)]
 
 
 def test_an_invalid_policy_only_stops_until_it_is_deleted() -> None:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     policy = _policy()
-    scanner.set_generating("p", policy)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), policy)
     _queued(scanner)
-    scanner.set_generating("p", None)  # invalid now
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), None)  # invalid now
     assert _queued(scanner) == [] and scanner.generation.get("p") is None
-    scanner.set_generating("p", None, gone=True)  # then deleted: its downstreams go as it said
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), None, gone=True)  # then deleted: its downstreams go as it said
     assert _queued(scanner) == [("generating-removed", policy)]
 
 
 def test_an_invalid_policy_made_valid_again_generates_again() -> None:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     policy = _policy()
-    scanner.set_generating("p", policy)
-    scanner.set_generating("p", None)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), policy)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), None)
     _queued(scanner)
-    scanner.set_generating("p", policy)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), policy)
     assert _queued(scanner) == [("generating", "p")]
-    scanner.set_generating("p", None, gone=True)
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), None, gone=True)
     assert _queued(scanner) == [("generating-removed", policy)]
 
 
-def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypatch: Any) -> None:
-    """Their results are in the reports too: a first scan before they are known would take those results for stale
+def test_the_first_scan_waits_for_every_policy_whose_results_are_in_the_reports(monkeypatch: Any) -> None:
+    """MutatingPolicies', GeneratingPolicies' and ImageValidatingPolicies' results are in the reports too: a first scan before they are known would take those results for stale
     and rewrite every such report (bench/generate.py found it: a restarted operator, nothing changed, deleted the
     ClusterPolicyReport of every generated-for Namespace and wrote each again)."""
     import vpol.controller.scanner as scanner_module
@@ -74,7 +75,9 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
 
     listed = scanner_module.StartupPolicies({"MutatingPolicy": [body("MutatingPolicy", "m")],
                                              "GeneratingPolicy": [body("GeneratingPolicy", "p"),
-                                                                  body("NamespacedGeneratingPolicy", "q", "team-a")]})
+                                                                  body("NamespacedGeneratingPolicy", "q", "team-a")],
+                                             "ImageValidatingPolicy": [body("ImageValidatingPolicy", "i")],
+                                             "DeletingPolicy": [body("DeletingPolicy", "d")]})
 
     class NoExceptions:
         def __init__(self, _api: Any) -> None:
@@ -88,11 +91,13 @@ def test_the_first_scan_waits_for_every_mutating_and_generating_policy(monkeypat
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     scanner._prime()
     assert not scanner.startup.is_open()
-    scanner.set_mutating("m", None)  # one without mutateExisting is seen all the same
-    scanner.set_generating("p", _policy())
+    scanner.hand_over(PolicyKey.of("MutatingPolicy", "m"), None)  # one without mutateExisting is seen all the same
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "p"), _policy())
     assert not scanner.startup.is_open()
-    scanner.set_generating("team-a/q", None)  # an invalid one too
-    assert scanner.startup.is_open()
+    scanner.hand_over(PolicyKey.of("GeneratingPolicy", "team-a/q"), None)  # an invalid one too
+    assert not scanner.startup.is_open()  # an ImageValidatingPolicy's results are in the reports as well
+    scanner.hand_over(PolicyKey.of("ImageValidatingPolicy", "i"), None)
+    assert scanner.startup.is_open()  # not waiting for the DeletingPolicy, which reports nothing
 
 
 def _writing_scanner(monkeypatch: Any, *policies: str) -> tuple[Scanner, list[Any]]:

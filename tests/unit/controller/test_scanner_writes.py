@@ -9,6 +9,7 @@ from kubernetes import client
 from tests.unit.policies import make_policy
 from vpol.controller.scanner import Scanner
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for
+from vpol.controller.queue_keys import PolicyKey
 
 
 class RecordingReports:
@@ -68,7 +69,7 @@ def stored(uid: str, result: str, version: str, *managers: str) -> dict[str, Any
 def scanner_with(reports: RecordingReports) -> Scanner:
     scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
     scanner.store.reports = reports  # type: ignore[assignment]
-    scanner.set_policy("p", POLICY)
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), POLICY)
     return scanner
 
 
@@ -118,7 +119,7 @@ def test_a_report_read_back_with_another_severity_than_its_policys_is_written_ag
     high["results"][0]["severity"] = "high"
     reports = RecordingReports([low, high])
     scanner = scanner_with(reports)
-    scanner.set_policy("p", rated)
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), rated)
     scanner.store.seed()
     assert scanner.store.store(ref("high"), [entry("fail")], None, "k") is None
     w = scanner.store.store(ref("low"), [entry("fail")], None, "k")
@@ -143,7 +144,7 @@ def test_report_result_counts_follow_a_new_severity() -> None:
                 for m in metrics.REPORT_RESULTS.collect() for s in m.samples if s.labels["policy"] == "p"}
 
     assert series() == {("ns", "fail", ""): 2}
-    scanner.set_policy("p", make_policy(name="p", validations=[{"expression": "true"}],
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), make_policy(name="p", validations=[{"expression": "true"}],
                                         annotations={"policies.kyverno.io/severity": "medium"}))
     scanner.store.meta_changed()
     assert series() == {("ns", "fail", "medium"): 2}

@@ -19,11 +19,6 @@ SCHEDULED = "Scheduled"
 
 
 class DeletingPlan(LifecyclePlan):
-    def hand_over(self, key: PolicyKey, policy: DeletingPolicy | None, *, gone: bool = False,
-                  last_execution: str = "") -> None:
-        if self.runner is not None:
-            self.runner.set_deleting(key.policy_key, policy, last_execution)
-
     def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         self._deleting(key, body, findings)
         return ""

@@ -60,10 +60,6 @@ def unserved_template_kinds(policy: GeneratingPolicy, discovery: Discovery) -> l
 
 
 class GeneratingPlan(LifecyclePlan):
-    def hand_over(self, key: PolicyKey, policy: GeneratingPolicy | None, *, gone: bool = False) -> None:
-        if self.runner is not None:
-            self.runner.set_generating(key.policy_key, policy, gone=gone)
-
     def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         self._generating(key, body, findings)
         current = body.get("status") or {}

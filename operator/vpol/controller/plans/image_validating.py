@@ -44,10 +44,6 @@ def _image_admission(states: Sequence[WebhookState], generation: int) -> tuple[t
 
 
 class ImageValidatingPlan(LifecyclePlan):
-    def hand_over(self, key: PolicyKey, policy: ImageValidatingPolicy | None, *, gone: bool = False) -> None:
-        if self.runner is not None:
-            self.runner.set_image(key.policy_key, policy)
-
     def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         return self._image_validating(key, body, findings.generation, findings)
 

@@ -25,9 +25,11 @@ class LifecyclePlan:
     def runner(self) -> Runner | None:
         return self.ctx.runner
 
-    def hand_over(self, key: PolicyKey, policy: Any, *, gone: bool = False) -> None:
-        """Hand the background work the policy (None: invalid, or ``gone``: deleted)."""
-        raise NotImplementedError
+    def hand_over(self, key: PolicyKey, policy: Any, *, gone: bool = False, **details: Any) -> None:
+        """Hand the background work the policy (None: invalid, or ``gone``: deleted), with the kind's own
+        ``details``."""
+        if self.runner is not None:
+            self.runner.hand_over(key, policy, gone=gone, **details)
 
     def decide(self, key: PolicyKey, body: dict[str, Any], findings: Findings) -> str:
         """The kind's findings of the policy ``body`` (handed over as they decide); its admission route in one word

@@ -72,7 +72,7 @@ class MutatingPlan:
 
     def _set_policy(self, key: PolicyKey, policy: MutatingPolicy | None) -> None:
         if self.ctx.runner is not None:
-            self.ctx.runner.set_mutating(key.policy_key, policy)
+            self.ctx.runner.hand_over(key, policy)
 
     def _existing(self, key: PolicyKey, api_version: str | None) -> dict[tuple[str, str], Listed]:
         return self.ctx.objects.list_generated_maps(_selector(key.policy_key), api_version) if api_version else {}

@@ -37,7 +37,7 @@ class ValidatingPlan:
 
     def _set_policy(self, key: PolicyKey, policy: Any) -> None:
         if self.ctx.runner is not None:
-            self.ctx.runner.set_policy(key.policy_key, policy)
+            self.ctx.runner.hand_over(key, policy)
 
     def gone(self, key: PolicyKey) -> ReconcileResult:
         self._set_policy(key, None)
