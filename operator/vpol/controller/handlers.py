@@ -144,13 +144,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = rt.reconciler
     work_queue = rt.queue
     assert work_queue is not None
-    #: Keys whose permission recheck is scheduled: one each, however often they are reconciled meanwhile.
-    rechecking: set[PolicyKey] = set()
-
-    def recheck(key: PolicyKey) -> None:
-        rechecking.discard(key)
-        work_queue.add(key)
-
     async def process(key: PolicyKey) -> None:
         try:
             result = await asyncio.to_thread(reconciler.reconcile, key)
@@ -158,9 +151,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             metrics.RECONCILE_ERRORS.labels("policy").inc()
             raise  # the queue retries with backoff
         rt.record(result)
-        if result.permissions_missing and key not in rechecking:
-            rechecking.add(key)
-            asyncio.get_running_loop().call_later(PERMISSIONS_RECHECK, recheck, key)
+        if result.permissions_missing:
+            # One recheck each, however often the key is reconciled meanwhile.
+            work_queue.add_once_after(key, PERMISSIONS_RECHECK, "permissions")
 
     for i in range(rt.options.workers):
         rt.tasks.append(asyncio.create_task(rt.queue.run_worker(process), name=f"vpol-worker-{i}"))

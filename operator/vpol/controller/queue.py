@@ -4,7 +4,9 @@ Kopf's event handlers only put the key of the affected policy here; worker
 tasks take keys out and reconcile whatever the cluster holds at that
 moment. A key is never processed by two workers at once, a key added while
 it is being processed is processed again afterwards, and a failed key
-comes back after an exponential backoff (capped).
+comes back after an exponential backoff (capped). A key can also be
+scheduled for later once per reason (a retry, a permission recheck): asked
+again before it fires, the schedule stays as it is.
 
 The queue lives on one event loop (its asyncio.Queue and sets are not thread-safe); a key added
 from another thread (the enforcement prover's, or Kopf's executor, where synchronous handlers
@@ -35,7 +37,8 @@ class WorkQueue(Generic[K]):
         self._active: set[K] = set()
         self._dirty: set[K] = set()
         self._failures: dict[K, int] = {}
-        self._timers: dict[K, asyncio.TimerHandle] = {}
+        #: Adds scheduled for later, one per key and reason (add_once_after).
+        self._timers: dict[tuple[K, str], asyncio.TimerHandle] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.processed = 0
@@ -65,15 +68,17 @@ class WorkQueue(Generic[K]):
         self._queued.add(key)
         self._ready.put_nowait(key)
 
-    def add_after(self, key: K, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        if key in self._timers:
+    def add_once_after(self, key: K, delay: float, reason: str) -> None:
+        """Queue ``key`` in ``delay`` seconds for ``reason`` (on the queue's loop), unless that is scheduled
+        already: one timer per key and reason, however often asked meanwhile."""
+        slot = (key, reason)
+        if slot in self._timers:
             return
-        self._timers[key] = loop.call_later(delay, self._fire, key)
+        self._timers[slot] = asyncio.get_running_loop().call_later(delay, self._fire, slot)
 
-    def _fire(self, key: K) -> None:
-        self._timers.pop(key, None)
-        self.add(key)
+    def _fire(self, slot: tuple[K, str]) -> None:
+        self._timers.pop(slot, None)
+        self.add(slot[0])
 
     def add_at_delay(self, key: K, delay: float) -> None:
         """Queue ``key`` in ``delay`` seconds (from any thread), whatever else is scheduled for it (a backoff's
@@ -104,7 +109,7 @@ class WorkQueue(Generic[K]):
                 delay = self.backoff(key)
                 self._failures[key] = self._failures.get(key, 0) + 1
                 logger.warning("reconciling %s failed (%s); retrying in %.1fs", key, describe(exc), delay)
-                self.add_after(key, delay)
+                self.add_once_after(key, delay, "retry")
             finally:
                 self._active.discard(key)
                 self.processed += 1

@@ -86,3 +86,27 @@ def test_a_key_added_from_another_thread_is_processed_at_once():
 
     took, processed = asyncio.run(scenario())
     assert processed == 1 and took < 2.5, took  # 0.2 s and a little
+
+
+def test_a_key_is_scheduled_once_per_reason():
+    """A permission recheck asked on every reconcile is one timer, and a retry's timer is another: neither replaces
+    nor swallows the other."""
+    async def scenario() -> list[str]:
+        q: WorkQueue[str] = WorkQueue(base_delay=0.01)
+        seen: list[str] = []
+
+        async def process(key: str) -> None:
+            seen.append(key)
+
+        worker = asyncio.create_task(q.run_worker(process))
+        for _ in range(3):
+            q.add_once_after("k", 0.05, "permissions")
+        q.add_once_after("k", 0.2, "retry")
+        await asyncio.sleep(0.1)
+        first = list(seen)
+        await asyncio.sleep(0.2)
+        worker.cancel()
+        assert first == ["k"]
+        return seen
+
+    assert asyncio.run(scenario()) == ["k", "k"]
