@@ -334,8 +334,8 @@ class ReportStore:
             uid = str(scope.get("uid") or md.get("name", ""))
             if not uid:
                 continue
-            ref = ResourceRef(str(scope.get("apiVersion", "")), str(scope.get("kind", "")),
-                              str(scope.get("name", "")), str(scope.get("namespace", "") or ""), uid)
+            ref = ResourceRef.make(scope.get("apiVersion"), scope.get("kind"), scope.get("name"),
+                                   scope.get("namespace"), uid)
             entries = self.pool.results(entries_from_report(report).values())
             key = str((md.get("annotations") or {}).get(SCAN_KEY_ANNOTATION, ""))
             version = str(md.get("resourceVersion", "")) if written_by_vpol_only(report) else ""

