@@ -10,6 +10,8 @@ module's control plane is started with ``--enable-aggregator-routing=true`` (whi
 ``--node``), so the API server dials the endpoint, not the Service's cluster IP, which nothing routes here. Its
 database is a PostgreSQL 15 of the test's own (Debian's packages: ``initdb``, ``pg_ctl``, ``psql``) in a
 temporary directory, on its own port and socket directory, stopped at the end.
+These pieces (PostgreSQL, reports-server, the Service and EndpointSlice) are tests/reportsserver/stack.py's,
+which bench/scan.py --reports-server shares.
 
 vpol runs unchanged: it writes its reports through the API as always. The tests show that
 
@@ -27,12 +29,6 @@ vpol runs unchanged: it writes its reports through the API as always. The tests 
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import secrets
-import shutil
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -44,7 +40,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.e2e.conftest import KubeCluster, LocalClusters, e2e_required, go_built, unique_name
-from tests.e2e.operator_process import REPO, OperatorProcess, end, free_port, log_tail, sa_kubeconfig
+from tests.e2e.operator_process import REPO, OperatorProcess, sa_kubeconfig
 from tests.e2e.test_policy_reporter import (
     NAMESPACES,
     PolicyReporter,
@@ -56,105 +52,36 @@ from tests.e2e.test_policy_reporter import (
     settled,
     vpol_reports,
 )
-from tests.e2e.test_policy_reporter_ui import required_tool
 from tests.e2e.vpol_fixtures import install_vpol, operator_stopped, wait_for
+from tests.reportsserver.stack import (
+    APISERVER_ARGS,
+    APISERVICE_SPEC,
+    AUTOMANAGED,
+    PostgreSQL,
+    ReportsServer,
+    Unavailable,
+    apiservice,
+    available,
+    serve_reports,
+    wait_served,
+)
 
 BUILD = REPO / "tests" / "reportsserver" / "build"
 BUILD_POLICY_REPORTER = REPO / "tests" / "policyreporter" / "build"
 SOURCE = "vpol"
-#: Where reports-server's chart installs it, and the names its APIService points at (--servicename, --servicens).
-NAMESPACE = SERVICE = "reports-server"
-DATABASE, DB_USER = "reportsdb", "postgres"
-APISERVICE = "v1alpha2.wgpolicyk8s.io"
-#: The APIService reports-server registers (and its chart and config/samples/apiservices.yaml describe).
-APISERVICE_SPEC = {"group": "wgpolicyk8s.io", "version": "v1alpha2", "groupPriorityMinimum": 100,
-                   "versionPriority": 100, "insecureSkipTLSVerify": True,
-                   "service": {"name": SERVICE, "namespace": NAMESPACE, "port": 443}}
-AUTOMANAGED = "kube-aggregator.kubernetes.io/automanaged"
 
 
 # ------------------------------------------------------------------------------------------ PostgreSQL
 
 
-class PostgreSQL:
-    """A PostgreSQL server of the test's own: a fresh cluster directory (``initdb``) in a temporary directory,
-    listening on 127.0.0.1 and a socket directory of its own, on a free port. PostgreSQL refuses to run as root:
-    as root, it runs as the ``postgres`` account Debian's packages create."""
-
-    def __init__(self) -> None:
-        self.initdb = required_tool("initdb", "reports-server's database (PostgreSQL 15, Debian's packages)")
-        self.pg_ctl = required_tool("pg_ctl", "reports-server's database (PostgreSQL 15, Debian's packages)")
-        self.psql_bin = required_tool("psql", "the test reads reports-server's tables with it")
-        self.account: pwd.struct_passwd | None = None
-        if os.geteuid() == 0:
-            try:
-                self.account = pwd.getpwnam("postgres")
-            except KeyError:
-                message = "PostgreSQL refuses to run as root, and there is no postgres account to run it as"
-                if e2e_required():
-                    pytest.fail(message, pytrace=False)
-                pytest.skip(message)
-        # Not under pytest's temporary directory: the postgres account must be able to reach it.
-        self.dir = Path(tempfile.mkdtemp(prefix="vpol-e2e-postgres-", dir="/tmp" if self.account else None))
-        self.data, self.socket_dir, self.log_path = self.dir / "data", self.dir / "socket", self.dir / "postgres.log"
-        self.socket_dir.mkdir()
-        self.port = free_port()
-        self.password = secrets.token_hex(12)
-        if self.account:
-            for path in (self.dir, self.socket_dir):
-                os.chown(path, self.account.pw_uid, self.account.pw_gid)
-
-    def _as_owner(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        kwargs: dict[str, Any] = {}
-        if self.account:
-            kwargs = {"user": self.account.pw_uid, "group": self.account.pw_gid, "extra_groups": []}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.dir, env=env,
-                              stdin=subprocess.DEVNULL, **kwargs)
-        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}\n{self.log()}"
-        return proc
-
-    def start(self) -> "PostgreSQL":
-        pwfile = self.dir / "password"
-        pwfile.write_text(self.password + "\n")
-        if self.account:
-            os.chown(pwfile, self.account.pw_uid, self.account.pw_gid)
-        # Password authentication over TCP (reports-server's connection, as in a cluster), trust on the socket
-        # (the test's psql).
-        self._as_owner(self.initdb, "-D", str(self.data), "-U", DB_USER, "--pwfile", str(pwfile),
-                       "--auth-host=scram-sha-256", "--auth-local=trust", "--no-sync", "-E", "UTF8")
-        pwfile.unlink()
-        options = (f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off")
-        self._as_owner(self.pg_ctl, "start", "-D", str(self.data), "-l", str(self.log_path), "-w", "-t", "60",
-                       "-o", options)
-        self.psql(f"CREATE DATABASE {DATABASE}", database="postgres")
-        return self
-
-    def psql(self, query: str, database: str = DATABASE) -> list[list[str]]:
-        """The rows ``query`` returns, each a list of its columns as text."""
-        proc = subprocess.run([self.psql_bin, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1",
-                               "-h", str(self.socket_dir), "-p", str(self.port), "-U", DB_USER, "-d", database,
-                               "-c", query], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-        assert proc.returncode == 0, f"psql failed: {proc.stderr}\n{self.log()}"
-        return [line.split("\t") for line in proc.stdout.splitlines() if line]
-
-    def log(self) -> str:
-        return log_tail(self.log_path, 3000)
-
-    def stop(self) -> None:
-        if (self.data / "postmaster.pid").exists():
-            self._as_owner(self.pg_ctl, "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", "60")
-
-    def remove(self, keep_log: Path) -> None:
-        if self.log_path.exists():
-            shutil.copy(self.log_path, keep_log)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQL]:
-    db = PostgreSQL()
+    try:
+        db = PostgreSQL()
+    except Unavailable as exc:  # a local run without PostgreSQL skips, CI (CI=true, VPOL_REQUIRE_E2E=1) fails
+        if e2e_required():
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
     try:
         yield db.start()
     finally:
@@ -165,81 +92,6 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQL]:
 
 
 # --------------------------------------------------------------------------------------- reports-server
-
-
-def host_address() -> str:
-    """An IPv4 address of this host that is not loopback: the API server dials it (an EndpointSlice may not
-    name a loopback address)."""
-    out = subprocess.run(["ip", "-j", "-4", "addr", "show", "scope", "global"], capture_output=True, text=True,
-                         check=True, timeout=10).stdout
-    for link in json.loads(out):
-        for addr in link.get("addr_info") or []:
-            if addr.get("family") == "inet" and addr.get("local"):
-                return str(addr["local"])
-    raise AssertionError(f"no global IPv4 address on this host: {out}")
-
-
-class ReportsServer:
-    """reports-server as a host process, serving HTTPS on the host's address with the certificates it makes
-    itself (``--cert-dir``; the APIService skips verifying them, as its chart's does), connected to ``db``."""
-
-    def __init__(self, binary: Path, cluster: KubeCluster, db: PostgreSQL, workdir: Path, address: str):
-        self.binary, self.cluster, self.db, self.workdir, self.address = binary, cluster, db, workdir, address
-        self.port = free_port()
-        self.log_path = workdir / "reports-server.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> "ReportsServer":
-        kubeconfig = self.cluster.kubeconfig
-        args = [str(self.binary), "--kubeconfig", kubeconfig,
-                "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
-                "--bind-address", self.address, "--secure-port", str(self.port),
-                "--cert-dir", str(self.workdir / "certs"),
-                # what the chart passes: the Service its APIServices point at; only wgpolicyk8s.io's reports here
-                # (the chart's apiServicesManagement.installApiServices: Kyverno's ephemeral reports and
-                # openreports.io are none of vpol's)
-                "--servicename", SERVICE, "--servicens", NAMESPACE, "--clusterrolename=",
-                "--storereports=true", "--storeephemeralreports=false", "--storeopenreports=false",
-                "--dbsslmode=disable", "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
-        # The database's address and credentials come from the environment only (as the chart sets them).
-        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        env.update(DB_HOST="127.0.0.1", DB_PORT=str(self.db.port), DB_DATABASE=DATABASE, DB_USER=DB_USER,
-                   DB_PASSWORD=self.db.password, POD_IP=self.address)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=self.workdir)
-        return self
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return log_tail(self.log_path, 5000)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            end(self.proc)
-            self._log.close()
-
-
-def apiservice(cluster: KubeCluster) -> dict[str, Any]:
-    return dict(json.loads(cluster.kubectl("get", "apiservice", APISERVICE, "-o", "json").stdout))
-
-
-def available(cluster: KubeCluster) -> bool:
-    conditions = apiservice(cluster).get("status", {}).get("conditions") or []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
-
-
-def wait_served(cluster: KubeCluster, server: ReportsServer) -> None:
-    """Until the API server sends wgpolicyk8s.io to reports-server and reports-server answers."""
-    def served() -> bool:
-        assert server.running(), f"reports-server exited:\n{server.log()}"
-        spec = apiservice(cluster)["spec"]
-        return spec.get("service") is not None and available(cluster)
-    try:
-        wait_for("the APIService to be served by reports-server", served, 120, 1)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nAPIService: {apiservice(cluster)}\nreports-server:\n{server.log()}") from None
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +107,7 @@ def routed_cluster(controlplane_binary: Path, tmp_path_factory: pytest.TempPathF
     clusters = LocalClusters(controlplane_binary)
     try:
         cluster = clusters.start(tmp_path_factory.mktemp("rs-controlplane"),
-                                 apiserver_args=["--enable-aggregator-routing=true"])
+                                 apiserver_args=list(APISERVER_ARGS))
         yield cluster
         cluster.close()
     finally:
@@ -267,28 +119,10 @@ def reports_server(reports_server_binary: Path, routed_cluster: KubeCluster, pos
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportsServer]:
     """vpol installed (its CRDs and the report CRDs, as always), then reports-server in front of them: its
     namespace, a Service without selector and the EndpointSlice naming the host process, and the process."""
-    cluster = routed_cluster
-    install_vpol(cluster)
-    address = host_address()
-    server = ReportsServer(reports_server_binary, cluster, postgres, tmp_path_factory.mktemp("reports-server"),
-                           address)
-    apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": NAMESPACE},
-                    "spec": {"type": "ClusterIP", "ports": [{"name": "https", "port": 443, "protocol": "TCP",
-                                                             "targetPort": server.port}]}})
-    apply(cluster, {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                    "metadata": {"name": f"{SERVICE}-host", "namespace": NAMESPACE,
-                                 "labels": {"kubernetes.io/service-name": SERVICE,
-                                            "endpointslice.kubernetes.io/managed-by": "vpol-e2e"}},
-                    "addressType": "IPv4",
-                    "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-                    "ports": [{"name": "https", "port": server.port, "protocol": "TCP"}]})
-    # Before reports-server: the API server serves the CRDs' group-version itself (a local APIService).
-    before = apiservice(cluster)
-    assert before["spec"].get("service") is None and before["metadata"]["labels"].get(AUTOMANAGED), before
-    server.start()
+    install_vpol(routed_cluster)
+    server = serve_reports(routed_cluster, reports_server_binary, postgres,
+                           tmp_path_factory.mktemp("reports-server"))
     try:
-        wait_served(cluster, server)
         yield server
     finally:
         server.stop()
