@@ -45,16 +45,35 @@ def api_error(status: int, answer: bytes) -> ApiException:
 
 
 def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *, namespace: str = "",
-               page_size: int = PAGE_SIZE, label_selector: str = "", prefetch: bool = False
-               ) -> Iterator[tuple[list[dict[str, Any]], str]]:
+               page_size: int = PAGE_SIZE, label_selector: str = "", prefetch: bool = False,
+               consistent: bool = False) -> Iterator[tuple[list[dict[str, Any]], str]]:
     """Yields (items, resourceVersion) page by page (``limit``/``continue``), items with apiVersion/kind set.
 
     With ``prefetch`` the next page is requested (and parsed) in a thread while the caller works on this one,
     so the API server's time on a page overlaps the caller's instead of adding to it; one more page is held.
-    Reading back 10,001 reports in pages of 100 at a restart: 5.0-5.2 s against 5.9-7.0 s (bench/results/scan.md)."""
+    Reading back 10,001 reports in pages of 100 at a restart: 5.0-5.2 s against 5.9-7.0 s (bench/results/scan.md).
+
+    A list read more slowly than the API server compacts etcd (every 5 minutes by default; a scan of 100,000 Pods
+    reads its list for longer than that) outlives its ``continue`` token: 410 Gone. The API server then offers a
+    token for the rest of the list at its newest version, and the list goes on with it: objects changed since the
+    first page may be seen as they were or as they are, which a scan does not mind (the scanner's watches report
+    the changes). With ``consistent`` (a list whose resourceVersion starts a watch) the 410 is raised instead."""
     path = collection_path(group, version, resource, namespace)
 
     def page(cont: str) -> tuple[list[dict[str, Any]], str, str]:
+        for _attempt in range(EXPIRED_CONTINUES):
+            try:
+                return fetch(cont)
+            except ApiException as exc:
+                offered = "" if consistent or not cont else _continue_offered(exc)
+                if not offered:
+                    raise
+                logger.info("listing %s: the list's continue token expired; reading the rest at the newest version",
+                            path)
+                cont = offered
+        return fetch(cont)
+
+    def fetch(cont: str) -> tuple[list[dict[str, Any]], str, str]:
         query: list[tuple[str, Any]] = [("limit", page_size)]
         if cont:
             query.append(("continue", cont))
@@ -85,6 +104,22 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
         # A caller that stops early waits for the page in flight (bounded by its timeout).
         if ahead is not None:
             ahead.shutdown()
+
+
+#: Expired continue tokens replaced in a row for one page before its 410 is raised.
+EXPIRED_CONTINUES = 3
+
+
+def _continue_offered(exc: ApiException) -> str:
+    """The token an API server offers for the rest of a list whose ``continue`` expired (410 Gone: its Status's
+    metadata.continue); "" for any other error."""
+    if exc.status != 410:
+        return ""
+    try:
+        status = json.loads(exc.body or "")
+    except ValueError:
+        return ""
+    return str(((status if isinstance(status, dict) else {}).get("metadata") or {}).get("continue") or "")
 
 
 class StopWatching(Exception):
@@ -199,7 +234,7 @@ class Watcher(threading.Thread):
             return rv
         if self.on_list is not None:
             self.on_list()
-        for items, rv in list_pages(self.api, *self.gvr, namespace=self.namespace):
+        for items, rv in list_pages(self.api, *self.gvr, namespace=self.namespace, consistent=True):
             for item in items:
                 self.on_event("ADDED", item)
         return rv

@@ -129,6 +129,51 @@ def test_an_error_on_a_prefetched_page_reaches_the_caller(server: _Server, monke
     assert gone.value.status == 410 and server.done == 2
 
 
+def _expiring(server: _Server, offered: str) -> Callable[..., _Answer]:
+    """The server, but the token of page 2 has expired (as after etcd's compaction): 410 Gone with the Status an API
+    server sends, offering ``offered`` for the rest of the list ("" offers none)."""
+    from kubernetes.client.rest import ApiException
+
+    def call(api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
+        token = dict(query).get("continue")
+        if token == "2":
+            exc = ApiException(status=410, reason="Expired")
+            exc.body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired",
+                                   "code": 410, "metadata": {"continue": offered} if offered else {},
+                                   "message": "The provided continue parameter is too old to display a consistent "
+                                              "list result."})
+            raise exc
+        if token == "2-newest":
+            query = [(k, "2" if k == "continue" else v) for k, v in query]
+        return server.call(api, path, query, timeout=timeout)
+    return call
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_a_list_outliving_its_continue_token_goes_on_at_the_newest_version(
+        server: _Server, monkeypatch: pytest.MonkeyPatch, prefetch: bool) -> None:
+    """A scan of 100,000 Pods reads its list for longer than etcd's compaction interval: the rest of the list is
+    read with the token the API server offers, every object once."""
+    monkeypatch.setattr(dynamic, "_call", _expiring(server, "2-newest"))
+    names = [i["metadata"]["name"] for items, _rv in _pages(prefetch) for i in items]
+    assert names == [f"o-{p}-{i}" for p in range(PAGES) for i in range(2)]
+
+
+def test_a_consistent_list_raises_the_expired_token_and_so_does_one_offered_nothing(
+        server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list whose resourceVersion starts a watch (vpol.kube.dynamic.Watcher) must be consistent: it starts over."""
+    from kubernetes.client.rest import ApiException
+
+    monkeypatch.setattr(dynamic, "_call", _expiring(server, "2-newest"))
+    api: Any = None
+    with pytest.raises(ApiException) as gone:
+        list(dynamic.list_pages(api, "", "v1", "configmaps", namespace="ns", page_size=2, consistent=True))
+    assert gone.value.status == 410
+    monkeypatch.setattr(dynamic, "_call", _expiring(server, ""))
+    with pytest.raises(ApiException):
+        list(_pages(False))
+
+
 def test_reports_are_read_back_with_the_next_page_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     server = _Server("/apis/wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", "wgpolicyk8s.io/v1alpha2")
     cluster_reports = _Server("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport",
