@@ -144,6 +144,7 @@ class Cluster:
             if proc.returncode == 0:
                 env = exported_env(proc.stdout)
                 kubectl = Path(env["PATH"]) / "kubectl"
+                OWN_PLANES.add(state_dir.resolve())
                 return cls(KubeCluster(env["KUBECONFIG"], kubectl, state_dir=state_dir), state_dir, path)
             subprocess.run([str(path), "stop", str(state_dir)], capture_output=True, timeout=120)
             print(f"`{path} start` failed, trying the committed tests/controlplane:\n{proc.stderr[-2000:]}",
@@ -156,6 +157,8 @@ class Cluster:
 
     def stop(self) -> None:
         self.kube.close()
+        if self.state_dir is not None:
+            OWN_PLANES.discard(self.state_dir.resolve())
         if self.state_dir is not None and self.script is not None:
             subprocess.run([str(self.script), "stop", str(self.state_dir)], capture_output=True, timeout=180)
             shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
@@ -436,10 +439,42 @@ def cpu_seconds(pid: int) -> float:
 CONTROL_PLANE_COMM = "vpol-controlplane"[:15]
 
 
+#: The state directories of the local control planes this run started (Cluster.start): only their processes are
+#: measured, not those of another bench or e2e test running beside it on the machine.
+OWN_PLANES: set[Path] = set()
+
+
+def control_plane_pids() -> list[int]:
+    """The processes of the control planes this run started: each supervisor (``up --dir DIR`` with DIR in
+    OWN_PLANES) and its descendants; every process named like the control plane when the run started none."""
+    pids = pids_named(CONTROL_PLANE_COMM)
+    if not OWN_PLANES:
+        return pids
+    parents: dict[int, int] = {}
+    own: set[int] = set()
+    for pid in pids:
+        try:
+            argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        parents[pid] = int(stat[stat.rindex(")") + 2:].split()[1])
+        dirs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--dir"]
+        dirs += [a.removeprefix("--dir=") for a in argv if a.startswith("--dir=")]
+        if any(Path(d).resolve() in OWN_PLANES for d in dirs):
+            own.add(pid)
+    grew = True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in own} - own
+        own |= found
+        grew = bool(found)
+    return [pid for pid in pids if pid in own]
+
+
 def control_plane_cpu() -> float:
     """CPU seconds the local control plane's processes (kube-apiserver, etcd, the controller manager) have used
     so far; 0 with --kubeconfig (not measurable from here)."""
-    return sum(cpu_seconds(pid) for pid in pids_named(CONTROL_PLANE_COMM))
+    return sum(cpu_seconds(pid) for pid in control_plane_pids())
 
 
 #: The parts control_plane_parts() tells apart.
@@ -450,7 +485,7 @@ def control_plane_parts() -> dict[str, list[int]]:
     """The local control plane's processes by part: kube-apiserver, kube-controller-manager, and the supervisor
     (etcd runs embedded in it), told apart by their command lines (one multi-call binary)."""
     parts: dict[str, list[int]] = {part: [] for part in CONTROL_PLANE_PARTS}
-    for pid in pids_named(CONTROL_PLANE_COMM):
+    for pid in control_plane_pids():
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
