@@ -87,6 +87,14 @@ server's requests by verb and resource (apiserver_request_total, read outside th
 where a phase's time went. The operator's metrics are polled for the few samples read (``name[]``), so
 polling twice a second costs neither process much.
 
+With ``--reports-server`` the reports are kept in PostgreSQL instead of etcd: after vpol's install, the bench
+starts a PostgreSQL of its own and Kyverno's reports-server in front of it (tests/reportsserver/stack.py, shared with
+tests/e2e/test_reports_server.py; the control plane gets ``--enable-aggregator-routing=true``), and stops both at
+the end. Everything else is unchanged: the report floor and every phase then go through the aggregated API (where
+lists ignore ``limit``: vpol's read-back of its reports at start-up gets them all in one answer). Each phase's CPU
+also counts reports-server and PostgreSQL (with the control plane's in the "control plane alone" ratio), the report
+floor gives their CPU per report, and the end adds their memory and ``pg_database_size('reportsdb')``.
+
 With ``--profile DIR`` each operator phase is recorded with py-spy (when it is installed), and the API server
 with its own CPU profiler (the control plane is started with ``--profiling=true``) over the write floor's Pod
 creates, the report floor's creates, each operator phase and Kyverno's two: ``DIR/<phase>.apiserver.pprof``
@@ -97,7 +105,7 @@ what a Pod and a report cost it, side by side.
 Usage: python3 bench/scan.py [--pods 10000] [--namespaces 50] [--policies 16] [--quick]
        [--phases enforce,apply,add,cold,restart[,kyverno[,kyverno-restart]]] [--apply-timeout 90]
        [--rescan-interval 60] [--profile DIR (py-spy of vpol, pprof of the API server)]
-       [--kubeconfig FILE --kubectl PATH]
+       [--reports-server (the reports in PostgreSQL)] [--kubeconfig FILE --kubectl PATH]
 """
 
 from __future__ import annotations
@@ -113,7 +121,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +150,7 @@ from common import (  # noqa: E402
     metric_sum,
     pooled_client,
     scrape,
+    status_kib,
     start_operator,
     table,
     wait_until,
@@ -152,6 +161,8 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from vpol.controller.report_store import WRITERS  # noqa: E402
 from vpol.kube.dynamic import METADATA_ANSWER, collection_path, encoded, list_pages, send_encoded  # noqa: E402
 from vpol.kube.reports import Reports  # noqa: E402
+
+from tests.reportsserver import stack as reports_server  # noqa: E402
 
 NS_PREFIX = "bench-scan-"
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "policies.kyverno.io", "v1", "validatingpolicies"
@@ -483,7 +494,7 @@ def process_meter(groups: dict[str, Callable[[], list[int]]]) -> CpuMeter:
     plane's processes stay the same through a phase: found once (reading /proc for them at every poll would cost
     the cores the phase is measured on)."""
     plane = control_plane_parts()
-    return CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()}, **groups,
+    return CpuMeter({**{part: (lambda pids=pids: pids) for part, pids in plane.items()}, **STORE_PARTS, **groups,
                      "bench (this process)": lambda: [os.getpid()]})
 
 
@@ -676,6 +687,74 @@ def cleanup_workload(kube: Any) -> None:
     wait_until(lambda: not core.list_namespace(label_selector="vpol-bench=scan").items, 600, 1)
 
 
+# -- reports in PostgreSQL (--reports-server) ------------------------------------------------------
+
+#: reports-server's and PostgreSQL's processes (--reports-server), by name: in every phase's CPU beside the control
+#: plane's parts (PostgreSQL's backends are found anew at each reading; one that ended in between loses its CPU).
+STORE_PARTS: dict[str, Callable[[], list[int]]] = {}
+
+
+def reports_server_binary() -> Path:
+    """reports-server, built once per machine by tests/reportsserver/build (minutes the first time)."""
+    build = reports_server.BUILD
+    proc = subprocess.run([str(build)], capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{build.relative_to(REPO)} failed:\n{proc.stderr[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def start_reports_store(kube: Any, binary: Path, work: Path, stack: ExitStack
+                        ) -> tuple[reports_server.PostgreSQL, reports_server.ReportsServer]:
+    """PostgreSQL and reports-server in front of it, serving wgpolicyk8s.io from here on (vpol's report CRDs are
+    installed already); stopped when ``stack`` closes. (PostgreSQL, ReportsServer)."""
+    started = time.monotonic()
+    try:
+        db, server = stack.enter_context(reports_server.reports_stack(
+            kube, binary, work / "reports-server", manager="vpol-bench", prefix="vpol-bench-postgres-"))
+    except reports_server.Unavailable as exc:
+        raise SystemExit(f"--reports-server: {exc}") from None
+    pid = server.proc.pid if server.proc is not None else 0
+    STORE_PARTS["reports-server"] = lambda: [pid]
+    STORE_PARTS["PostgreSQL"] = db.pids
+    print(f"reports-server (pid {pid}, {server.address}:{server.port}) serves wgpolicyk8s.io from "
+          f"PostgreSQL (port {db.port}) after {time.monotonic() - started:.1f}s")
+    return db, server
+
+
+def store_rows(db: reports_server.PostgreSQL, server: reports_server.ReportsServer) -> list[list[str]]:
+    """reports-server's and PostgreSQL's memory now, and the reports database's size."""
+    rows = []
+    if server.proc is not None:
+        pid = server.proc.pid
+        rows.append(["  reports-server RSS / peak",
+                     f"{status_kib(pid, 'VmRSS') / 1024:.0f} / {status_kib(pid, 'VmHWM') / 1024:.0f} MiB", ""])
+    pids = db.pids()
+    rss = sum(status_kib(pid, "VmRSS") for pid in pids) / 1024
+    # Each backend's RSS counts the shared buffers it touched again; PSS shares them out.
+    rows.append(["  PostgreSQL processes: RSS summed / PSS summed",
+                 f"{rss:.0f} / {sum(pss_kib(pid) for pid in pids) / 1024:.0f} MiB ({len(pids)} processes)", ""])
+    try:
+        size = db.database_size()
+        tables = db.psql("SELECT count(*), pg_total_relation_size('policyreports') FROM policyreports")[0]
+    except RuntimeError as exc:
+        rows.append(["  PostgreSQL database", f"not read: {str(exc)[:200]}", ""])
+        return rows
+    rows.append(["  PostgreSQL database reportsdb (pg_database_size) / table policyreports (with indexes, TOAST)",
+                 f"{size / 2**20:.0f} / {int(tables[1]) / 2**20:.0f} MiB ({tables[0]} rows)", ""])
+    return rows
+
+
+def pss_kib(pid: int) -> int:
+    """A process's proportional set size (/proc/PID/smaps_rollup), 0 when unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 # -- main -------------------------------------------------------------------------------------
 
 def etcd_quota(pods: int) -> int:
@@ -725,19 +804,31 @@ def main() -> int:
     parser.add_argument("--kubectl", help="kubectl for --kubeconfig (default: PATH)")
     parser.add_argument("--workdir", help="state and logs (default: a temporary directory)")
     parser.add_argument("--operator-arg", action="append", default=[], help="extra `vpol run` flag (repeatable)")
+    parser.add_argument("--reports-server", action="store_true",
+                        help="the reports in PostgreSQL: Kyverno's reports-server (tests/reportsserver/build) in "
+                             "front of a PostgreSQL of the bench's, started after vpol's install; local control "
+                             "plane only")
     args = parser.parse_args()
+    if args.reports_server and args.kubeconfig:
+        parser.error("--reports-server starts reports-server and PostgreSQL beside the bench's own control plane: "
+                     "not with --kubeconfig")
     if args.quick:
         args.pods, args.namespaces, args.rescan_interval, args.apply_timeout = 1000, 10, 20.0, 60.0
     phases = phases_to_run(args.phases)
 
     # The API server answers profile requests only with --profiling=true (tests/controlplane turns it off).
+    # With --reports-server the API server must dial the aggregated API's endpoint (tests/reportsserver/stack.py).
+    binary = reports_server_binary() if args.reports_server else None
     run = BenchRun.begin(args.workdir, "vpol-bench-scan-", args.kubeconfig, args.kubectl,
-                         apiserver_args=["--profiling=true"] if args.profile else (),
+                         apiserver_args=[*(["--profiling=true"] if args.profile else []),
+                                         *(reports_server.APISERVER_ARGS if args.reports_server else [])],
                          etcd_quota_bytes=etcd_quota(args.pods))
     work, cluster = run.work, run.cluster
+    store = ExitStack()
     try:
         kube = cluster.kube
         install_vpol(kube)
+        reports_store = start_reports_store(kube, binary, work, store) if binary is not None else None
         if args.kubeconfig:
             cleanup_workload(kube)
         files = policy_files(args.policies)
@@ -783,7 +874,9 @@ def main() -> int:
                          f"the scanner creates them ({WRITERS} parallel, vpol's write path)",
                          f"{floor.seconds:.1f} s ({floor.reports / max(0.001, floor.seconds):.0f}/s); control-plane "
                          f"CPU {floor.cpu_per_report * 1000:.1f} ms per report, "
-                         f"{pod_cpu / max(1, pods) * 1000:.1f} ms per Pod", ""])
+                         f"{pod_cpu / max(1, pods) * 1000:.1f} ms per Pod"
+                         + (f"; reports-server and PostgreSQL {floor.store_cpu_per_report * 1000:.1f} ms per report"
+                            if STORE_PARTS else ""), ""])
             rows.append(["  apply: policies applied -> every result written, / report floor",
                          f"{ph.written / floor.seconds:.2f}" if ph.written is not None and floor.seconds else "", ""])
             rows.append(["  apply: control-plane CPU per report write (the policies' enforcement included)",
@@ -848,6 +941,8 @@ def main() -> int:
 
         if cp_memory := control_plane_memory(cluster.state_dir):
             rows += [["control plane at the end", "", ""], *cp_memory]
+        if reports_store is not None:
+            rows += [["reports-server and PostgreSQL at the end", "", ""], *store_rows(*reports_store)]
         print()
         print(table(rows, ["measure", "value", "target"]))
         checks = target_rows(results, pods, took, apply_results / apply_seconds)
@@ -867,6 +962,7 @@ def main() -> int:
         return 0
     finally:
         try:
+            store.close()  # reports-server and PostgreSQL stopped (--reports-server)
             if args.kubeconfig:
                 cleanup_workload(cluster.kube)
         finally:
@@ -1378,13 +1474,14 @@ class Budget:
         if not self.floor_seconds or not used:
             return []
         spread = self.cores * self.floor_seconds
-        plane = sum(seconds for name, seconds in used.items() if name in CONTROL_PLANE_PARTS)
+        plane = sum(seconds for name, seconds in used.items() if name in CONTROL_PLANE_PARTS or name in STORE_PARTS)
         rows = [[f"  {ph.name}: CPU of every process until every result was written, / ({self.cores} cores x write "
                  "floor): the lowest ratio this CPU allows", f"{sum(used.values()) / spread:.2f} ({cpu_text(used)})",
                  ""]]
         if plane:  # 0 with --kubeconfig: another cluster's control plane is not measurable from here
-            rows.append([f"  {ph.name}: the same of the control plane's CPU alone: the lowest ratio if vpol's "
-                         "processes cost nothing", f"{plane / spread:.2f}", ""])
+            rows.append([f"  {ph.name}: the same of the control plane's CPU alone"
+                         f"{' (reports-server and PostgreSQL included)' if STORE_PARTS else ''}: the lowest ratio "
+                         "if vpol's processes cost nothing", f"{plane / spread:.2f}", ""])
         if self.enforce and report_floor and ph.name == "apply" and ph.written is not None:
             # Not a target: the apply phase's time against the time its work takes the API server alone, the
             # reports (the report floor) and the policies' enforcement (the enforce phase's CPU over the cores).
@@ -1401,6 +1498,7 @@ class ReportFloor:
     reports: int = 0
     seconds: float = 0.0
     cpu_per_report: float = 0.0  # control-plane CPU seconds per report
+    store_cpu_per_report: float = 0.0  # reports-server's and PostgreSQL's CPU seconds per report (--reports-server)
 
 
 def report_floor(kube: Any, args: argparse.Namespace, threads: int = WRITERS) -> ReportFloor:
@@ -1417,13 +1515,16 @@ def report_floor(kube: Any, args: argparse.Namespace, threads: int = WRITERS) ->
     api = pooled_client(kube, threads)
     writer = Reports(api)
     with apiserver_profiled(kube, args, "report-floor"):
+        store = process_meter({})
+        store.start()
         cpu0, started = control_plane_cpu(), time.monotonic()
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(writer.create, reports))
         took = time.monotonic() - started
         cpu = control_plane_cpu() - cpu0
+        store_cpu = sum(seconds for name, seconds in store.since_start().items() if name in STORE_PARTS)
     api.close()
-    return ReportFloor(len(reports), took, cpu / max(1, len(reports)))
+    return ReportFloor(len(reports), took, cpu / max(1, len(reports)), store_cpu / max(1, len(reports)))
 
 
 def _vap_names(admission: Any) -> set[str]:
