@@ -43,7 +43,8 @@ from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resourc
 from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import PolicyEngine, compile_exception
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, Placement
 from vpol.engine.mutate import MutatingPolicyEngine
 from vpol.engine.subjects import subject_for
 from vpol.model.documents import Document

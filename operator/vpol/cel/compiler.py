@@ -17,7 +17,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cel_expr_python import cel
 
@@ -30,14 +30,10 @@ from vpol.cel.literal_check import PARSED_LITERAL_CALLS, LiteralProblem, literal
 from vpol.cel.memo import BoundedMemo
 from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.variables import typed_variables_message
-from vpol.model.deleting import DeletingPolicy
-from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import AuditAnnotation, NamedExpression, ValidatingPolicy, Validation
 from vpol.model.problems import Position, Problem
-from vpol.model.templates import Template, TemplateError
-from vpol.model.templates import parse as parse_template
 
 T = cel.Type
 
@@ -116,6 +112,16 @@ class CompiledOutcome:
 
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
+
+
+class CompiledAny(Protocol):
+    """What the evaluation runtime (vpol.engine.evaluate.PolicyRun) reads of any kind's compiled policy: its
+    variables, and the caches :class:`CompiledOutcome` holds for them."""
+
+    variables: list[tuple[str, Program]]
+    needed: dict[frozenset[str], list[str]]
+    value_keys: dict[str, tuple[Any, ...] | None]
+    activation_plans: dict[frozenset[str], ActivationPlan]
 
 
 @dataclass
@@ -322,7 +328,7 @@ def compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
         return env.compile(text, disable_check=True), True
 
 
-class _Frame:
+class Frame:
     """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
 
     def __init__(self, out: Any, mode: str, kubernetes_only: bool, *, evaluated: bool = True,
@@ -401,7 +407,7 @@ def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False, e
     programs will not be evaluated (see compile_expression)."""
     out = CompiledPolicy(policy)
     s = policy.spec
-    frame = _Frame(out, s.evaluation.mode, kubernetes_only, evaluated=evaluated)
+    frame = Frame(out, s.evaluation.mode, kubernetes_only, evaluated=evaluated)
     frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
     frame.validations_and_audits(s.validations, s.audit_annotations)
     frame.finish(policy)
@@ -476,7 +482,7 @@ def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = F
     """Compile every expression of a MutatingPolicy (all errors, not just the first)."""
     out = CompiledMutatingPolicy(policy)
     s = policy.spec
-    frame = _Frame(out, "Kubernetes", kubernetes_only)
+    frame = Frame(out, "Kubernetes", kubernetes_only)
     frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=True)
     for i, mutation in enumerate(s.mutations):
         prog = frame.add(mutation.expression, f"spec.mutations[{i}].{mutation.field}.expression", mutation.field)
@@ -495,100 +501,6 @@ def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = F
         prog = frame.add(mc.expression, f"spec.targetMatchConditions[{i}].expression", "matchCondition")
         if prog:
             out.target_match_conditions.append((mc.name, prog))
-    if policy.namespace:
-        out.problems.extend(namespaced_forbidden(policy.expressions()))
-    out.problems = [policy.locate(p) for p in out.problems]
-    return out
-
-
-@dataclass
-class CompiledGeneratingPolicy(CompiledOutcome):
-    policy: GeneratingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: Per generate item: (index, the expression) or (index, the parsed template and its placeholders' programs).
-    expressions: list[tuple[int, Program]] = field(default_factory=list)
-    templates: list[tuple[int, Template, dict[str, Program]]] = field(default_factory=list)
-    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def _template_problem(template_text: str, offset: int | None, message: str, path: str) -> Problem:
-    at = Position(*line_column(template_text, offset)) if offset is not None else None
-    return Problem(message, path=path, expression_position=at,
-                   excerpt=excerpt_at(template_text, at) if at is not None else "")
-
-
-def compile_generating_policy(policy: GeneratingPolicy) -> CompiledGeneratingPolicy:
-    """Compile every expression of a (Namespaced)GeneratingPolicy, template placeholders included (all errors).
-
-    As Kyverno's compiler: matchConditions and variables as for the other kinds, each ``generate[].expression``
-    must be a bool (its ``generator.Apply`` calls are what it generates), a template must parse and each of its
-    placeholders compile, audit annotations are strings."""
-    out = CompiledGeneratingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, "Kubernetes", False, generating="namespaced" if policy.namespace else "cluster")
-    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
-    for i, item in enumerate(s.generate):
-        if not item.is_template:
-            prog = frame.add(item.expression, f"spec.generate[{i}].expression", "generate")
-            if prog:
-                out.expressions.append((i, prog))
-            continue
-        path = f"spec.generate[{i}].template.value"
-        try:
-            parsed = parse_template(item.template, item.interpolate == INTERPOLATE_CEL)
-        except TemplateError as exc:
-            out.problems.append(_template_problem(item.template, exc.offset, str(exc), path))
-            continue
-        programs: dict[str, Program] = {}
-        for placeholder in parsed.placeholders:
-            if placeholder.expression in programs:
-                continue
-            prog, problems = compile_expression(placeholder.expression, path, "placeholder", frame.spec_now())
-            after = item.template[placeholder.offset + 2:]
-            # Positions in the expression count from its first character (spaces after `((` are not part of it).
-            start = Position(*line_column(item.template, placeholder.offset + 2 + len(after) - len(after.lstrip())))
-            for problem in problems:
-                at = problem.expression_position or Position(1, 1)
-                line = start.line + at.line - 1
-                column = start.column + at.column - 1 if at.line == 1 else at.column
-                where = Position(line, column)
-                out.problems.append(Problem(f"invalid placeholder expression {placeholder.expression!r}: "
-                                            f"{problem.message}", path=path, expression_position=where,
-                                            excerpt=excerpt_at(item.template, where)))
-            if prog:
-                programs[placeholder.expression] = prog
-        out.templates.append((i, parsed, programs))
-    for i, aa in enumerate(s.audit_annotations):
-        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
-        if prog:
-            out.audit_annotations.append((aa.key, prog))
-    if policy.namespace:
-        placeholders = [(f"spec.generate[{i}].template.value", p.expression, "placeholder")
-                        for i, t, _progs in out.templates for p in t.placeholders]
-        out.problems.extend(namespaced_forbidden([*policy.expressions(), *placeholders]))
-    out.problems = [policy.locate(p) for p in out.problems]
-    return out
-
-
-@dataclass
-class CompiledDeletingPolicy(CompiledOutcome):
-    policy: DeletingPolicy
-    #: ``spec.conditions`` (evaluated after the variables are declared, as in Kyverno).
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def compile_deleting_policy(policy: DeletingPolicy) -> CompiledDeletingPolicy:
-    """Compile a (Namespaced)DeletingPolicy's variables and conditions (bools; they may read the variables)."""
-    out = CompiledDeletingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, "Kubernetes", False)
-    frame.variables_and_conditions(s.variables, (), conditions_see_variables=True)
-    for i, condition in enumerate(s.conditions):
-        prog = frame.add(condition.expression, f"spec.conditions[{i}].expression", "matchCondition")
-        if prog:
-            out.match_conditions.append((condition.name, prog))
     if policy.namespace:
         out.problems.extend(namespaced_forbidden(policy.expressions()))
     out.problems = [policy.locate(p) for p in out.problems]
@@ -618,7 +530,7 @@ def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledIm
     checks no result type for them and fails at verification when one is not a string, which vpol warns about."""
     out = CompiledImageValidatingPolicy(policy)
     s = policy.spec
-    frame = _Frame(out, s.evaluation.mode, False, image_validating=True, kind=policy.kind)
+    frame = Frame(out, s.evaluation.mode, False, image_validating=True, kind=policy.kind)
     frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
     reference_env = EnvSpec(image_reference=True)
     for i, ref in enumerate(s.match_image_references):
@@ -643,7 +555,3 @@ def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledIm
     frame.finish(policy)
     return out
 
-
-#: Every compiled policy kind the engine's policy run evaluates (its variables and conditions).
-CompiledAny = CompiledPolicy | CompiledMutatingPolicy | CompiledGeneratingPolicy | CompiledDeletingPolicy | \
-    CompiledImageValidatingPolicy

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from vpol.engine.kinds import KINDS, kind_for_document, kind_named
-from vpol.model.deleting import DeletingPolicy
+from vpol.policies.deleting.model import DeletingPolicy
 from vpol.model.documents import Document, iter_documents, parse_documents
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import is_exception_document, parse_exception

@@ -23,7 +23,8 @@ from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
 from vpol.engine.evaluate import PASS, SKIP, PolicyEngine, Result, compile_exception
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, Placement
 from vpol.engine.image_policy import ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.mutate import MutatingPolicyEngine, Mutated

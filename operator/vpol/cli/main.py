@@ -416,7 +416,8 @@ def _apply_lifecycle(loaded: Loaded, triggers: list[Any], exceptions: list[Any],
     ``deletion: true``, ``pass`` for a resource it would delete and ``fail`` for one it keeps (these do not count
     in the summary: keeping a resource is no failure; an error does)."""
     from vpol.cel.backend import using
-    from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, labelled
+    from vpol.policies.deleting.engine import DeletingPolicyEngine
+    from vpol.policies.generating.engine import GeneratingPolicyEngine, labelled
 
     out = _Lifecycle()
     if not loaded.generating and not loaded.deleting:

@@ -53,9 +53,9 @@ from vpol.kube.errors import describe
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import PLURALS, Objects
 from vpol.kube.reports import Reports
-from vpol.model.deleting import DeletingPolicy
+from vpol.policies.deleting.model import DeletingPolicy
 from vpol.model.discovery import ResourceInfo
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key

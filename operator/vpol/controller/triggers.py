@@ -18,7 +18,7 @@ from vpol.engine.mutate_existing import trigger_resources
 from vpol.engine.request import ResourceType, Subject
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import get_object
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}

@@ -46,8 +46,15 @@ from cel_expr_python import cel
 
 from vpol.cel.cost import WorkPlan
 from vpol.cel.cost import plan as plan_work
-from vpol.cel.compiler import (CompiledAny, CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledPolicy,
-                               Program, compile_expression, compile_policy)
+from vpol.cel.compiler import (
+    CompiledAny,
+    CompiledImageValidatingPolicy,
+    CompiledMutatingPolicy,
+    CompiledPolicy,
+    Program,
+    compile_expression,
+    compile_policy,
+)
 from vpol.cel.environment import EnvSpec, environment, library_variables
 from vpol.cel.fused import batch_program, fused_program, fused_text
 from vpol.cel.go_error_text import as_cel_go
@@ -185,7 +192,7 @@ class SubjectData:
         self.data["exceptions"] = {"allowedImages": [], "allowedValues": []}
         self.data.update(lib_vars)
         self._base: cel.Activation | None = None
-        #: Variable values computed on this subject, by value key (see _PolicyRun._value_key): policies that
+        #: Variable values computed on this subject, by value key (see PolicyRun._value_key): policies that
         #: declare the same variable (say every Pod Security policy's list of all containers) compute it
         #: once per subject.
         self.shared: dict[tuple[Any, ...], Any] = {}
@@ -239,7 +246,7 @@ class SubjectData:
 _NON_CEL = "Non-CEL value type"
 
 
-class _PolicyRun:
+class PolicyRun:
     """Evaluation state of one policy on one subject (lazy variables)."""
 
     def __init__(self, compiled: CompiledAny, data: SubjectData, exceptions: dict[str, Any] | None):
@@ -406,7 +413,7 @@ def _first_false(conditions: Iterable[tuple[str, Program]], evaluate: Callable[[
     return None, errors
 
 
-def conditions_outcome(run: _PolicyRun, conditions: Sequence[tuple[str, Program]],
+def conditions_outcome(run: PolicyRun, conditions: Sequence[tuple[str, Program]],
                        failure_policy: str, error_prefix: str = "") -> tuple[str, str] | None:
     """matchConditions as the API server evaluates them: None when all hold, else (result, message). A false
     condition is ``skip`` (it wins over errors); errors are ``error``, or ``skip`` under failurePolicy Ignore.
@@ -517,7 +524,7 @@ EVALUATION_FAILED = "error: "
 LOAD_FAILED = "failed to load context: "
 
 
-def audit_annotations(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: _PolicyRun) -> tuple[dict[str, str], str]:
+def audit_annotations(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: PolicyRun) -> tuple[dict[str, str], str]:
     """(the audit annotations that evaluate to a non-empty string, by key; the error of the first that could not
     be evaluated, worded as Kyverno's engine words it, or "")."""
     properties: dict[str, str] = {}
@@ -531,7 +538,7 @@ def audit_annotations(compiled: CompiledPolicy | CompiledImageValidatingPolicy, 
     return properties, ""
 
 
-def failure_message(validation: Validation, index: int, run: _PolicyRun, message_program: Program | None) -> str:
+def failure_message(validation: Validation, index: int, run: PolicyRun, message_program: Program | None) -> str:
     """The message of a failed validation, as Kyverno's engine words it (its CLI, reports and webhook; a
     generated VAP is the API server's, which falls back to ``message`` instead): the messageExpression's
     value when it has one, a note saying why when it cannot be evaluated or is not a string, else
@@ -548,7 +555,7 @@ def failure_message(validation: Validation, index: int, run: _PolicyRun, message
     return message or f"CEL expression validation failed at index {index}"
 
 
-def validate(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: _PolicyRun, result: Callable[..., Result],
+def validate(compiled: CompiledPolicy | CompiledImageValidatingPolicy, run: PolicyRun, result: Callable[..., Result],
              *, error_prefix: str = EVALUATION_FAILED, audit_prefix: str = LOAD_FAILED,
              explain: Callable[[], str] = lambda: "") -> Result:
     """A policy's validations in order, then its audit annotations: the Result ``result(outcome, message, ...)``
@@ -729,7 +736,7 @@ class PolicyEngine:
     def _stepwise(self, compiled: CompiledPolicy, data: SubjectData, partial: dict[str, Any] | None) -> Result:
         """The result expression by expression: matchConditions, then validations (``partial``: the
         ``exceptions`` variable partial PolicyExceptions make, if any matched)."""
-        run = _PolicyRun(compiled, data, partial)
+        run = PolicyRun(compiled, data, partial)
         stop = conditions_outcome(run, compiled.match_conditions, compiled.policy.spec.failure_policy)
         if stop is not None:
             return self._result(data, *stop)
@@ -769,7 +776,7 @@ class PolicyEngine:
             # The first false validation (those after it evaluated without an error too, so they cannot change
             # what evaluating in order says).
             index, _prog, msg_prog = validations[position]
-            run = _PolicyRun(compiled, data, None)
+            run = PolicyRun(compiled, data, None)
             message = failure_message(compiled.policy.spec.validations[index], index, run, msg_prog)
             return self._result(data, FAIL, message, validation=index, properties={})
         return self._result(data, PASS, "success", properties={})

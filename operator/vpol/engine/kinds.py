@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from vpol.policies.deleting.compile import compile_deleting_policy
+from vpol.policies.generating.compile import compile_generating_policy
 from vpol.cel.compiler import (
-    compile_deleting_policy,
-    compile_generating_policy,
     compile_image_validating_policy,
     compile_mutating_policy,
     compile_policy,
@@ -23,8 +23,8 @@ from vpol.cel.compiler import (
 )
 from vpol.engine.autogen import autogen_configs, image_autogen_configs, mutating_autogen_configs
 from vpol.model.documents import Document
-from vpol.model.deleting import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
-from vpol.model.generating import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
+from vpol.policies.deleting.model import DeletingPolicy, is_deleting_policy_document, parse_deleting_policy
+from vpol.policies.generating.model import GeneratingPolicy, is_generating_policy_document, parse_generating_policy
 from vpol.model.image_validating import (
     ImageValidatingPolicy,
     is_image_validating_policy_document,

@@ -38,7 +38,7 @@ from vpol.engine.evaluate import (
     EvaluationError,
     Result,
     SubjectData,
-    _PolicyRun,
+    PolicyRun,
     conditions_outcome,
     exempted,
     match_exceptions,
@@ -136,7 +136,7 @@ class MutatingPolicyEngine:
         subject = dataclasses.replace(trigger, old_object=None, namespace_object=None)
         # oldObject is null, not {}: Kyverno's background controller evaluates the expression with the trigger
         # (the deleted object for a DELETE) as object and no old object at all.
-        run = _PolicyRun(compiled, SubjectData(subject, absent_as_empty=False), None)
+        run = PolicyRun(compiled, SubjectData(subject, absent_as_empty=False), None)
         # ``conditions=False``: Kyverno's CLI resolves targets without the trigger's matchConditions.
         if conditions and conditions_outcome(run, compiled.match_conditions, "Fail") is not None:
             return Targets(matched=False)
@@ -178,7 +178,7 @@ class MutatingPolicyEngine:
             outcome, message, _name = exempted(exceptions.exempt)
             return self._result(subject, original, outcome, message)
         # Partial exceptions (images, values) feed the `exceptions` variable, as for validations.
-        run = _PolicyRun(compiled, data, exceptions.partial)
+        run = PolicyRun(compiled, data, exceptions.partial)
         stop = conditions_outcome(run, compiled.match_conditions if conditions is None else conditions,
                                   compiled.policy.spec.failure_policy, error_prefix=MUTATION_FAILED)
         if stop is not None:

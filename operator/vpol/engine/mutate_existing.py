@@ -25,9 +25,9 @@ from typing import Any
 
 from vpol.engine.match import rule_matches, selectors_match
 from vpol.engine.request import Subject
-from vpol.model.deleting import DeletingPolicy
+from vpol.policies.deleting.model import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import MatchResources, Rule
 

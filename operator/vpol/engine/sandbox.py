@@ -57,13 +57,14 @@ from vpol.engine.evaluate import (
     SubjectData,
     compile_exception,
 )
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, KnownScopes
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
 from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
-from vpol.model.deleting import DeletingPolicy
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.deleting.model import DeletingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException, ValidatingPolicy
 

@@ -60,7 +60,7 @@ T = TypeVar("T")
 _P = TypeVar("_P")
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_CEL_IDENT = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
+CEL_IDENT = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -99,7 +99,7 @@ class Reader:
         if data is None:
             return {}
         if not isinstance(data, dict):
-            self.problem(path, f"must be an object, not {_kind(data)}")
+            self.problem(path, f"must be an object, not {value_kind(data)}")
             return {}
         if known is not None:
             for key in data:
@@ -116,7 +116,7 @@ class Reader:
                 self.problem(here, "required field is missing")
             return default
         if not isinstance(value, str):  # as the API server: `name: 5` is a number, not a string
-            self.problem(here, f"must be a string, not {_kind(value)}")
+            self.problem(here, f"must be a string, not {value_kind(value)}")
             return default
         value = str(value)
         if choices is not None and value not in choices:
@@ -129,7 +129,7 @@ class Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            self.problem(f"{path}.{key}", f"must be a boolean, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be a boolean, not {value_kind(value)}")
             return default
         return value
 
@@ -138,7 +138,7 @@ class Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(f"{path}.{key}", f"must be an integer, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be an integer, not {value_kind(value)}")
             return None
         return value
 
@@ -147,7 +147,7 @@ class Reader:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.problem(f"{path}.{key}", f"must be a list, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be a list, not {value_kind(value)}")
             return []
         return value
 
@@ -157,7 +157,7 @@ class Reader:
         for i, item in enumerate(self.list_(data, key, path)):
             here = f"{path}.{key}[{i}]"
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                self.problem(here, f"must be a string, not {_kind(item)}")
+                self.problem(here, f"must be a string, not {value_kind(item)}")
                 continue
             item = str(item)
             if choices is not None and item not in choices:
@@ -172,7 +172,7 @@ class Reader:
         for i, item in enumerate(self.list_(data, key, path)):
             here = f"{path}.{key}[{i}]"
             if not isinstance(item, dict):
-                self.problem(here, f"must be an object, not {_kind(item)}")
+                self.problem(here, f"must be an object, not {value_kind(item)}")
                 continue
             parsed = each(item, here)
             if parsed is not None:
@@ -190,7 +190,7 @@ class Reader:
         return value
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -205,7 +205,7 @@ def _selector(r: Reader, data: Any, path: str) -> LabelSelector | None:
     labels = r.obj(d.get("matchLabels"), f"{path}.matchLabels")
     for k, v in labels.items():
         if not isinstance(v, str):
-            r.problem(f"{path}.matchLabels.{k}", f"must be a string, not {_kind(v)}")
+            r.problem(f"{path}.matchLabels.{k}", f"must be a string, not {value_kind(v)}")
 
     def req(item: dict[str, Any], here: str) -> Requirement | None:
         key = r.str_(item, "key", here, required=True)
@@ -233,7 +233,7 @@ def _rule(r: Reader, item: dict[str, Any], here: str) -> Rule:
     )
 
 
-def _match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
+def match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
     if data is None:
         return None
     d = r.obj(data, path, ("resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector",
@@ -247,7 +247,7 @@ def _match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
     )
 
 
-def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident: bool) -> tuple[NamedExpression, ...]:
+def named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident: bool) -> tuple[NamedExpression, ...]:
     seen: dict[str, int] = {}
 
     def each(item: dict[str, Any], here: str) -> NamedExpression | None:
@@ -255,7 +255,7 @@ def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident:
         name = r.str_(item, "name", here, required=True)
         expr = r.expression(item, "expression", here)
         if name:
-            if ident and not _CEL_IDENT.match(name):
+            if ident and not CEL_IDENT.match(name):
                 r.problem(f"{here}.name", f'"{name}" is not a valid CEL identifier')
             elif not ident and not _QUALIFIED_NAME.match(name):
                 # Kyverno accepts any name (its catalogue has "check the job spec"); the API server does not
@@ -285,7 +285,7 @@ def _validation(r: Reader, item: dict[str, Any], here: str, any_reason: bool = F
     return Validation(expr, message, msg_expr, reason) if expr else None
 
 
-def _audit_annotation(r: Reader, item: dict[str, Any], here: str) -> AuditAnnotation | None:
+def audit_annotation(r: Reader, item: dict[str, Any], here: str) -> AuditAnnotation | None:
     r.obj(item, here, ("key", "valueExpression"))
     key = r.str_(item, "key", here, required=True)
     if key and (len(key) > 63 or not _QUALIFIED_NAME.match(key)):
@@ -308,7 +308,7 @@ def _mode(r: Reader, ev: dict[str, Any]) -> str:
     return "Kubernetes"
 
 
-def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reason: bool = False) -> PolicySpec:
+def policy_spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reason: bool = False) -> PolicySpec:
     """A ValidatingPolicy's spec, or (``fields``: the known fields, ``any_reason``: see _validation) the frame an
     ImageValidatingPolicy shares with it."""
     d = r.obj(data, "spec", fields)
@@ -343,19 +343,19 @@ def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reas
     if timeout is not None and not 1 <= timeout <= 30:
         r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
 
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if ev.get("mode", "Kubernetes") == "Kubernetes" and (match is None or not match.resource_rules):
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
 
     validations = r.objects(d, "validations", "spec", lambda i, h: _validation(r, i, h, any_reason))
-    audits = r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h))
+    audits = r.objects(d, "auditAnnotations", "spec", lambda i, h: audit_annotation(r, i, h))
     if not d.get("validations") and not d.get("auditAnnotations"):
         r.problem("spec.validations", "validations and auditAnnotations may not both be empty")
 
     return PolicySpec(
         match_constraints=match,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
+        variables=named_expressions(r, d, "variables", "spec", ident=True),
         validations=validations,
         audit_annotations=audits,
         validation_actions=tuple(dict.fromkeys(actions)) or (ACTION_DENY,),
@@ -366,7 +366,7 @@ def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reas
     )
 
 
-def _metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
+def policy_metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
     md = r.obj(data.get("metadata"), "metadata")
     name = r.str_(md, "name", "metadata", required=True)
     if md.get("name") == "":
@@ -407,7 +407,7 @@ def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tup
         data.get("metadata"), dict) else ""
     r = Reader(doc, object_ref=f"{kinds[0]}/{name_hint}" if name_hint else kinds[0])
     if not isinstance(data, dict):
-        r.problem("", f"a policy must be an object, not {_kind(data)}")
+        r.problem("", f"a policy must be an object, not {value_kind(data)}")
         return r, None, ""
     api_version = str(data.get("apiVersion", ""))
     kind = str(data.get("kind", ""))
@@ -435,11 +435,11 @@ def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPoli
     r, api_version, kind = _head(data, doc, KINDS, VERSIONS)
     if api_version is None:
         return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == "NamespacedValidatingPolicy")
+    name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == "NamespacedValidatingPolicy")
     if "spec" not in data or data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems
-    spec = _spec(r, data.get("spec"))
+    spec = policy_spec(r, data.get("spec"))
     if r.failed:
         return None, r.problems
     return ValidatingPolicy(
@@ -458,9 +458,9 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
     """Parse a policies.kyverno.io PolicyException."""
     r = Reader(doc, object_ref="PolicyException")
     if not isinstance(data, dict):
-        r.problem("", f"an exception must be an object, not {_kind(data)}")
+        r.problem("", f"an exception must be an object, not {value_kind(data)}")
         return None, r.problems
-    name, namespace, labels, *_ = _metadata(r, data, True)
+    name, namespace, labels, *_ = policy_metadata(r, data, True)
     r.object_ref = f"PolicyException/{name}"
     d = r.obj(data.get("spec"), "spec", ("policyRefs", "matchConditions", "images", "allowedValues",
                                          "reportResult", "background", "expiresAt"))
@@ -472,7 +472,7 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
         name=name,
         namespace=namespace,
         policy_refs=refs,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
         allowed_images=r.strings(d, "images", "spec"),
         allowed_values=r.strings(d, "allowedValues", "spec"),
         report_result=r.str_(d, "reportResult", "spec", default="skip", choices=("skip", "pass")),
@@ -564,7 +564,7 @@ def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
     if timeout is not None and not 1 <= timeout <= 30:
         r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
 
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if match is None or not match.resource_rules:
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
     target = r.obj(d.get("targetMatchConstraints"), "spec.targetMatchConstraints", _TARGET_FIELDS)
@@ -573,20 +573,20 @@ def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
         r.problem("spec.mutations", "at least one mutation is required")
     return MutatingSpec(
         match_constraints=match,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
+        variables=named_expressions(r, d, "variables", "spec", ident=True),
         mutations=mutations,
         failure_policy=r.str_(d, "failurePolicy", "spec", default="Fail", choices=FAILURE_POLICIES),
         reinvocation_policy=r.str_(d, "reinvocationPolicy", "spec", default="Never", choices=REINVOCATION_POLICIES),
-        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h)),
+        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: audit_annotation(r, i, h)),
         evaluation=evaluation,
         autogen=MutatingAutogen(controllers, map_enabled),
         webhook_timeout_seconds=timeout,
-        target_match_constraints=_match_resources(r, {k: v for k, v in target.items() if k != "expression"},
+        target_match_constraints=match_resources(r, {k: v for k, v in target.items() if k != "expression"},
                                                   "spec.targetMatchConstraints") if target else None,
         target_expression=r.expression(target, "expression", "spec.targetMatchConstraints", required=False)
         if target else "",
-        target_match_conditions=_named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
+        target_match_conditions=named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
     )
 
 
@@ -602,7 +602,7 @@ def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions
     r, api_version, kind = _head(data, doc, kinds, versions)
     if api_version is None:
         return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == kinds[1])
+    name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == kinds[1])
     if data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from tests.unit.lifecycle.builders import configmap, dpol, gpol, rules
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, KnownScopes
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
 from vpol.engine.request import ResourceType
 from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
@@ -88,7 +89,7 @@ class CountingWorker:
 
     def call(self, key: str, method: str, subjects: list) -> tuple[str, object]:
         from vpol.engine.evaluate import Result
-        from vpol.engine.generate import Generation as Generated
+        from vpol.policies.generating.engine import Generation as Generated
 
         self.calls.append([s.name for s in subjects])
         if self.status != "ok":

@@ -17,7 +17,7 @@ from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
 from vpol.engine.mutate_existing import trigger_resources
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.templates import parse as parse_template
 
 GENERATING_CONDITION = "Generating"
