@@ -22,7 +22,7 @@ from tests.unit.policies import make_policy
 from vpol.cel.global_context import API_CALL, FAILED, EntryState, api_call_state
 from vpol.cel.go_jmespath import go_json
 from vpol.controller.global_context import GlobalContextOptions, _ResourceLoader
-from vpol.engine.evaluate import PolicyEngine
+from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextStore
 from vpol.engine.request import ResourceType
 from vpol.engine.subjects import subject_for

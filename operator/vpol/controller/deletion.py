@@ -38,9 +38,9 @@ from vpol.controller.token_bucket import TokenBucket
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
 from vpol.policies.deleting.engine import DeletingPolicyEngine
-from vpol.engine.mutate_existing import trigger_resources
+from vpol.engine.scope import trigger_resources
 from vpol.engine.request import ResourceType, Subject
-from vpol.engine.sandbox import SandboxedEvaluator
+from vpol.policies.sandbox import SandboxedEvaluator
 from vpol.engine.subjects import subject_for
 from vpol.kube.access import AccessChecker
 from vpol.kube.dynamic import delete_object, list_pages

@@ -77,9 +77,9 @@ from vpol.policies.generating.engine import (
     labelled,
 )
 from vpol.policies.generating.engine import Generation as Generated
-from vpol.engine.mutate_existing import trigger_resources
+from vpol.engine.scope import trigger_resources
 from vpol.engine.request import ResourceType, Subject
-from vpol.engine.sandbox import SandboxedEvaluator
+from vpol.policies.sandbox import SandboxedEvaluator
 from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
 from vpol.kube.errors import describe
 from vpol.kube.objects import FIELD_MANAGER

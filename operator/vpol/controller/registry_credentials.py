@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
 from vpol.kube.dynamic import get_object
-from vpol.model.image_validating import ImageValidatingPolicy
+from vpol.policies.image_validating.model import ImageValidatingPolicy
 from vpol.oci.registry import Credentials, RegistryClient
 
 logger = logging.getLogger(__name__)

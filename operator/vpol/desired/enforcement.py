@@ -4,7 +4,7 @@ Every admission-enabled policy in Kubernetes mode applies at admission, whatever
 its validationActions (Deny denies, Warn warns, Audit annotates). The route:
 
 1. **Native** (``NativeVAP``): the policy wants a ValidatingAdmissionPolicy and the
-   API server can express it (see :func:`vpol.desired.vap.ineligibility`). It wants
+   API server can express it (see :func:`vpol.policies.validating.vap.ineligibility`). It wants
    one when ``spec.autogen.validatingAdmissionPolicy.enabled`` is true, or, with the
    operator's generation mode ``eligible`` (the default), when that field is unset.
    In mode ``opt-in`` only an explicit ``true`` asks for one (Kyverno's behaviour).
@@ -17,16 +17,15 @@ its validationActions (Deny denies, Warn warns, Audit annotates). The route:
 A policy that does not compile is enforced nowhere (it is not Ready either): a
 broken policy in the webhook would turn every matching request into an error.
 
-The same function decides for the reconciler (status, VAPs), the webhook
-configuration writer and every replica's webhook server, so they always agree.
+The same function (a ValidatingPolicy's: vpol.policies.validating.enforcement.route) decides for the
+reconciler (status, VAPs), the webhook configuration writer and every replica's webhook server, so they always
+agree. Here: the routes, what the reconciler found of the webhook and the ``AdmissionEnforced`` condition.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vpol.desired.vap import ineligibility
-from vpol.model.policy import ValidatingPolicy
 
 GENERATION_ELIGIBLE = "eligible"
 GENERATION_OPT_IN = "opt-in"
@@ -38,24 +37,6 @@ NOT_APPLICABLE = "NotApplicable"
 NONE = "None"
 #: The route is in place, but the API server is not yet known to enforce it (vpol.desired.probe).
 PENDING = "Pending"
-
-
-def not_applicable(policy: ValidatingPolicy) -> str:
-    """Why the policy never applies at admission ("" when it does)."""
-    if not policy.spec.evaluation.admission_enabled:
-        return "admission evaluation is disabled (spec.evaluation.admission.enabled: false)"
-    if policy.json_mode:
-        return "JSON-mode policies evaluate JSON payloads, which never come through admission"
-    return ""
-
-
-def wants_native(policy: ValidatingPolicy, generation: str) -> bool:
-    """Whether native ValidatingAdmissionPolicies are asked for (explicitly, or by the generation mode)."""
-    explicit = policy.spec.autogen.vap_enabled
-    if explicit is not None:
-        return explicit
-    # Namespaced policies too (beyond Kyverno): their VAPs are pinned to the namespace (vpol.desired.vap.pinning).
-    return generation == GENERATION_ELIGIBLE
 
 
 @dataclass(frozen=True)
@@ -70,25 +51,6 @@ class Route:
     ineligible: str = ""
     #: Why the policy does not apply at admission at all ("" when it does).
     not_applicable: str = ""
-
-
-def route(policy: ValidatingPolicy, *, generation: str = GENERATION_ELIGIBLE, compiles: bool = True,
-          vap_failed: bool = False) -> Route:
-    """The admission route of ``policy``.
-
-    ``compiles``: every expression compiles (the caller has compiled it).
-    ``vap_failed``: the API server refused the generated VAP for this generation
-    of the policy; the webhook then takes over.
-    """
-    wanted = wants_native(policy, generation)
-    why_not = not_applicable(policy)
-    if not compiles:
-        return Route(native=False, webhook=False, native_wanted=wanted, not_applicable=why_not)
-    ineligible = ineligibility(policy) if wanted else ""
-    native = wanted and not ineligible
-    webhook = not why_not and (not native or vap_failed)
-    return Route(native=native, webhook=webhook, native_wanted=wanted, ineligible=ineligible,
-                 not_applicable=why_not)
 
 
 @dataclass(frozen=True)

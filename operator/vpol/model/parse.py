@@ -1,4 +1,6 @@
-"""Turning documents (dicts) into typed policies and exceptions, with every problem reported.
+"""Turning documents (dicts) into typed policies and exceptions, with every problem reported: the reader, the
+parts every policy kind shares (head, metadata, match constraints, named expressions, the admission-policy spec)
+and PolicyExceptions. Each kind's own parsing is its model's (vpol.policies.<kind>.model, over :func:`parse_kind`).
 
 The parser never raises on bad content: it collects a ``Problem`` for each
 wrong field (missing, wrong type, invalid value, duplicate name, unknown
@@ -21,12 +23,11 @@ from vpol.model.policy import (
     ACTION_WARN,
     FAILURE_POLICIES,
     GROUP,
-    KINDS,
     MODES,
+    NAMESPACED_VERSIONS,
     OPERATIONS,
     SCOPES,
     VALIDATION_ACTIONS,
-    VERSIONS,
     AuditAnnotation,
     Autogen,
     Evaluation,
@@ -38,21 +39,7 @@ from vpol.model.policy import (
     PolicySpec,
     Requirement,
     Rule,
-    ValidatingPolicy,
     Validation,
-)
-from vpol.model.mutating import (
-    MUTATING_KINDS,
-    MUTATING_VERSIONS,
-    NAMESPACED_VERSIONS,
-    PATCH_APPLY_CONFIGURATION,
-    PATCH_TYPES,
-    REINVOCATION_POLICIES,
-    MutatingAutogen,
-    MutatingEvaluation,
-    MutatingPolicy,
-    MutatingSpec,
-    Mutation,
 )
 from vpol.model.problems import Problem
 
@@ -399,7 +386,7 @@ def _valid_key(key: str) -> bool:
     return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
 
 
-def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tuple[str, ...]
+def policy_head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tuple[str, ...]
           ) -> tuple[Reader, str | None, str]:
     """The reader of a policy document and its apiVersion and kind, checked against what is served
     (apiVersion None: the document is not even an object)."""
@@ -423,30 +410,6 @@ def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tup
     if kind in kinds:
         r.object_ref = f"{kind}/{name_hint}" if name_hint else kind
     return r, api_version, kind
-
-
-def is_policy_document(data: Any) -> bool:
-    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
-        data.get("kind") in KINDS
-
-
-def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPolicy | None, list[Problem]]:
-    """Parse one ValidatingPolicy document. Returns the policy (None when invalid) and all problems."""
-    r, api_version, kind = _head(data, doc, KINDS, VERSIONS)
-    if api_version is None:
-        return None, r.problems
-    name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == "NamespacedValidatingPolicy")
-    if "spec" not in data or data.get("spec") is None:
-        r.problem("spec", "required field is missing")
-        return None, r.problems
-    spec = policy_spec(r, data.get("spec"))
-    if r.failed:
-        return None, r.problems
-    return ValidatingPolicy(
-        name=name, spec=spec, kind=kind, api_version=api_version, namespace=namespace, uid=uid,
-        generation=generation, labels=labels, annotations=annotations, raw=data,
-        source=doc.file if doc else "", positions=doc.positions if doc else {},
-    ), r.problems
 
 
 def is_exception_document(data: Any) -> bool:
@@ -499,107 +462,11 @@ def _timestamp(r: Reader, data: dict[str, Any], key: str, path: str) -> float | 
     return moment.timestamp()
 
 
-# --- MutatingPolicy ---------------------------------------------------------------------
-
-_MUTATING_SPEC_FIELDS = ("matchConstraints", "matchConditions", "variables", "mutations", "failurePolicy",
-                         "reinvocationPolicy", "auditAnnotations", "evaluation", "autogen", "webhookConfiguration",
-                         "targetMatchConstraints", "targetMatchConditions")
-
-
-#: ``spec.targetMatchConstraints``: a MatchResources and the expression resolving targets from the trigger.
-_TARGET_FIELDS = ("resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector", "matchPolicy",
-                  "expression")
-
-
-def _mutation(r: Reader, item: dict[str, Any], here: str) -> Mutation | None:
-    r.obj(item, here, ("patchType", "applyConfiguration", "jsonPatch"))
-    patch_type = r.str_(item, "patchType", here, required=True, choices=PATCH_TYPES)
-    if not patch_type:
-        return None
-    wanted = "applyConfiguration" if patch_type == PATCH_APPLY_CONFIGURATION else "jsonPatch"
-    other = "jsonPatch" if wanted == "applyConfiguration" else "applyConfiguration"
-    if item.get(other) is not None:
-        r.problem(f"{here}.{other}", f"must not be set when patchType is {patch_type}")
-    body = r.obj(item.get(wanted), f"{here}.{wanted}", ("expression",))
-    if item.get(wanted) is None:
-        r.problem(f"{here}.{wanted}", f"required when patchType is {patch_type}")
-        return None
-    expression = r.expression(body, "expression", f"{here}.{wanted}")
-    return Mutation(patch_type, expression) if expression else None
-
-
-def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
-    d = r.obj(data, "spec", _MUTATING_SPEC_FIELDS)
-    ev = r.obj(d.get("evaluation"), "spec.evaluation",
-               ("admission", "background", "mode", "mutateExisting", "useServerSideApply", "skipBackgroundRequests"))
-    mode = ev.get("mode")
-    if mode not in (None, "", "Kubernetes"):
-        r.problem("spec.evaluation.mode", f'evaluation mode "{mode}" is not supported for a MutatingPolicy '
-                                          "(supported: Kubernetes)")
-    mutate_existing = r.bool_(r.obj(ev.get("mutateExisting"), "spec.evaluation.mutateExisting", ("enabled",)),
-                              "enabled", "spec.evaluation.mutateExisting", False)
-    evaluation = MutatingEvaluation(
-        admission_enabled=r.bool_(r.obj(ev.get("admission"), "spec.evaluation.admission", ("enabled",)),
-                                  "enabled", "spec.evaluation.admission", True),
-        background_enabled=r.bool_(r.obj(ev.get("background"), "spec.evaluation.background", ("enabled",)),
-                                   "enabled", "spec.evaluation.background", True),
-        mutate_existing_enabled=mutate_existing,
-        skip_background_requests=r.bool_(ev, "skipBackgroundRequests", "spec.evaluation", True),
-        use_server_side_apply=r.bool_(ev, "useServerSideApply", "spec.evaluation", False),
-    )
-    if not evaluation.admission_enabled and not evaluation.mutate_existing_enabled:
-        # Kyverno's rule (its MutatingPolicy validation), whatever background says.
-        r.problem("spec.evaluation", "disabling both admission and mutateExisting evaluation modes is not allowed")
-    ag = r.obj(d.get("autogen"), "spec.autogen", ("podControllers", "mutatingAdmissionPolicy"))
-    pc = r.obj(ag.get("podControllers"), "spec.autogen.podControllers", ("controllers",))
-    controllers = None
-    if pc.get("controllers") is not None:
-        controllers = tuple(c.lower() for c in r.strings(pc, "controllers", "spec.autogen.podControllers"))
-    native = r.obj(ag.get("mutatingAdmissionPolicy"), "spec.autogen.mutatingAdmissionPolicy", ("enabled",))
-    map_enabled = None if native.get("enabled") is None else \
-        r.bool_(native, "enabled", "spec.autogen.mutatingAdmissionPolicy", False)
-
-    wh = r.obj(d.get("webhookConfiguration"), "spec.webhookConfiguration", ("timeoutSeconds",))
-    timeout = r.int_(wh, "timeoutSeconds", "spec.webhookConfiguration")
-    if timeout is not None and not 1 <= timeout <= 30:
-        r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
-
-    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
-    if match is None or not match.resource_rules:
-        r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
-    target = r.obj(d.get("targetMatchConstraints"), "spec.targetMatchConstraints", _TARGET_FIELDS)
-    mutations = r.objects(d, "mutations", "spec", lambda i, h: _mutation(r, i, h))
-    if not d.get("mutations"):
-        r.problem("spec.mutations", "at least one mutation is required")
-    return MutatingSpec(
-        match_constraints=match,
-        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=named_expressions(r, d, "variables", "spec", ident=True),
-        mutations=mutations,
-        failure_policy=r.str_(d, "failurePolicy", "spec", default="Fail", choices=FAILURE_POLICIES),
-        reinvocation_policy=r.str_(d, "reinvocationPolicy", "spec", default="Never", choices=REINVOCATION_POLICIES),
-        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: audit_annotation(r, i, h)),
-        evaluation=evaluation,
-        autogen=MutatingAutogen(controllers, map_enabled),
-        webhook_timeout_seconds=timeout,
-        target_match_constraints=match_resources(r, {k: v for k, v in target.items() if k != "expression"},
-                                                  "spec.targetMatchConstraints") if target else None,
-        target_expression=r.expression(target, "expression", "spec.targetMatchConstraints", required=False)
-        if target else "",
-        target_match_conditions=named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
-    )
-
-
-def is_mutating_policy_document(data: Any) -> bool:
-    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
-        data.get("kind") in MUTATING_KINDS
-
-
 def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions: tuple[str, ...],
                spec: Callable[[Reader, Any], Any], make: Callable[..., _P]) -> tuple[_P | None, list[Problem]]:
     """Parse one document of a policy kind whose namespaced twin is ``kinds[1]``: its head and metadata as for every
     kind, its spec with ``spec``; the policy ``make`` builds (None when invalid) and every problem."""
-    r, api_version, kind = _head(data, doc, kinds, versions)
+    r, api_version, kind = policy_head(data, doc, kinds, versions)
     if api_version is None:
         return None, r.problems
     name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == kinds[1])
@@ -612,10 +479,3 @@ def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions
     return make(name=name, spec=parsed, kind=kind or kinds[0], api_version=api_version, namespace=namespace, uid=uid,
                 generation=generation, labels=labels, annotations=annotations, raw=data,
                 source=doc.file if doc else "", positions=doc.positions if doc else {}), r.problems
-
-
-def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
-    """Parse one MutatingPolicy or NamespacedMutatingPolicy document. Returns the policy (None when invalid) and
-    all problems."""
-    return parse_kind(data, doc, (MUTATING_KINDS[0], MUTATING_KINDS[1]), MUTATING_VERSIONS, _mutating_spec,
-                      MutatingPolicy)

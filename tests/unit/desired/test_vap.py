@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.desired.vap import desired_objects, ineligibility
+from vpol.policies.validating.vap import desired_objects, ineligibility
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
 
 

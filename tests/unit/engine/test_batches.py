@@ -1,4 +1,4 @@
-"""Policies evaluated together by one program (vpol.engine.evaluate.Batches) get the results each gets on its own:
+"""Policies evaluated together by one program (vpol.policies.validating.engine.Batches) get the results each gets on its own:
 on every suite of the corpus (as tests/differential/test_fused.py compares the fused fast path with the
 expression-by-expression evaluation), and in the cases where the batch cannot answer (a part that fails, a false
 matchCondition, policies it does not hold, more programs than it keeps)."""
@@ -15,8 +15,9 @@ from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
 from vpol.cel.backend import using
 from vpol.cli.inputs import load_policies
-from vpol.engine.evaluate import (MAX_PART, Batches, PolicyEngine, Result, SubjectData, _part_values,
-                                  compile_exception)
+from vpol.policies.validating.engine import MAX_PART, Batches, PolicyEngine
+from vpol.engine.evaluate import Result, SubjectData, compile_exception
+from vpol.policies.validating.engine import _part_values
 from vpol.engine.subjects import subject_for
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
 

@@ -1,4 +1,4 @@
-"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.engine.sandbox): an expression that
+"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.policies.sandbox): an expression that
 runs away costs its trigger (or object) an error within the deadline, a memory explosion is an error rather than the
 operator's end, and the worker is replaced with the engines it held."""
 
@@ -10,7 +10,7 @@ from tests.unit.lifecycle.builders import configmap, dpol, gpol, rules
 from vpol.policies.deleting.engine import DeletingPolicyEngine
 from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
 from vpol.engine.request import ResourceType
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import builtin
 

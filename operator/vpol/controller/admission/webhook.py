@@ -28,7 +28,7 @@ from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.controller.runtime import Options
 from vpol.engine.global_context import GlobalContextSource
-from vpol.engine.inline import InlineLimits
+from vpol.policies.inline import InlineLimits
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.kube.errors import describe
 from vpol.kube.webhook_tls import WebhookTLS

@@ -18,11 +18,13 @@ from vpol.engine.evaluate import (
     PolicyRun,
     Result,
     SubjectData,
+    compile_exception,
     conditions_outcome,
     exception_matches,
 )
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
+from vpol.model.policy import PolicyException
 from vpol.policies.deleting.compile import CompiledDeletingPolicy, compile_deleting_policy
 from vpol.policies.deleting.model import DeletingPolicy
 
@@ -87,3 +89,8 @@ class DeletingPolicyEngine:
         if outcome[0] == SKIP:
             return dataclasses.replace(result, result="fail", message=KEEP)
         return dataclasses.replace(result, result=ERROR, message=outcome[1].strip())
+
+
+def worker_engine(policy: DeletingPolicy, exceptions: Sequence[PolicyException]) -> DeletingPolicyEngine:
+    """The engine an evaluation worker builds from plain data (vpol.policies.sandbox)."""
+    return DeletingPolicyEngine(policy, [compile_exception(e) for e in exceptions])

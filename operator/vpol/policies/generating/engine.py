@@ -40,12 +40,14 @@ from vpol.engine.evaluate import (
     EvaluationError,
     Result,
     SubjectData,
+    compile_exception,
     PolicyRun,
     conditions_outcome,
     exception_matches,
 )
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
+from vpol.model.policy import PolicyException
 from vpol.policies.generating.compile import CompiledGeneratingPolicy, compile_generating_policy
 from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.templates import Placeholder, TemplateError, render
@@ -77,7 +79,7 @@ Scope = Callable[[str, str], bool | None]
 @dataclass(frozen=True)
 class KnownScopes:
     """A :data:`Scope` from a table of the kinds known at one moment (plain data: it goes to an evaluation worker
-    with the engine, vpol.engine.sandbox)."""
+    with the engine, vpol.policies.sandbox)."""
 
     #: (apiVersion, kind) -> namespaced.
     table: Mapping[tuple[str, str], bool]
@@ -404,3 +406,9 @@ def _builtin_scope(api_version: str, kind: str) -> bool | None:
 
     info = builtin().resource_for_kind(api_version, kind)
     return None if info is None else info.namespaced
+
+
+def worker_engine(policy: GeneratingPolicy, exceptions: Sequence[PolicyException],
+                  scopes: KnownScopes) -> GeneratingPolicyEngine:
+    """The engine an evaluation worker builds from plain data (vpol.policies.sandbox)."""
+    return GeneratingPolicyEngine(policy, [compile_exception(e) for e in exceptions], namespaced=scopes)

@@ -46,7 +46,8 @@ from cel_expr_python import cel
 
 from vpol.cel.compat import EAGER_BINDINGS, rewrite
 from vpol.cel.compat.rules import lazy_binding_at_risk
-from vpol.cel.compiler import CompiledPolicy, Program, compile_written
+from vpol.policies.validating.compile import CompiledPolicy
+from vpol.cel.compiler import Program, compile_written
 from vpol.cel.environment import EnvSpec, environment
 
 _IDENT_RX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpol.model.attestation import COSIGN_PREDICATE_TYPES, Attestation
 from vpol.model.documents import Document
 from vpol.model.image_glob import GlobError, compile_glob
 from vpol.model.parse import CEL_IDENT, Reader, policy_spec, parse_kind
@@ -28,19 +29,6 @@ IMAGE_VALIDATING_KINDS = (IMAGE_VALIDATING_KIND, NAMESPACED_IMAGE_VALIDATING_KIN
 #: Served as the other policy kinds: v1, v1beta1 (storage) and v1alpha1 (deprecated); the namespaced kind v1, v1beta1.
 IMAGE_VALIDATING_VERSIONS = VERSIONS
 HASH_ALGORITHMS = ("sha224", "sha256", "sha384", "sha512")
-#: cosign's short names for predicate types (``cosign attest --type``), which ``intoto.type`` accepts too.
-COSIGN_PREDICATE_TYPES = {
-    "custom": "https://cosign.sigstore.dev/attestation/v1",
-    "slsaprovenance": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance02": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance1": "https://slsa.dev/provenance/v1",
-    "spdx": "https://spdx.dev/Document",
-    "spdxjson": "https://spdx.dev/Document",
-    "cyclonedx": "https://cyclonedx.org/bom",
-    "link": "https://in-toto.io/Link/v1",
-    "vuln": "https://cosign.sigstore.dev/attestation/vuln/v1",
-    "openvex": "https://openvex.dev/ns",
-}
 CREDENTIAL_PROVIDERS = ("default", "amazon", "azure", "google", "github")
 
 
@@ -115,15 +103,6 @@ class Attestor:
     notary: NotaryAttestor | None = None
     #: The attestor as written (what CEL's ``attestors.<name>`` holds).
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Attestation:
-    """A signed statement about the image: ``intoto`` (its predicate type) or ``referrer`` (its artifact type)."""
-
-    name: str
-    intoto_type: str = ""
-    referrer_type: str = ""
 
 
 @dataclass(frozen=True)
