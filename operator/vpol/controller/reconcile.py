@@ -1,6 +1,7 @@
 """Reconciling one policy of any kind: read it, run its kind's plan, write its status.
 
-One loop for every kind (vpol.policies.registry): the work queue hands it a :class:`~vpol.controller.queue_keys.PolicyKey`,
+One loop for every kind (vpol.policies.registry): the work queue hands it a
+:class:`~vpol.controller.queue_keys.PolicyKey`,
 it reads the policy, and its kind's plan (vpol.controller.plans) applies what the policy wants (generated VAPs and
 MAPs, the policy handed to the background work) and says what it found; the loop makes the status of that, writes
 it only when it changed, and keeps the resourceVersion of its write, whose watch event then needs no reconcile

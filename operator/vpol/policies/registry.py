@@ -1,11 +1,12 @@
 """The policy kinds vpol serves, one description each: what code that handles "any policy" asks of a kind.
 
 The registry sits above the kind packages (vpol.policies.<kind>, which know nothing of each other) and is the one
-module that names them all. Code that must tell the kinds apart asks :func:`kind_of` (a policy) or :func:`kind_for_document` (a document)
-for the description, instead of testing types one after the other. Each description says how the kind's documents
-are recognised and parsed, how its expressions are compiled (and whether they are type-checked against the matched
-kinds' schemas), what its autogen variants are, which queue key prefix its policies carry, what builds its engine in
-an evaluation worker, and which paths it takes part in (Kyverno's split of the same work: ``pkg/cel/policies/<kind>`` over one compiler and engine).
+module that names them all. Code that must tell the kinds apart asks :func:`kind_of` (a policy) or
+:func:`kind_for_document` (a document) for the description, instead of testing types one after the other. Each
+description says how the kind's documents are recognised and parsed, how its expressions are compiled (and whether
+they are type-checked against the matched kinds' schemas), what its autogen variants are, which queue key prefix its
+policies carry, what builds its engine in an evaluation worker, and which paths it takes part in (Kyverno's split of
+the same work: ``pkg/cel/policies/<kind>`` over one compiler and engine).
 """
 
 from __future__ import annotations
@@ -89,21 +90,26 @@ def _problems(compile_: Callable[[Any], Any]) -> Callable[[Any], Sequence[Proble
 
 
 KINDS: tuple[PolicyKind, ...] = (
-    PolicyKind("ValidatingPolicy", ValidatingPolicy, ("validatingpolicies", "namespacedvalidatingpolicies"), "", is_policy_document, parse_policy,
+    PolicyKind("ValidatingPolicy", ValidatingPolicy, ("validatingpolicies", "namespacedvalidatingpolicies"), "",
+    is_policy_document, parse_policy,
                _problems(compile_policy), True,
                lambda p: [p, *(c.policy for c in autogen_configs(p))], frozenset({ADMISSION, SCAN}),
                _problems(compile_verdict)),
-    PolicyKind("MutatingPolicy", MutatingPolicy, ("mutatingpolicies", "namespacedmutatingpolicies"), "mpol", is_mutating_policy_document, parse_mutating_policy,
+    PolicyKind("MutatingPolicy", MutatingPolicy, ("mutatingpolicies", "namespacedmutatingpolicies"), "mpol",
+    is_mutating_policy_document, parse_mutating_policy,
                _problems(compile_mutating_policy), True,
                lambda p: [p, *(variant for _name, variant in mutating_autogen_configs(p))],
                frozenset({ADMISSION, MUTATE_EXISTING})),
-    PolicyKind("GeneratingPolicy", GeneratingPolicy, ("generatingpolicies", "namespacedgeneratingpolicies"), "gpol", is_generating_policy_document, parse_generating_policy,
+    PolicyKind("GeneratingPolicy", GeneratingPolicy, ("generatingpolicies", "namespacedgeneratingpolicies"), "gpol",
+    is_generating_policy_document, parse_generating_policy,
                _problems(compile_generating_policy), False, lambda p: [p], frozenset({GENERATE}),
                worker_engine=generating_worker_engine),
-    PolicyKind("DeletingPolicy", DeletingPolicy, ("deletingpolicies", "namespaceddeletingpolicies"), "dpol", is_deleting_policy_document, parse_deleting_policy,
+    PolicyKind("DeletingPolicy", DeletingPolicy, ("deletingpolicies", "namespaceddeletingpolicies"), "dpol",
+    is_deleting_policy_document, parse_deleting_policy,
                _problems(compile_deleting_policy), False, lambda p: [p], frozenset({DELETE}),
                worker_engine=deleting_worker_engine),
-    PolicyKind("ImageValidatingPolicy", ImageValidatingPolicy, ("imagevalidatingpolicies", "namespacedimagevalidatingpolicies"), "ivpol", is_image_validating_policy_document,
+    PolicyKind("ImageValidatingPolicy", ImageValidatingPolicy, ("imagevalidatingpolicies",
+    "namespacedimagevalidatingpolicies"), "ivpol", is_image_validating_policy_document,
                parse_image_validating_policy, _problems(compile_image_validating_policy), False,
                lambda p: [p, *(variant for _name, _targets, variant in image_autogen_configs(p))],
                frozenset({ADMISSION, SCAN})),

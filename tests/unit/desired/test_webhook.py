@@ -12,7 +12,8 @@ CHECK = [{"expression": "true"}]
 
 
 def build(policies, **kw):
-    return desired_webhook_configuration(policies, variants=policy_variants, client_config=kw.pop("client_config", URL), **kw)
+    return desired_webhook_configuration(policies, variants=policy_variants,
+                                         client_config=kw.pop("client_config", URL), **kw)
 
 
 def hooks(config):

@@ -1,4 +1,5 @@
-"""Policies evaluated together by one program (vpol.policies.validating.engine.Batches) get the results each gets on its own:
+"""Policies evaluated together by one program (vpol.policies.validating.engine.Batches) get the results each gets on
+its own:
 on every suite of the corpus (as tests/differential/test_fused.py compares the fused fast path with the
 expression-by-expression evaluation), and in the cases where the batch cannot answer (a part that fails, a false
 matchCondition, policies it does not hold, more programs than it keeps)."""

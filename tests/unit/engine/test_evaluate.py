@@ -192,7 +192,8 @@ def test_activations_shared_between_policies_only_when_their_values_are_the_same
 
     subject = subject_for(pod("web"), resolve=resolve)
     data = SubjectData(subject)
-    # (Expression by expression: a policy's fused program, vpol.policies.validating.fused, needs no Activation of its own.)
+    # (Expression by expression: a policy's fused program, vpol.policies.validating.fused, needs no Activation of
+    # its own.)
     engines = [PolicyEngine(policy(name, a), fused=False)
                for name, a in [("one", "object.metadata.name"), ("two", "'other'"), ("three", "object.metadata.name")]]
     results = [e.evaluate(subject, data) for e in engines]

@@ -1,4 +1,5 @@
-"""A policy evaluated as one fused program (vpol.policies.validating.fused) decides as its expressions one by one; the fast
+"""A policy evaluated as one fused program (vpol.policies.validating.fused) decides as its expressions one by one; the
+fast
 path is taken where it can be, and everything unusual is left to the expression-by-expression evaluation.
 (tests/differential/test_fused.py compares the two on every suite and generated variations.)"""
 

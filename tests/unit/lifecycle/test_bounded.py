@@ -1,4 +1,5 @@
-"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.policies.sandbox): an expression that
+"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.policies.sandbox): an expression
+that
 runs away costs its trigger (or object) an error within the deadline, a memory explosion is an error rather than the
 operator's end, and the worker is replaced with the engines it held."""
 

@@ -55,7 +55,8 @@ def test_routes() -> None:
 
 def test_configuration_covers_the_policies_and_their_controllers() -> None:
     fail = _policy(KYVERNO_ONLY, reinvocationPolicy="IfNeeded")
-    config = desired_webhook_configuration([fail], variants=policy_variants, client_config={"url": "https://127.0.0.1:9443"}, mutating=True,
+    config = desired_webhook_configuration(
+        [fail], variants=policy_variants, client_config={"url": "https://127.0.0.1:9443"}, mutating=True,
                                            excluded_namespaces=("kube-system", "vpol-system"))
     assert config is not None and config["kind"] == "MutatingWebhookConfiguration"
     assert config["metadata"]["name"] == "vpol-mutating"
@@ -68,7 +69,8 @@ def test_configuration_covers_the_policies_and_their_controllers() -> None:
                      (("batch",), ("cronjobs",)), (("batch",), ("jobs",))]
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "vpol-system"]} \
         in webhook["namespaceSelector"]["matchExpressions"]
-    assert desired_webhook_configuration([], variants=policy_variants, client_config={}, mutating=True) is None
+    assert desired_webhook_configuration(
+        [], variants=policy_variants, client_config={}, mutating=True) is None
 
 
 def _decode(answer: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@
   container image of the object's pod spec that has no digest and that the policy's matchImageReferences select
   becomes ``<image>@<digest>``, the digest the registry resolves now; a tag that cannot be resolved follows the
   policy's failurePolicy;
-- ``/images/validate/<fp>``: every matching policy evaluated (vpol.policies.image_validating.engine), ``required`` decided
+- ``/images/validate/<fp>``: every matching policy evaluated (vpol.policies.image_validating.engine), ``required``
+  decided
   across them, one decision as for ValidatingPolicies (``Policy NAME failed: MESSAGE`` for Deny, warnings for
   Warn; an error follows the policy's failurePolicy).
 

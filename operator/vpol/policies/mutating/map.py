@@ -3,7 +3,8 @@
 Kyverno's mapping (its admission policy generator, pkg/admissionpolicy): ``mpol-<policy>`` and
 ``mpol-<policy>-binding`` (the binding names only the policy), metadata as for ValidatingAdmissionPolicies
 (vpol.desired.admission_policy: Kyverno's managed-by label, an ownerReference to the policy at v1beta1);
-matchConditions after one negated condition per condition of each PolicyException (named as the condition), variables and
+matchConditions after one negated condition per condition of each PolicyException (named as the condition), variables
+and
 mutations copied verbatim, failurePolicy copied; reinvocationPolicy ``Never`` unless the policy says
 ``IfNeeded``. None for a policy with ``evaluation.useServerSideApply`` (its merge replaces atomic fields, which
 a MAP refuses), as in Kyverno.

@@ -23,7 +23,8 @@ class CompiledPolicy(CompiledOutcome):
     audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
     #: The policy as one program (vpol.policies.validating.fused), once built: (the program, or None when it has none).
     fused: tuple[cel.Expression | None] | None = field(default=None, repr=False)
-    #: That program's text, once made (vpol.policies.validating.fused.fused_text; a batch of policies is built from it too).
+    #: That program's text, once made (vpol.policies.validating.fused.fused_text; a batch of policies is built from it
+    #: too).
     fused_source: tuple[str | None] | None = field(default=None, repr=False)
 
 

@@ -43,8 +43,8 @@ class PolicyEngine:
     def __init__(self, policy: ValidatingPolicy, exceptions: Sequence[CompiledException] = (), *,
                  fused: bool = True):
         self.policy = policy
-        #: Whether a policy's fused program (vpol.policies.validating.fused) is tried first; False evaluates expression by
-        #: expression only (tests compare the two).
+        #: Whether a policy's fused program (vpol.policies.validating.fused) is tried first; False evaluates expression
+        #: by expression only (tests compare the two).
         self.fused = fused
         self.compiled = compile_policy(policy)
         #: The policy and its autogen variants (Deployments, CronJobs...): (config name, policy, compiled). A
@@ -67,7 +67,7 @@ class PolicyEngine:
 
     def prepare(self) -> None:
         """Build now what the first subject of the policy as written would build otherwise: its fused program
-        (vpol.policies.validating.fused) and the libraries' values. An evaluation worker does this while it loads its policies,
+        (``fused``) and the libraries' values. An evaluation worker does this while it loads its policies,
         so that the first chunk of a scan, or the first admission request, does not wait for it (16 Pod Security
         policies: 0.14-0.24 s at their first subject, 1-3 ms at the next)."""
         library_values()
@@ -199,7 +199,7 @@ class PolicyEngine:
         return validate(compiled, run, lambda *args, **kw: self._result(data, *args, **kw))
 
     def _fused(self, compiled: CompiledPolicy, data: SubjectData) -> Result | None:
-        """The result by the policy's fused program (vpol.policies.validating.fused) when it evaluates, without an error, to a
+        """The result by the policy's fused program (``fused``) when it evaluates, without an error, to a
         bool per validation; None when it has none, a condition is false or anything else happened: the
         policy is then evaluated expression by expression, which says which condition or expression it was."""
         program = fused_program(compiled)
@@ -234,7 +234,7 @@ class PolicyEngine:
         return self._result(data, PASS, "success", properties={})
 
     def batchable(self, index: int) -> str | None:
-        """The text of variant ``index``'s fused program (vpol.policies.validating.fused.fused_text), when :class:`Batches` may
+        """The text of variant ``index``'s fused program (``fused.fused_text``), when :class:`Batches` may
         evaluate it among other policies' (what :meth:`evaluate` would try first): it compiles, has a fused form,
         and no PolicyException applies to the policy; else None (it is evaluated on its own)."""
         if not self.fused or self.exceptions:
@@ -266,7 +266,7 @@ MAX_PARTS = 24
 
 
 class _Part(NamedTuple):
-    """One program of a batch: the fused programs of some of its policies (vpol.policies.validating.fused.batch_program)."""
+    """One program of a batch: the fused programs of some of its policies (``fused.batch_program``)."""
 
     program: cel.Expression
     #: The indexes (in Batches.engines) of those policies, in the order of the program's value.
@@ -274,7 +274,7 @@ class _Part(NamedTuple):
 
 
 class Batches:
-    """Policies evaluated together, by their fused programs made one (vpol.policies.validating.fused.batch_program): the engines
+    """Policies evaluated together, by their fused programs made one (``fused.batch_program``): the engines
     are taken in groups of MAX_PART, in order, and for each combination of variants met in a group (which
     variant of each of its policies applies to a subject, and the subject data's evaluation mode), the fused
     programs of the variants that apply make one program, so a subject costs a call into cel-expr-python and a
