@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.policies.registry import PolicyKind, kind_named
+from vpol.model.kind import PolicyKind
+from vpol.policies.registry import kind_named
 
 
 @dataclass(frozen=True, order=True)

@@ -59,7 +59,7 @@ class WebhookPolicy(Protocol):
 
 P = TypeVar("P", bound=WebhookPolicy)
 
-#: A policy's variants: the policy and its autogen variants (vpol.policies.registry.PolicyKind.variants).
+#: A policy's variants: the policy and its autogen variants (vpol.model.kind.PolicyKind.variants).
 Variants = Callable[[Any], Sequence[WebhookPolicy]]
 
 

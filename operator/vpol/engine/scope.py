@@ -27,7 +27,7 @@ class Constrained(Protocol):
 
 def matched_resources(variants: Sequence[Constrained], discovery: Discovery) -> list[ResourceInfo]:
     """Every top-level resource matched by the resourceRules of a policy's ``variants`` (the policy and its autogen
-    variants, vpol.policies.registry.PolicyKind.variants).
+    variants, vpol.model.kind.PolicyKind.variants).
 
     Subresources are left out (they cannot be listed); wildcards expand to
     everything discovery knows. Sorted by group, version, resource.

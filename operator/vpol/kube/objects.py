@@ -103,7 +103,7 @@ class Objects:
 
     def get_policy(self, key: str, plurals: tuple[str, str] = VALIDATING_PLURALS) -> dict[str, Any] | None:
         """The policy with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced) of the kind whose
-        resources are ``plurals`` (cluster-wide, namespaced; vpol.policies.registry.PolicyKind.plurals)."""
+        resources are ``plurals`` (cluster-wide, namespaced; vpol.model.kind.PolicyKind.plurals)."""
         cluster, namespaced = plurals
         namespace, _, name = key.rpartition("/")
         try:

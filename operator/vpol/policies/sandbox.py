@@ -437,7 +437,7 @@ class SandboxedEvaluator:
 
     def load(self, key: str, kind: str, *args: Any) -> None:
         """Hold ``kind``'s engine under ``key``, built in the worker from ``args`` (plain data:
-        :attr:`vpol.policies.registry.PolicyKind.worker_engine`); sent before the next :meth:`call` of it, and again
+        :attr:`vpol.model.kind.PolicyKind.worker_engine`); sent before the next :meth:`call` of it, and again
         to a worker started anew."""
         self._kinds[key] = (kind, args)
         self._held.discard(key)

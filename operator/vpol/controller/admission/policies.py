@@ -29,7 +29,8 @@ from vpol.desired.enforcement import GENERATION_ELIGIBLE
 from vpol.policies.validating.enforcement import route
 from vpol.policies.mutating.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
-from vpol.policies.registry import ADMISSION, KINDS
+from vpol.model.kind import ADMISSION
+from vpol.policies.registry import KINDS
 from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, STORAGE_VERSION
 from vpol.policies.image_validating.model import ImageValidatingPolicy, parse_image_validating_policy
 from vpol.policies.mutating.model import MutatingPolicy
