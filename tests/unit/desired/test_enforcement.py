@@ -14,9 +14,8 @@ from vpol.desired.enforcement import (
     PENDING,
     WEBHOOK,
     WebhookState,
-    admission_finding,
 )
-from vpol.policies.validating.enforcement import route
+from vpol.policies.validating.enforcement import admission_finding, route
 
 PLAIN = [{"expression": "object.metadata.name != 'bad'"}]
 KYVERNO_ONLY = [{"expression": "sha256(object.metadata.name) != ''"}]

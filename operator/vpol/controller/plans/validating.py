@@ -17,8 +17,8 @@ from vpol.controller.enforcement_proof import VAP
 from vpol.controller.enforcement_state import proof_of_native, webhook_state
 from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
-from vpol.desired.enforcement import NATIVE, WebhookState, admission_finding
-from vpol.policies.validating.enforcement import route
+from vpol.desired.enforcement import NATIVE, WebhookState
+from vpol.policies.validating.enforcement import admission_finding, route
 from vpol.desired.status import Findings, desired_status
 from vpol.policies.validating.vap import desired_objects
 from vpol.desired.admission_policy import generated_selector
