@@ -77,14 +77,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from admission import NAMESPACE, POD, pss_policies  # noqa: E402
 
 from vpol.cel.backend import Backend  # noqa: E402
-from vpol.desired.certificates import ServingCertificate, new_serving_certificate  # noqa: E402
 from vpol.controller.admission.namespaces import Namespaces  # noqa: E402
 from vpol.controller.admission.policies import AdmissionPolicies  # noqa: E402
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer  # noqa: E402
-from vpol.policies import sandbox  # noqa: E402
-from vpol.policies.validating.engine import PolicyEngine
+from vpol.desired.certificates import ServingCertificate, new_serving_certificate  # noqa: E402
 from vpol.engine.evaluate import compile_exception
 from vpol.model.discovery import builtin  # noqa: E402
+from vpol.policies import sandbox  # noqa: E402
+from vpol.policies.validating.engine import PolicyEngine
 
 #: What the API server's ServiceAccount admission plugin and defaulting make of bench/admission.py's Pod before
 #: the validating webhooks see it (a server-side dry run: BeforeCreate has named it and set its uid).

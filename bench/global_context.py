@@ -35,8 +35,8 @@ from tests.unit.policies import make_policy  # noqa: E402
 from vpol.cel.global_context import READY, RESOURCE, EntryState  # noqa: E402
 from vpol.engine.global_context import GlobalContextStore  # noqa: E402
 from vpol.engine.request import ResourceType  # noqa: E402
-from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for  # noqa: E402
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
 RULE = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}

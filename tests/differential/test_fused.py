@@ -16,10 +16,10 @@ from typing import Any
 
 from tests.differential.test_kyverno import _backend, _values, _variations, every_suite
 from vpol.cel.backend import using
-from vpol.policies.validating.fused import fused_program
-from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.evaluate import Result, compile_exception
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.fused import fused_program
 
 #: Variations per resource (more than the Kyverno differential's: no oracle to wait for).
 VARIATIONS = 16

@@ -34,11 +34,11 @@ from kubernetes.client.rest import ApiException
 from tests.differential.test_kyverno import CORPUS, REPO, SUITES, oracle
 from tests.e2e.conftest import KubeCluster
 from vpol.cli.kyverno_test import find_test_files
-from vpol.policies.mutating.map import desired_map_objects
-from vpol.policies.validating.vap import desired_objects
 from vpol.model.parse import parse_exception
-from vpol.policies.validating.model import parse_policy
+from vpol.policies.mutating.map import desired_map_objects
 from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import desired_objects
 
 KINDS = {"ValidatingPolicy": "validating", "MutatingPolicy": "mutating"}
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")

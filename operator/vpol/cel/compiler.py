@@ -25,9 +25,9 @@ from vpol.cel import compat
 from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.compat import line_column, tokenize
 from vpol.cel.compat.syntax import member_references, nesting
+from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.format_check import FormatProblem, format_problems
 from vpol.cel.literal_check import PARSED_LITERAL_CALLS, LiteralProblem, literal_problems
-from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.variables import typed_variables_message
 from vpol.model.policy import AuditAnnotation, NamedExpression, Validation
 from vpol.model.problems import Position, Problem

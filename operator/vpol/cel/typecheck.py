@@ -47,6 +47,8 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas
+from vpol.cel.compat import OR_VALUE, TokenStream, line_column, rewrite, typed_literals
+from vpol.cel.compat.syntax import literals
 from vpol.cel.compiler import (
     CROSS_NUMERIC_RX,
     MUTATION_ROLES,
@@ -58,8 +60,6 @@ from vpol.cel.compiler import (
 )
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.memo import BoundedMemo
-from vpol.cel.compat import OR_VALUE, TokenStream, line_column, rewrite, typed_literals
-from vpol.cel.compat.syntax import literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
 from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpol.policies.registry import KINDS, kind_for_document, kind_named
-from vpol.policies.deleting.model import DeletingPolicy
 from vpol.model.documents import Document, iter_documents, parse_documents
+from vpol.model.parse import is_exception_document, parse_exception
+from vpol.model.policy import PolicyException
+from vpol.model.problems import InputError, Position, Problem
+from vpol.policies.deleting.model import DeletingPolicy
 from vpol.policies.generating.model import GeneratingPolicy
 from vpol.policies.image_validating.model import ImageValidatingPolicy
 from vpol.policies.mutating.model import MutatingPolicy
-from vpol.model.parse import is_exception_document, parse_exception
-from vpol.model.policy import PolicyException
+from vpol.policies.registry import KINDS, kind_for_document, kind_named
 from vpol.policies.validating.model import ValidatingPolicy
-from vpol.model.problems import InputError, Position, Problem
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 

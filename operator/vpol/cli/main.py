@@ -30,9 +30,9 @@ from vpol.cli.resolve import resolver
 from vpol.model import documents
 from vpol.model.documents import MAX_DOCUMENT_BYTES
 from vpol.model.global_context import is_global_context_document
+from vpol.model.problems import InputError, Problem
 from vpol.policies.mutating.model import MutatingPolicy
 from vpol.policies.validating.model import ValidatingPolicy
-from vpol.model.problems import InputError, Problem
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 

@@ -58,6 +58,13 @@ from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subj
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
+from vpol.engine.request import ResourceType, Subject
+from vpol.engine.scope import trigger_resources
+from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
+from vpol.kube.errors import describe
+from vpol.kube.objects import FIELD_MANAGER
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.policy import GROUP, PolicyException
 from vpol.policies.generating.engine import (
     GENERATED_RESOURCES,
     MANAGED_BY,
@@ -77,15 +84,8 @@ from vpol.policies.generating.engine import (
     labelled,
 )
 from vpol.policies.generating.engine import Generation as Generated
-from vpol.engine.scope import trigger_resources
-from vpol.engine.request import ResourceType, Subject
-from vpol.policies.sandbox import SandboxedEvaluator
-from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
-from vpol.kube.errors import describe
-from vpol.kube.objects import FIELD_MANAGER
-from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.policies.generating.model import GeneratingPolicy
-from vpol.model.policy import GROUP, PolicyException
+from vpol.policies.sandbox import SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from vpol.cel.backend import Backend, current, using
 from vpol.controller.background_runner import RunnerDefaults
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.evaluate import CompiledException, Result
-from vpol.policies.image_validating.engine import ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.request import Subject
-from vpol.policies.registry import kind_of
 from vpol.engine.scope import matched_resources
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.policies.image_validating.engine import ImagePolicyEngine, apply_required
 from vpol.policies.image_validating.model import ImageValidatingPolicy
+from vpol.policies.registry import kind_of
 
 GVR = tuple[str, str, str]
 #: Longest one object's image verifications may take in a scan.

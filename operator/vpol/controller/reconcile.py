@@ -26,10 +26,10 @@ from vpol.controller.plans import PLANS
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.enforcement import GENERATION_ELIGIBLE
 from vpol.desired.status import status_changed
-from vpol.policies.registry import kind_named
 from vpol.kube.access import AccessChecker
 from vpol.kube.objects import Objects
 from vpol.model.policy import PolicyException, active_exceptions
+from vpol.policies.registry import kind_named
 
 #: Seconds after an exception's expiresAt at which the policies it names are reconciled again (it has expired then).
 EXPIRY_MARGIN = 1.0

@@ -9,8 +9,8 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller import metrics
-from vpol.controller.queue import WorkQueue
 from vpol.controller.plan_context import ReconcileResult
+from vpol.controller.queue import WorkQueue
 from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.reconcile import Reconciler
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from vpol.cel.backend import Backend
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
-from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.kube.errors import describe
-from vpol.policies.mutating.model import MutatingPolicy
 from vpol.model.policy import PolicyException
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.policies.validating.model import ValidatingPolicy
 
 logger = logging.getLogger(__name__)

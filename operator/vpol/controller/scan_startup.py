@@ -12,13 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.policies.validating.compile import compile_verdict
 from vpol.controller.queue_keys import PolicyKey
-from vpol.policies.registry import KINDS
 from vpol.kube.objects import Objects
-from vpol.policies.validating.model import parse_policy
-from vpol.policies.validating.model import ValidatingPolicy
 from vpol.model.policy import policy_key
+from vpol.policies.registry import KINDS
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.model import ValidatingPolicy, parse_policy
 
 #: How a MutatingPolicy or a GeneratingPolicy seen is counted (StartupGate): their results are in the reports too.
 MUTATING_SEEN = "MutatingPolicy:"

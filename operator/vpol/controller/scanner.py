@@ -47,18 +47,18 @@ from vpol.controller.validation_scans import ValidationScans
 from vpol.desired.report import PolicyMeta
 from vpol.engine.evaluate import CompiledException, compile_exception
 from vpol.engine.global_context import GlobalContextSource
-from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import PLURALS, Objects
 from vpol.kube.reports import Reports
-from vpol.policies.deleting.model import DeletingPolicy
 from vpol.model.discovery import ResourceInfo
+from vpol.model.policy import PolicyException, active_exceptions, policy_key
+from vpol.policies.deleting.model import DeletingPolicy
 from vpol.policies.generating.model import GeneratingPolicy
 from vpol.policies.image_validating.model import ImageValidatingPolicy
 from vpol.policies.mutating.model import MutatingPolicy
-from vpol.model.policy import PolicyException, active_exceptions, policy_key
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.policies.validating.model import ValidatingPolicy
 
 logger = logging.getLogger(__name__)

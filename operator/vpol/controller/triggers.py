@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes import client
 
-from vpol.engine.scope import trigger_resources
 from vpol.engine.request import ResourceType, Subject
+from vpol.engine.scope import trigger_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import get_object
 from vpol.policies.generating.model import GeneratingPolicy

@@ -28,11 +28,11 @@ from vpol.controller.scan_watches import GVR, ScanWatches
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, by_policy, now_seconds
 from vpol.engine.evaluate import SKIP, Result
-from vpol.policies.sandbox import SandboxedEvaluator
-from vpol.policies.registry import kind_of
 from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.policies.registry import kind_of
+from vpol.policies.sandbox import SandboxedEvaluator
 from vpol.policies.validating.model import ValidatingPolicy
 
 logger = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.policies.registry import KINDS
 from vpol.kube.access import AccessChecker
 from vpol.kube.objects import GROUP, STORAGE_VERSION
 from vpol.kube.openapi import HTTPStatusError, get_json
+from vpol.policies.registry import KINDS
 
 CRDS_HINT = "kubectl apply --server-side -k crds/"
 REPORTS_HINT = "kubectl create -f crds/reports/"

@@ -25,9 +25,9 @@ from vpol.kube.dynamic import (
     list_pages,
     send_encoded,
 )
-from vpol.policies.registry import KINDS
 from vpol.model.parse import parse_exception
 from vpol.model.policy import PolicyException
+from vpol.policies.registry import KINDS
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"

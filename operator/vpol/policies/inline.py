@@ -27,10 +27,10 @@ from typing import Any
 
 from vpol.cel.cost import WorkPlan, merged
 from vpol.engine.admission import subject_for_request
-from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.evaluate import SubjectData, compile_exception
-from vpol.policies.sandbox import AdmissionAnswer, AdmissionCall, Answering, admit_request, answering_set
 from vpol.model.policy import PolicyException
+from vpol.policies.sandbox import AdmissionAnswer, AdmissionCall, Answering, admit_request, answering_set
+from vpol.policies.validating.engine import PolicyEngine
 from vpol.policies.validating.model import ValidatingPolicy
 
 #: Request shapes whose merged work plan is kept (see InlineAdmission.admit); beyond, the kept ones are dropped.

@@ -46,16 +46,16 @@ from typing import Any, NamedTuple
 from vpol.cel.backend import Backend, using
 from vpol.cel.global_context import GlobalContextView
 from vpol.engine.admission import decide, mutation_response, review_response, subject_for_request
-from vpol.policies.mutating.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import ERROR, CompiledException, Rendered, Result, SubjectData, compile_exception
-from vpol.policies.validating.engine import Batches, PolicyEngine
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
-from vpol.policies.mutating.engine import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
-from vpol.policies.registry import kind_named
-from vpol.policies.mutating.model import MutatingPolicy
 from vpol.model.policy import PolicyException
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.engine import MutatingPolicyEngine, Targets, mutate_all
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.registry import kind_named
+from vpol.policies.validating.engine import Batches, PolicyEngine
 from vpol.policies.validating.model import ValidatingPolicy
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from vpol.cel import cost
-from vpol.policies.validating.compile import compile_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cli.inputs import load_policies
 from vpol.policies.validating.autogen import autogen_configs
+from vpol.policies.validating.compile import compile_policy
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = environment(EnvSpec())

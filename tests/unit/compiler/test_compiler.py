@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.policies.validating.compile import compile_policy
 from vpol.cel.memo import BoundedMemo
+from vpol.policies.validating.compile import compile_policy
 
 
 def errors(policy):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vpol.engine.review import Review
 from vpol.cel.backend import Backend
 from vpol.controller.admission.policies import Snapshot
 from vpol.controller.admission.server import EvaluatorPool
+from vpol.engine.review import Review
 from vpol.policies.sandbox import Limits
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.policies.registry import policy_variants
 from vpol.desired.webhook import desired_webhook_configuration, webhook_path
+from vpol.policies.registry import policy_variants
 
 CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
 URL = {"url": "https://127.0.0.1:9443", "caBundle": "Q0E="}

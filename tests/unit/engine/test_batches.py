@@ -16,11 +16,10 @@ from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
 from vpol.cel.backend import using
 from vpol.cli.inputs import load_policies
-from vpol.policies.validating.engine import MAX_PART, Batches, PolicyEngine
 from vpol.engine.evaluate import Result, SubjectData, compile_exception
-from vpol.policies.validating.engine import _part_values
 from vpol.engine.subjects import subject_for
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+from vpol.policies.validating.engine import MAX_PART, Batches, PolicyEngine, _part_values
 
 
 def _fields(results: list[Result]) -> list[Any]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy, pod
-from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.evaluate import compile_exception
 from vpol.engine.request import ResourceType
 from vpol.engine.subjects import subject_for
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+from vpol.policies.validating.engine import PolicyEngine
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 

@@ -13,10 +13,10 @@ import pytest
 import vpol.policies.validating.engine as validating_engine
 from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
-from vpol.policies.validating.fused import fused_program, fused_text
-from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.evaluate import Result, SubjectData
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.fused import fused_program, fused_text
 
 
 def both(policy, obj, operation="CREATE"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from vpol.policies.registry import PLURALS
 from vpol.desired.policy_webhook import (
     POLICY_VALIDATION_CONFIGURATION,
     POLICY_VALIDATION_PATH,
@@ -17,6 +16,7 @@ from vpol.desired.policy_webhook import (
     policy_validation_response,
 )
 from vpol.policies.policy_validation import is_validated_document, validate_document
+from vpol.policies.registry import PLURALS
 
 RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
 

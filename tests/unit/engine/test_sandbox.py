@@ -6,8 +6,8 @@ import time
 
 from tests.unit.policies import make_policy, pod
 from vpol.engine.request import ResourceType
-from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 

@@ -18,9 +18,9 @@ import pytest
 
 from tests.unit.policies import make_policy, pod
 from vpol.engine.admission import decide, review_response, subject_for_request
-from vpol.policies.validating.engine import PolicyEngine
-from vpol.policies.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.sandbox import AdmissionCall, Limits, SandboxedEvaluator
+from vpol.policies.validating.engine import PolicyEngine
 
 
 def review(obj: dict[str, Any], uid: str = "u-1", operation: str = "CREATE") -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tests.unit.policies import make_policy, pod
-from vpol.policies.validating.engine import PolicyEngine
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
 
 
 @pytest.mark.parametrize("variable,check", [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from tests.unit.policies import make_policy
 from vpol.policies.validating.compile import compile_policy
 from vpol.policies.validating.enforcement import route
-from vpol.policies.validating.vap import ineligibility
 from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import ineligibility
 
 READS_GLOBAL_CONTEXT = [{"expression": "object.metadata.name in globalContext.Get('names', '')"}]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from vpol.policies.registry import policy_variants
 from vpol.desired.webhook import desired_webhook_configuration, webhook_path
 from vpol.desired.webhook_coverage import IMAGE_PREFIX, coverage_annotation, covered
 from vpol.policies.image_validating.model import parse_image_validating_policy
+from vpol.policies.registry import policy_variants
 
 from tests.unit.image.test_policy import document, with_
 from tests.unit.policies import make_policy

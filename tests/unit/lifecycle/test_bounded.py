@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 
 from tests.unit.lifecycle.builders import configmap, dpol, gpol, rules
-from vpol.policies.deleting.engine import DeletingPolicyEngine
-from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
 from vpol.engine.request import ResourceType
-from vpol.policies.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import builtin
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 SLOW = "lists.range(9000).map(x, lists.range(9000).filter(y, y > x)).size() > 0"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from vpol.engine.evaluate import Result
-from vpol.policies.deleting.engine import DELETE, KEEP, DeletingPolicyEngine
 from vpol.engine.subjects import subject_for
+from vpol.policies.deleting.engine import DELETE, KEEP, DeletingPolicyEngine
 
 from tests.unit.lifecycle.builders import configmap, dpol, exception, pod, rules
 

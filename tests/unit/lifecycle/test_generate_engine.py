@@ -11,6 +11,7 @@ import pytest
 
 from vpol.cel.backend import using
 from vpol.cel.offline_backend import OfflineBackend
+from vpol.engine.subjects import subject_for
 from vpol.policies.generating.engine import (
     GENERATED,
     GENERATED_RESOURCES,
@@ -31,7 +32,6 @@ from vpol.policies.generating.engine import (
     downstream_labels,
     labelled,
 )
-from vpol.engine.subjects import subject_for
 from vpol.policies.generating.model import GeneratingPolicy
 
 from tests.unit.lifecycle.builders import configmap, exception, gpol, namespace_object, rules

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from vpol.model.problems import Problem
 from vpol.policies.deleting.model import (
     DELETING_KIND,
     NAMESPACED_DELETING_KIND,
@@ -21,7 +22,6 @@ from vpol.policies.generating.model import (
     is_generating_policy_document,
     parse_generating_policy,
 )
-from vpol.model.problems import Problem
 
 from tests.unit.lifecycle.builders import document, rules
 

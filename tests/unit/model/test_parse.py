@@ -7,8 +7,8 @@ from typing import Any
 
 from vpol.model.documents import parse_documents
 from vpol.model.parse import parse_exception
-from vpol.policies.validating.model import parse_policy
 from vpol.model.policy import DEFAULT_POD_CONTROLLERS
+from vpol.policies.validating.model import parse_policy
 
 POLICY = textwrap.dedent("""\
     apiVersion: policies.kyverno.io/v1

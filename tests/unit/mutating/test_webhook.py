@@ -8,12 +8,12 @@ from typing import Any
 
 import jsonpatch
 
-from vpol.policies.registry import policy_variants
-from vpol.policies.mutating.map import NATIVE, NOT_APPLICABLE, WEBHOOK, map_ineligibility, mutating_route
 from vpol.desired.webhook import desired_webhook_configuration
 from vpol.engine.admission import mutation_response
 from vpol.engine.evaluate import Result
+from vpol.policies.mutating.map import NATIVE, NOT_APPLICABLE, WEBHOOK, map_ineligibility, mutating_route
 from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.registry import policy_variants
 
 
 def _policy(expression: str, **spec: Any) -> Any:

@@ -21,24 +21,22 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.policies.image_validating.compile import compile_image_validating_policy
-from vpol.policies.mutating.compile import compile_mutating_policy
-from vpol.policies.validating.compile import compile_verdict
 from vpol.controller.reconcile import EXPIRY_MARGIN
 from vpol.desired.enforcement import GENERATION_ELIGIBLE
-from vpol.policies.validating.enforcement import route
-from vpol.policies.mutating.map import WEBHOOK, mutating_route
 from vpol.kube.dynamic import Watcher
-from vpol.model.kind import ADMISSION
-from vpol.policies.registry import KINDS
 from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, STORAGE_VERSION
-from vpol.policies.image_validating.model import ImageValidatingPolicy, parse_image_validating_policy
-from vpol.policies.mutating.model import MutatingPolicy
+from vpol.model.kind import ADMISSION
 from vpol.model.parse import parse_exception
-from vpol.policies.validating.model import parse_policy
-from vpol.policies.mutating.model import parse_mutating_policy
 from vpol.model.policy import PolicyException, active_exceptions, policy_key
-from vpol.policies.validating.model import ValidatingPolicy
+from vpol.policies.image_validating.compile import compile_image_validating_policy
+from vpol.policies.image_validating.model import ImageValidatingPolicy, parse_image_validating_policy
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.map import WEBHOOK, mutating_route
+from vpol.policies.mutating.model import MutatingPolicy, parse_mutating_policy
+from vpol.policies.registry import KINDS
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.enforcement import route
+from vpol.policies.validating.model import ValidatingPolicy, parse_policy
 
 logger = logging.getLogger(__name__)
 

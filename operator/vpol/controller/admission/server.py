@@ -62,20 +62,20 @@ from aiohttp import web
 from vpol.cel.backend import Backend, current, using
 from vpol.controller import garbage, metrics
 from vpol.controller.admission.images import ImageAdmission
-from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
 from vpol.desired.policy_webhook import POLICY_VALIDATION_PATH, policy_validation_response
 from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
+from vpol.engine.global_context import GlobalContextSource, reads_global_context
+from vpol.engine.review import MAX_BODY_BYTES, TIMEOUT, TOO_LARGE, Refusal, Review, parse_review
+from vpol.model.discovery import Discovery
 from vpol.policies.inline import InlineAdmission, InlineLimits
 from vpol.policies.policy_validation import is_validated_document, validate_document
-from vpol.engine.review import MAX_BODY_BYTES, TIMEOUT, TOO_LARGE, Refusal, Review, parse_review
-from vpol.engine.global_context import GlobalContextSource, reads_global_context
 from vpol.policies.sandbox import AdmissionAnswer, AdmissionCall, Limits, SandboxedEvaluator
-from vpol.model.discovery import Discovery
 
 logger = logging.getLogger(__name__)
 

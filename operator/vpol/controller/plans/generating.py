@@ -17,8 +17,8 @@ from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
 from vpol.engine.scope import trigger_resources
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.policies.generating.model import GeneratingPolicy
 from vpol.model.templates import parse as parse_template
+from vpol.policies.generating.model import GeneratingPolicy
 
 GENERATING_CONDITION = "Generating"
 GENERATION_SUCCEEDED = "GenerationSucceeded"

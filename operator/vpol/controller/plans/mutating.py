@@ -20,7 +20,6 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from vpol.policies.mutating.compile import compile_mutating_policy
 from vpol.cel.library_use import unserved_libraries
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP
@@ -28,20 +27,20 @@ from vpol.controller.enforcement_state import proof_of_native, proof_of_webhook
 from vpol.controller.generated_apply import api_message
 from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
-from vpol.desired.enforcement import PENDING
-from vpol.policies.mutating.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
-from vpol.desired.status import MAP_GENERATED, Findings, desired_status
 from vpol.desired.admission_policy import generated_selector
+from vpol.desired.enforcement import PENDING
+from vpol.desired.status import MAP_GENERATED, Findings, desired_status
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import coverage_key, covered_generation
 from vpol.engine.autogen import CONTROLLERS
-from vpol.policies.mutating.autogen import mutating_autogen_configs
-from vpol.policies.mutating.mutate_existing import target_resources
 from vpol.engine.scope import trigger_resources
 from vpol.kube.objects import Listed
 from vpol.model.discovery import Discovery
-from vpol.policies.mutating.model import MutatingPolicy
-from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
+from vpol.policies.mutating.model import MutatingPolicy, parse_mutating_policy
+from vpol.policies.mutating.mutate_existing import target_resources
 
 NATIVE_MAP = "NativeMAP"
 #: Label telling generated MAPs of one policy apart from VAPs of a ValidatingPolicy of the same name.

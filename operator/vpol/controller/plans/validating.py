@@ -10,25 +10,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vpol.policies.validating.compile import compile_verdict
 from vpol.cel.library_use import unserved_libraries
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import VAP
 from vpol.controller.enforcement_state import proof_of_native, webhook_state
 from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
-from vpol.desired.enforcement import NATIVE, WebhookState
-from vpol.policies.validating.enforcement import admission_finding, route
-from vpol.desired.status import Findings, desired_status
-from vpol.policies.validating.vap import desired_objects
 from vpol.desired.admission_policy import generated_selector
+from vpol.desired.enforcement import NATIVE, WebhookState
+from vpol.desired.status import Findings, desired_status
 from vpol.desired.webhook_coverage import coverage_key
-from vpol.policies.validating.autogen import autogen_configs, status_configs
-from vpol.policies.registry import kind_of
 from vpol.engine.scope import matched_resources
 from vpol.kube.objects import Listed
-from vpol.policies.validating.model import parse_policy
 from vpol.model.policy import PolicyException
+from vpol.policies.registry import kind_of
+from vpol.policies.validating.autogen import autogen_configs, status_configs
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.enforcement import admission_finding, route
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import desired_objects
 
 
 class ValidatingPlan:

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.libraries.kyverno.generator_lib import VARIABLE as GENERATOR_VARIABLE
 from vpol.cel.libraries.kyverno.generator_lib import NamespacedGeneratorContext, collecting
+from vpol.cel.libraries.kyverno.generator_lib import VARIABLE as GENERATOR_VARIABLE
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
@@ -48,9 +48,9 @@ from vpol.engine.evaluate import (
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
 from vpol.model.policy import PolicyException
+from vpol.model.templates import Placeholder, TemplateError, render
 from vpol.policies.generating.compile import CompiledGeneratingPolicy, compile_generating_policy
 from vpol.policies.generating.model import GeneratingPolicy
-from vpol.model.templates import Placeholder, TemplateError, render
 
 #: What Kyverno's engine says of a generation that ran (its report message).
 GENERATED = "policy evaluated successfully"

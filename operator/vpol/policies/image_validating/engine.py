@@ -26,12 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.backend import current, using
-from vpol.policies.image_validating.compile import CompiledImageValidatingPolicy, compile_image_validating_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
-from vpol.policies.image_validating.autogen import image_autogen_configs
-from vpol.engine.image_metadata import MetadataCache
 from vpol.engine.evaluate import (
     ERROR,
     FAIL,
@@ -48,11 +45,14 @@ from vpol.engine.evaluate import (
     exception_matches,
     validate,
 )
+from vpol.engine.image_metadata import MetadataCache
 from vpol.engine.image_verification import Outcomes, Verification, VerificationCache
 from vpol.engine.match import rules_match, selectors_match
 from vpol.engine.registry_access import Registry, RegistryError
 from vpol.engine.request import Subject
 from vpol.model.image_glob import glob_matches
+from vpol.policies.image_validating.autogen import image_autogen_configs
+from vpol.policies.image_validating.compile import CompiledImageValidatingPolicy, compile_image_validating_policy
 from vpol.policies.image_validating.model import ImageValidatingPolicy
 
 #: The pod spec of each kind with default image extractors (Kyverno's pkg/cel/compiler/images.go), by (group,

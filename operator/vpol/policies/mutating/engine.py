@@ -29,8 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.policies.mutating.compile import CompiledMutatingPolicy, compile_mutating_policy
-from vpol.policies.mutating.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
@@ -48,6 +46,8 @@ from vpol.engine.match import constraints_match
 from vpol.engine.merge import MergeError, apply_configuration
 from vpol.engine.request import Subject
 from vpol.model.discovery import builtin
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import CompiledMutatingPolicy, compile_mutating_policy
 from vpol.policies.mutating.model import PATCH_APPLY_CONFIGURATION, MutatingPolicy
 
 SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from vpol.cel.compiler import MUTATION_ROLES, variable_references
-from vpol.policies.mutating.compile import compile_mutating_policy
 from vpol.cel.typecheck import check_policy
 from vpol.desired.admission_policy import (
     VapPlan,
@@ -43,9 +42,10 @@ from vpol.desired.admission_policy import (
     qualified_conditions,
     spec_fields,
 )
-from vpol.policies.mutating.autogen import mutating_autogen_configs
-from vpol.policies.mutating.model import MutatingPolicy
 from vpol.model.policy import PolicyException
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.model import MutatingPolicy
 
 #: The MutatingAdmissionPolicy version used when the cluster's is not known (GA since Kubernetes 1.36).
 MAP_API_VERSION = "admissionregistration.k8s.io/v1"

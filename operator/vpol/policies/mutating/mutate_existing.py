@@ -26,8 +26,8 @@ from typing import Any
 from vpol.engine.match import rule_matches, selectors_match
 from vpol.engine.request import Subject
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.policies.mutating.model import MutatingPolicy
 from vpol.model.policy import MatchResources, Rule
+from vpol.policies.mutating.model import MutatingPolicy
 
 #: A target's resource as listed: (group, version, resource, subresource).
 TargetResource = tuple[str, str, str, str]
