@@ -28,8 +28,8 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   this policy's for this trigger is replaced where it differs (nothing is written when it holds what was
   rendered); one that someone else made is never overwritten: the trigger's result is an error naming it
   (Kyverno leaves it alone silently). Writes are rate-limited (``writes_per_second``) and retried on conflict.
-  Downstreams carry Kyverno's labels (vpol.policies.generating.engine.downstream_labels), plus the policy's namespace for a
-  namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
+  Downstreams carry Kyverno's labels (vpol.policies.generating.engine.downstream_labels), plus the policy's
+  namespace for a namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
 - **Reports**: the trigger's report gets the policy's result: ``pass`` with the ``generated-resources`` property,
   ``skip`` for an exception, ``error`` with the reason. A failure is also a Warning Event on the policy (related:
   the trigger) and the policy's GenerationSucceeded condition. Metrics: ``vpol_generations_total{policy,

@@ -353,7 +353,8 @@ def policy_spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, an
     )
 
 
-def policy_metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
+def policy_metadata(r: Reader, data: dict[str, Any], namespaced: bool
+                    ) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
     md = r.obj(data.get("metadata"), "metadata")
     name = r.str_(md, "name", "metadata", required=True)
     if md.get("name") == "":

@@ -28,7 +28,8 @@ class CompiledPolicy(CompiledOutcome):
     fused_source: tuple[str | None] | None = field(default=None, repr=False)
 
 
-def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False, evaluated: bool = True) -> CompiledPolicy:
+def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False,
+                   evaluated: bool = True) -> CompiledPolicy:
     """Compile every expression of ``policy`` (all errors, not just the first); ``evaluated=False`` when its
     programs will not be evaluated (see compile_expression)."""
     out = CompiledPolicy(policy)

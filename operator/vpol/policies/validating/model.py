@@ -67,7 +67,8 @@ def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPoli
     r, api_version, kind = policy_head(data, doc, KINDS, VERSIONS)
     if api_version is None:
         return None, r.problems
-    name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == "NamespacedValidatingPolicy")
+    name, namespace, labels, annotations, uid, generation = policy_metadata(
+        r, data, kind == "NamespacedValidatingPolicy")
     if "spec" not in data or data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems
