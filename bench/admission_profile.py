@@ -15,7 +15,7 @@ server-side dry-run create of its compliant Pod). What is real and what stands i
 - each request is the server's ``_handle`` (the aiohttp handler of ``POST /validate/fail``) called with a
   stand-in for aiohttp's request that offers what the handler reads (path, headers, remote address, ``read()``
   returning the body): boundary checks and decoding (vpol.engine.review), metrics, the namespace lookup, the
-  inline answer (vpol.engine.inline: work plans, evaluation, decision, JSON answer), metrics and the
+  inline answer (vpol.policies.inline: work plans, evaluation, decision, JSON answer), metrics and the
   ``web.Response``. Not included: aiohttp's HTTP parsing and writing, TLS, the event loop's socket work;
 - every body has its own uid, as the API server's do; the answers are checked (200, allowed) before anything
   is measured.
@@ -23,7 +23,7 @@ server-side dry-run create of its compliant Pod). What is real and what stands i
 Reported: CPU per request (``time.process_time`` over N requests, after a warm-up), repeated ``--repeat``
 times (median, min, max), and the process's resident memory (now and peak); then one cProfile run of N
 requests: the top ``--top`` functions by cumulative and by own time. ``--path worker`` measures instead what an
-evaluation worker does with a request (vpol.engine.sandbox's ``_admit``: decode, evaluate, decide, encode) with
+evaluation worker does with a request (vpol.policies.sandbox's ``_admit``: decode, evaluate, decide, encode) with
 engines built as a worker builds them, in this process (no pipe, no second process); ``--inline off`` is not
 offered: that path's CPU is the worker's.
 
@@ -77,13 +77,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from admission import NAMESPACE, POD, pss_policies  # noqa: E402
 
 from vpol.cel.backend import Backend  # noqa: E402
-from vpol.desired.certificates import ServingCertificate, new_serving_certificate  # noqa: E402
 from vpol.controller.admission.namespaces import Namespaces  # noqa: E402
 from vpol.controller.admission.policies import AdmissionPolicies  # noqa: E402
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer  # noqa: E402
-from vpol.engine import sandbox  # noqa: E402
-from vpol.engine.evaluate import PolicyEngine, compile_exception  # noqa: E402
+from vpol.desired.certificates import ServingCertificate, new_serving_certificate  # noqa: E402
+from vpol.engine.evaluate import compile_exception
 from vpol.model.discovery import builtin  # noqa: E402
+from vpol.policies import sandbox  # noqa: E402
+from vpol.policies.validating.engine import PolicyEngine
 
 #: What the API server's ServiceAccount admission plugin and defaulting make of bench/admission.py's Pod before
 #: the validating webhooks see it (a server-side dry run: BeforeCreate has named it and set its uid).

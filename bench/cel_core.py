@@ -23,11 +23,12 @@ import sys
 import time
 from typing import Any
 
-from vpol.cel.compiler import compile_policy
-from vpol.engine.evaluate import PolicyEngine, SubjectData
+from vpol.engine.evaluate import SubjectData
 from vpol.engine.request import ResourceType
 from vpol.engine.subjects import subject_for
-from vpol.model.parse import parse_policy
+from vpol.policies.validating.compile import compile_policy
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.model import parse_policy
 
 # PSS-style checks; written without the optional syntax so cel-python can run them too.
 CHECKS = [

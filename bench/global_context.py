@@ -2,7 +2,7 @@
 """GlobalContextEntry data in the evaluation workers: what one admission-like evaluation costs with it.
 
 A store holds one kubernetesResource entry of N Deployments (default 1,000, with a `names` projection), as
-the operator's controller fills it; a bounded evaluation worker (vpol.engine.sandbox, as the webhook's) runs
+the operator's controller fills it; a bounded evaluation worker (vpol.policies.sandbox, as the webhook's) runs
 one policy per subject. Measured, per evaluation (median and p95 of the round trip to the worker):
 
 * `projection, unchanged`: the policy reads the `names` projection; the data did not change (nothing sent);
@@ -35,8 +35,8 @@ from tests.unit.policies import make_policy  # noqa: E402
 from vpol.cel.global_context import READY, RESOURCE, EntryState  # noqa: E402
 from vpol.engine.global_context import GlobalContextStore  # noqa: E402
 from vpol.engine.request import ResourceType  # noqa: E402
-from vpol.engine.sandbox import Limits, SandboxedEvaluator  # noqa: E402
 from vpol.engine.subjects import subject_for  # noqa: E402
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
 RULE = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}

@@ -1,4 +1,4 @@
-"""A policy's fused program (vpol.cel.fused) decides exactly as its expressions evaluated one by one.
+"""A policy's fused program (vpol.policies.validating.fused) decides exactly as its expressions evaluated one by one.
 
 Every ValidatingPolicy of examples/, the shared Kyverno CLI corpus and tests/differential/suites (plus
 VPOL_DIFFERENTIAL_EXTRA folders), on every resource of its suite and on generated variations of each
@@ -16,9 +16,10 @@ from typing import Any
 
 from tests.differential.test_kyverno import _backend, _values, _variations, every_suite
 from vpol.cel.backend import using
-from vpol.cel.fused import fused_program
-from vpol.engine.evaluate import PolicyEngine, Result, compile_exception
+from vpol.engine.evaluate import Result, compile_exception
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.fused import fused_program
 
 #: Variations per resource (more than the Kyverno differential's: no oracle to wait for).
 VARIATIONS = 16

@@ -19,16 +19,16 @@ from typing import Any
 
 from tests.differential.test_kyverno import _ask_oracle, _kyverno_outcome, oracle
 from tests.unit.policies import make_policy
+from vpol.cel.backend import using
 from vpol.cel.global_context import API_CALL, FAILED, EntryState, api_call_state
 from vpol.cel.go_jmespath import go_json
+from vpol.cel.offline_backend import OfflineBackend
 from vpol.controller.global_context import GlobalContextOptions, _ResourceLoader
-from vpol.engine.evaluate import PolicyEngine
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextStore
 from vpol.engine.request import ResourceType
 from vpol.engine.subjects import subject_for
-from vpol.cel.backend import using
-from vpol.cel.offline_backend import OfflineBackend
 from vpol.model.global_context import parse_global_context_entry
+from vpol.policies.validating.engine import PolicyEngine
 
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True)
 DEPLOY_RULE = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}

@@ -42,11 +42,13 @@ from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, load_exceptions, load_policies, load_resources
 from vpol.cli.kyverno_test import UNSUPPORTED_KEYS, find_test_files
 from vpol.cli.resolve import resolver
-from vpol.engine.evaluate import PolicyEngine, compile_exception
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
-from vpol.engine.mutate import MutatingPolicyEngine
+from vpol.engine.evaluate import compile_exception
 from vpol.engine.subjects import subject_for
 from vpol.model.documents import Document
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, Placement
+from vpol.policies.mutating.engine import MutatingPolicyEngine
+from vpol.policies.validating.engine import PolicyEngine
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "conformance" / "kyverno-cli"

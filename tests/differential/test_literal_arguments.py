@@ -15,8 +15,8 @@ import subprocess
 import pytest
 
 from tests.differential.test_kyverno import oracle
-from vpol.cel.compiler import compile_policy
-from vpol.model.parse import parse_policy
+from vpol.policies.validating.compile import compile_policy
+from vpol.policies.validating.model import parse_policy
 
 RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
 T0 = "timestamp('2020-01-01T00:00:00Z')"

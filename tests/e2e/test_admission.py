@@ -255,7 +255,7 @@ def _evaluations(operator: OperatorProcess) -> dict[str, float]:
 
 def test_bounded_requests_are_answered_by_the_serving_process_and_the_rest_by_a_worker(
         policies: Policies, cluster: Any, namespace: str, operator: OperatorProcess) -> None:
-    """vpol.engine.inline: a webhook whose policies' work is bounded (vpol.cel.cost) is answered by the serving
+    """vpol.policies.inline: a webhook whose policies' work is bounded (vpol.cel.cost) is answered by the serving
     process, a webhook with a Kyverno library call (no bound) by a worker, and so is a request too large to be
     answered inline; the decisions are the policies' either way."""
     webhook_only = {"autogen": {"validatingAdmissionPolicy": {"enabled": False}}}

@@ -34,9 +34,11 @@ from kubernetes.client.rest import ApiException
 from tests.differential.test_kyverno import CORPUS, REPO, SUITES, oracle
 from tests.e2e.conftest import KubeCluster
 from vpol.cli.kyverno_test import find_test_files
-from vpol.desired.map import desired_map_objects
-from vpol.desired.vap import desired_objects
-from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
+from vpol.model.parse import parse_exception
+from vpol.policies.mutating.map import desired_map_objects
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import desired_objects
 
 KINDS = {"ValidatingPolicy": "validating", "MutatingPolicy": "mutating"}
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
@@ -191,7 +193,7 @@ def exceptions_unordered(obj: dict[str, Any], doc: dict[str, Any]) -> dict[str, 
 def fine_grained_with_conditions(doc: dict[str, Any], exceptions: list[dict[str, Any]]) -> bool:
     """Whether an exception of the policy allows images or values under conditions, or exempts everything
     without conditions: vpol's object then follows Kyverno's engine, not its generator
-    (vpol.desired.vap.exception_parts)."""
+    (vpol.desired.admission_policy.exception_parts)."""
     name = (doc.get("metadata") or {}).get("name")
     for exc in exceptions:
         spec = exc.get("spec") or {}

@@ -29,10 +29,10 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from tests.e2e.operator_process import REPO
-from vpol.desired.map import desired_map_objects
-from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.subjects import subject_for
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.engine import MutatingPolicyEngine, mutate_all
+from vpol.policies.mutating.map import desired_map_objects
+from vpol.policies.mutating.model import parse_mutating_policy
 
 EXAMPLES = REPO / "examples" / "mutating"
 

@@ -33,13 +33,15 @@ from tests.e2e.conftest import KubeCluster
 from tests.e2e.test_generated_differential import kyverno_generated
 from tests.e2e.test_mutating_differential import _clean
 from tests.differential.test_kyverno import oracle
-from vpol.desired.map import desired_map_objects
-from vpol.desired.vap import desired_objects
-from vpol.engine.policy_validation import policy_problems
-from vpol.engine.evaluate import FAIL, PolicyEngine
-from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
+from vpol.engine.evaluate import FAIL
 from vpol.engine.subjects import subject_for
-from vpol.model.parse import parse_mutating_policy, parse_policy
+from vpol.policies.mutating.engine import MutatingPolicyEngine, mutate_all
+from vpol.policies.mutating.map import desired_map_objects
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.policy_validation import policy_problems
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import desired_objects
 
 CONFIGMAPS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
 PODS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}

@@ -21,7 +21,7 @@ from vpol.controller.scan_events import Batch
 from vpol.desired.report import ReportEntry, ResourceRef
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import builtin
-from vpol.model.generating import parse_generating_policy
+from vpol.policies.generating.model import parse_generating_policy
 
 pytestmark = pytest.mark.asyncio
 

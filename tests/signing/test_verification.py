@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from vpol.engine.image_policy import ImageOutcome, ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.subjects import subject_for
-from vpol.model.image_validating import parse_image_validating_policy
 from vpol.oci.registry import Credentials, RegistryClient
+from vpol.policies.image_validating.engine import ImageOutcome, ImagePolicyEngine, apply_required
+from vpol.policies.image_validating.model import parse_image_validating_policy
 
 from tests.signing.tools import RegistryProcess, Signer
 

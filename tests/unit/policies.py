@@ -7,8 +7,7 @@ from typing import Any
 
 import yaml
 
-from vpol.model.parse import parse_policy
-from vpol.model.policy import ValidatingPolicy
+from vpol.policies.validating.model import ValidatingPolicy, parse_policy
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
 

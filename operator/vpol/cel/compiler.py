@@ -17,7 +17,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cel_expr_python import cel
 
@@ -25,19 +25,12 @@ from vpol.cel import compat
 from vpol.cel.aggregate_literals import Mismatch, checked_tree, mismatches
 from vpol.cel.compat import line_column, tokenize
 from vpol.cel.compat.syntax import member_references, nesting
+from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.format_check import FormatProblem, format_problems
 from vpol.cel.literal_check import PARSED_LITERAL_CALLS, LiteralProblem, literal_problems
-from vpol.cel.memo import BoundedMemo
-from vpol.cel.environment import POLICY_VARIABLES, EnvSpec, environment, library_variables
 from vpol.cel.variables import typed_variables_message
-from vpol.model.deleting import DeletingPolicy
-from vpol.model.generating import INTERPOLATE_CEL, GeneratingPolicy
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import AuditAnnotation, NamedExpression, ValidatingPolicy, Validation
+from vpol.model.policy import AuditAnnotation, NamedExpression, Validation
 from vpol.model.problems import Position, Problem
-from vpol.model.templates import Template, TemplateError
-from vpol.model.templates import parse as parse_template
 
 T = cel.Type
 
@@ -86,13 +79,13 @@ class Program:
     #: Activation for it needs no others. None: unknown, all of them.
     reads: frozenset[str] | None = None
     #: The text ``expression`` was built from (the source after the compiler's rewrites), and whether it was
-    #: built without type checking: what vpol.cel.fused composes a policy's one program from.
+    #: built without type checking: what vpol.policies.validating.fused composes a policy's one program from.
     evaluated: str = ""
     unchecked: bool = False
 
 
 #: Which variables an expression's Activation holds, in order, and the (name, value key) pairs that identify it
-#: among policy runs on one subject (None: not shared). See vpol.engine.evaluate._PolicyRun._activation_for.
+#: among policy runs on one subject (None: not shared). See vpol.engine.evaluate.PolicyRun._activation_for.
 ActivationPlan = tuple[tuple[str, ...], tuple[tuple[str, Any], ...] | None]
 
 
@@ -118,18 +111,14 @@ class CompiledOutcome:
         return [p for p in self.problems if p.severity == "error"]
 
 
-@dataclass
-class CompiledPolicy(CompiledOutcome):
-    policy: ValidatingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: (validation index, expression, messageExpression or None)
-    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
-    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-    #: The policy as one program (vpol.cel.fused), once built: (the program, or None when it has none).
-    fused: tuple[cel.Expression | None] | None = field(default=None, repr=False)
-    #: That program's text, once made (vpol.cel.fused.fused_text; a batch of policies is built from it too).
-    fused_source: tuple[str | None] | None = field(default=None, repr=False)
+class CompiledAny(Protocol):
+    """What the evaluation runtime (vpol.engine.evaluate.PolicyRun) reads of any kind's compiled policy: its
+    variables, and the caches :class:`CompiledOutcome` holds for them."""
+
+    variables: list[tuple[str, Program]]
+    needed: dict[frozenset[str], list[str]]
+    value_keys: dict[str, tuple[Any, ...] | None]
+    activation_plans: dict[frozenset[str], ActivationPlan]
 
 
 def parse_cel_errors(text: str) -> list[tuple[Position | None, str, str]]:
@@ -322,7 +311,7 @@ def compile_written(env: cel.Env, text: str) -> tuple[cel.Expression, bool]:
         return env.compile(text, disable_check=True), True
 
 
-class _Frame:
+class Frame:
     """Compiles the parts every admission policy kind shares: variables (in order) and matchConditions."""
 
     def __init__(self, out: Any, mode: str, kubernetes_only: bool, *, evaluated: bool = True,
@@ -396,45 +385,6 @@ class _Frame:
                 self.out.match_conditions.append((mc.name, prog))
 
 
-def compile_policy(policy: ValidatingPolicy, *, kubernetes_only: bool = False, evaluated: bool = True) -> CompiledPolicy:
-    """Compile every expression of ``policy`` (all errors, not just the first); ``evaluated=False`` when its
-    programs will not be evaluated (see compile_expression)."""
-    out = CompiledPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, s.evaluation.mode, kubernetes_only, evaluated=evaluated)
-    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
-    frame.validations_and_audits(s.validations, s.audit_annotations)
-    frame.finish(policy)
-    return out
-
-
-
-@dataclass(frozen=True)
-class CompileVerdict:
-    """Whether a policy compiles, and its errors (what most callers need of :func:`compile_policy`)."""
-
-    ok: bool
-    errors: tuple[Problem, ...]
-    #: Every problem, warnings included (what apply-time validation answers with).
-    problems: tuple[Problem, ...] = ()
-
-
-#: Verdicts by what compiling depends on. The operator asks the same question of the same spec from several
-#: places (its watch event for the scanner, the webhook's policy set, the native-eligibility check at every
-#: reconcile): measured at a restart with 16 policies, 102 compiles for 18 reconciles, about 4 s of CPU
-#: competing with the first scan.
-VERDICTS_KEPT = 1024
-_VERDICTS: BoundedMemo[CompileVerdict] = BoundedMemo(VERDICTS_KEPT)
-
-
-def compile_verdict(policy: ValidatingPolicy, *, kubernetes_only: bool = False) -> CompileVerdict:
-    """:func:`compile_policy`'s verdict for ``policy``, computed once per spec (the error positions are those of
-    the first policy asked with that spec; paths and messages are the same for every such policy)."""
-    def compute() -> CompileVerdict:
-        compiled = compile_policy(policy, kubernetes_only=kubernetes_only, evaluated=False)
-        return CompileVerdict(compiled.ok, tuple(compiled.errors()), tuple(compiled.problems))
-    return _VERDICTS.get((policy.kind, policy.namespace, policy.spec, kubernetes_only), compute)
-
 #: Libraries a namespaced policy may not name (Kyverno's rule, pkg/cel/policies/vpol/validate.go and
 #: mpol/validate.go: they reach beyond the namespace), with Kyverno's messages.
 NAMESPACED_FORBIDDEN = {
@@ -457,193 +407,3 @@ def namespaced_forbidden(expressions: Sequence[tuple[str, str, str]]) -> list[Pr
                                           excerpt=excerpt_at(src, at))
             before, previous = previous, tok.text
     return [found[name] for name in NAMESPACED_FORBIDDEN if name in found]
-
-
-@dataclass
-class CompiledMutatingPolicy(CompiledOutcome):
-    policy: MutatingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: (mutation index, patch type, expression)
-    mutations: list[tuple[int, str, Program]] = field(default_factory=list)
-    #: ``spec.targetMatchConstraints.expression`` (None when the targets are listed).
-    target_expression: Program | None = None
-    #: ``spec.targetMatchConditions``, evaluated on each target of a mutation of existing objects.
-    target_match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def compile_mutating_policy(policy: MutatingPolicy, *, kubernetes_only: bool = False) -> CompiledMutatingPolicy:
-    """Compile every expression of a MutatingPolicy (all errors, not just the first)."""
-    out = CompiledMutatingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, "Kubernetes", kubernetes_only)
-    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=True)
-    for i, mutation in enumerate(s.mutations):
-        prog = frame.add(mutation.expression, f"spec.mutations[{i}].{mutation.field}.expression", mutation.field)
-        if prog:
-            out.mutations.append((i, mutation.patch_type, prog))
-    if s.target_expression:
-        path = "spec.targetMatchConstraints.expression"
-        prog = frame.add(s.target_expression, path, "targetExpression")
-        # Kyverno requires a map (one object, or {"items": [...]}). vpol's resource.Get is typed dyn where Kyverno's
-        # is a map (it may answer null), so dyn passes here and a non-map value is an error at run time.
-        if prog and not (prog.result_type.startswith("map") or prog.result_type == "dyn"):
-            out.problems.append(Problem("output type must be a map", path=path, expression_position=Position(1, 1)))
-        elif prog:
-            out.target_expression = prog
-    for i, mc in enumerate(s.target_match_conditions):
-        prog = frame.add(mc.expression, f"spec.targetMatchConditions[{i}].expression", "matchCondition")
-        if prog:
-            out.target_match_conditions.append((mc.name, prog))
-    if policy.namespace:
-        out.problems.extend(namespaced_forbidden(policy.expressions()))
-    out.problems = [policy.locate(p) for p in out.problems]
-    return out
-
-
-@dataclass
-class CompiledGeneratingPolicy(CompiledOutcome):
-    policy: GeneratingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: Per generate item: (index, the expression) or (index, the parsed template and its placeholders' programs).
-    expressions: list[tuple[int, Program]] = field(default_factory=list)
-    templates: list[tuple[int, Template, dict[str, Program]]] = field(default_factory=list)
-    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def _template_problem(template_text: str, offset: int | None, message: str, path: str) -> Problem:
-    at = Position(*line_column(template_text, offset)) if offset is not None else None
-    return Problem(message, path=path, expression_position=at,
-                   excerpt=excerpt_at(template_text, at) if at is not None else "")
-
-
-def compile_generating_policy(policy: GeneratingPolicy) -> CompiledGeneratingPolicy:
-    """Compile every expression of a (Namespaced)GeneratingPolicy, template placeholders included (all errors).
-
-    As Kyverno's compiler: matchConditions and variables as for the other kinds, each ``generate[].expression``
-    must be a bool (its ``generator.Apply`` calls are what it generates), a template must parse and each of its
-    placeholders compile, audit annotations are strings."""
-    out = CompiledGeneratingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, "Kubernetes", False, generating="namespaced" if policy.namespace else "cluster")
-    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
-    for i, item in enumerate(s.generate):
-        if not item.is_template:
-            prog = frame.add(item.expression, f"spec.generate[{i}].expression", "generate")
-            if prog:
-                out.expressions.append((i, prog))
-            continue
-        path = f"spec.generate[{i}].template.value"
-        try:
-            parsed = parse_template(item.template, item.interpolate == INTERPOLATE_CEL)
-        except TemplateError as exc:
-            out.problems.append(_template_problem(item.template, exc.offset, str(exc), path))
-            continue
-        programs: dict[str, Program] = {}
-        for placeholder in parsed.placeholders:
-            if placeholder.expression in programs:
-                continue
-            prog, problems = compile_expression(placeholder.expression, path, "placeholder", frame.spec_now())
-            after = item.template[placeholder.offset + 2:]
-            # Positions in the expression count from its first character (spaces after `((` are not part of it).
-            start = Position(*line_column(item.template, placeholder.offset + 2 + len(after) - len(after.lstrip())))
-            for problem in problems:
-                at = problem.expression_position or Position(1, 1)
-                line = start.line + at.line - 1
-                column = start.column + at.column - 1 if at.line == 1 else at.column
-                where = Position(line, column)
-                out.problems.append(Problem(f"invalid placeholder expression {placeholder.expression!r}: "
-                                            f"{problem.message}", path=path, expression_position=where,
-                                            excerpt=excerpt_at(item.template, where)))
-            if prog:
-                programs[placeholder.expression] = prog
-        out.templates.append((i, parsed, programs))
-    for i, aa in enumerate(s.audit_annotations):
-        prog = frame.add(aa.value_expression, f"spec.auditAnnotations[{i}].valueExpression", "auditAnnotation")
-        if prog:
-            out.audit_annotations.append((aa.key, prog))
-    if policy.namespace:
-        placeholders = [(f"spec.generate[{i}].template.value", p.expression, "placeholder")
-                        for i, t, _progs in out.templates for p in t.placeholders]
-        out.problems.extend(namespaced_forbidden([*policy.expressions(), *placeholders]))
-    out.problems = [policy.locate(p) for p in out.problems]
-    return out
-
-
-@dataclass
-class CompiledDeletingPolicy(CompiledOutcome):
-    policy: DeletingPolicy
-    #: ``spec.conditions`` (evaluated after the variables are declared, as in Kyverno).
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def compile_deleting_policy(policy: DeletingPolicy) -> CompiledDeletingPolicy:
-    """Compile a (Namespaced)DeletingPolicy's variables and conditions (bools; they may read the variables)."""
-    out = CompiledDeletingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, "Kubernetes", False)
-    frame.variables_and_conditions(s.variables, (), conditions_see_variables=True)
-    for i, condition in enumerate(s.conditions):
-        prog = frame.add(condition.expression, f"spec.conditions[{i}].expression", "matchCondition")
-        if prog:
-            out.match_conditions.append((condition.name, prog))
-    if policy.namespace:
-        out.problems.extend(namespaced_forbidden(policy.expressions()))
-    out.problems = [policy.locate(p) for p in out.problems]
-    return out
-
-
-@dataclass
-class CompiledImageValidatingPolicy(CompiledOutcome):
-    policy: ImageValidatingPolicy
-    match_conditions: list[tuple[str, Program]] = field(default_factory=list)
-    variables: list[tuple[str, Program]] = field(default_factory=list)
-    #: Per matchImageReferences[] entry: its glob, or its compiled expression over ``ref``.
-    image_references: list[str | Program] = field(default_factory=list)
-    #: (name, expression) of the user's image extractors (the defaults are the engine's).
-    extractors: list[tuple[str, Program]] = field(default_factory=list)
-    #: (attestor index, field path under it, expression) of the attestors' CEL fields.
-    attestors: list[tuple[int, str, Program]] = field(default_factory=list)
-    validations: list[tuple[int, Program, Program | None]] = field(default_factory=list)
-    audit_annotations: list[tuple[str, Program]] = field(default_factory=list)
-
-
-def compile_image_validating_policy(policy: ImageValidatingPolicy) -> CompiledImageValidatingPolicy:
-    """Compile every expression of a (Namespaced)ImageValidatingPolicy (all errors), with Kyverno's environment for
-    the kind (vpol.cel.environment, ``image_validating``) and its result types: matchConditions, validations and
-    matchImageReferences expressions (over ``ref`` alone) are bools, image extractors lists of image references,
-    messageExpressions strings, auditAnnotations strings or null. The attestors' expressions must compile; Kyverno
-    checks no result type for them and fails at verification when one is not a string, which vpol warns about."""
-    out = CompiledImageValidatingPolicy(policy)
-    s = policy.spec
-    frame = _Frame(out, s.evaluation.mode, False, image_validating=True, kind=policy.kind)
-    frame.variables_and_conditions(s.variables, s.match_conditions, conditions_see_variables=False)
-    reference_env = EnvSpec(image_reference=True)
-    for i, ref in enumerate(s.match_image_references):
-        if ref.glob:
-            out.image_references.append(ref.glob)
-        elif (prog := frame.add(ref.expression, f"spec.matchImageReferences[{i}].expression", "imageReference",
-                                reference_env)):
-            out.image_references.append(prog)
-    for i, (name, expression) in enumerate(s.images):
-        if (prog := frame.add(expression, f"spec.images[{i}].expression", "imageExtractor")):
-            out.extractors.append((name, prog))
-    for path, src, _role in policy.attestor_expressions():
-        index = int(path.split("[", 1)[1].split("]", 1)[0])
-        if not (prog := frame.add(src, path, "attestor")):
-            continue
-        if prog.result_type not in ("string", "dyn"):
-            out.problems.append(Problem(f"expression must evaluate to string, not {spelled(prog.result_type)}: "
-                                        "every verification with this attestor fails", path=path,
-                                        expression_position=Position(1, 1), severity="warning"))
-        out.attestors.append((index, path.split("]", 1)[1].lstrip("."), prog))
-    frame.validations_and_audits(s.validations, s.audit_annotations)
-    frame.finish(policy)
-    return out
-
-
-#: Every compiled policy kind the engine's policy run evaluates (its variables and conditions).
-CompiledAny = CompiledPolicy | CompiledMutatingPolicy | CompiledGeneratingPolicy | CompiledDeletingPolicy | \
-    CompiledImageValidatingPolicy

@@ -1,7 +1,7 @@
 """How much work evaluating an expression can take, bounded from the request before evaluating it.
 
 vpol's admission webhook evaluates in bounded worker processes because cel-cpp
-has no cost limit and cannot be interrupted (vpol.engine.sandbox). The serving
+has no cost limit and cannot be interrupted (vpol.policies.sandbox). The serving
 process may evaluate a request itself (no round trip to a worker) only when the
 work is known to be small before it starts. This module decides, from the
 checked syntax tree of every expression a policy evaluates, whether that work

@@ -47,6 +47,8 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2
 
 from vpol.cel import schemas
+from vpol.cel.compat import OR_VALUE, TokenStream, line_column, rewrite, typed_literals
+from vpol.cel.compat.syntax import literals
 from vpol.cel.compiler import (
     CROSS_NUMERIC_RX,
     MUTATION_ROLES,
@@ -58,13 +60,10 @@ from vpol.cel.compiler import (
 )
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.memo import BoundedMemo
-from vpol.cel.compat import OR_VALUE, TokenStream, line_column, rewrite, typed_literals
-from vpol.cel.compat.syntax import literals
 from vpol.cel.object_types import JSON_PATCH_TYPE, atomic_assignments, construction_container, untyped_literal_paths
 from vpol.cel.variables import typed_variables_message
 from vpol.model.discovery import Discovery, ResourceInfo, builtin
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import ValidatingPolicy
+from vpol.model.policy import MatchResources, NamedExpression
 from vpol.model.problems import Position
 
 log = logging.getLogger(__name__)
@@ -386,8 +385,30 @@ def check(
             for path, _src, role in expressions if path in failures]
 
 
+class _CheckedSpec(Protocol):
+    @property
+    def match_constraints(self) -> MatchResources | None: ...
+    @property
+    def variables(self) -> tuple[NamedExpression, ...]: ...
+
+
+class CheckedPolicy(Protocol):
+    """What :func:`check_policy` reads of a policy whose kind is type-checked against the matched kinds' schemas
+    (a ValidatingPolicy, a MutatingPolicy: ``typechecked`` in vpol.policies.registry)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def json_mode(self) -> bool: ...
+    @property
+    def spec(self) -> _CheckedSpec: ...
+    def expressions(self) -> list[tuple[str, str, str]]: ...
+
+
 def check_policy(
-    policy: ValidatingPolicy | MutatingPolicy,
+    policy: CheckedPolicy,
     discovery: Discovery | None = None,
     schema_source: SchemaSource | None = None,
     *,
@@ -420,7 +441,7 @@ _CHECKED: list[tuple[Discovery | None, BoundedMemo[tuple[TypeWarning, ...]]]] = 
 _CHECKED_LOCK = threading.Lock()
 
 
-def check_policy_cached(policy: ValidatingPolicy | MutatingPolicy, discovery: Discovery) -> list[TypeWarning]:
+def check_policy_cached(policy: CheckedPolicy, discovery: Discovery) -> list[TypeWarning]:
     """:func:`check_policy` of ``policy`` against ``discovery``, computed once per spec while ``discovery`` (an
     immutable snapshot) is the one asked with; a new snapshot starts afresh."""
     with _CHECKED_LOCK:

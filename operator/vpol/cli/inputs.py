@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpol.engine.kinds import KINDS, kind_for_document, kind_named
-from vpol.model.deleting import DeletingPolicy
 from vpol.model.documents import Document, iter_documents, parse_documents
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import is_exception_document, parse_exception
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException
 from vpol.model.problems import InputError, Position, Problem
+from vpol.policies.deleting.model import DeletingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
+from vpol.policies.image_validating.model import ImageValidatingPolicy
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.registry import KINDS, kind_for_document, kind_named
+from vpol.policies.validating.model import ValidatingPolicy
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -74,7 +75,7 @@ def load_documents(path: Path) -> list[Document]:
 
 @dataclass
 class Loaded:
-    #: The policies of each kind (the cluster-wide kind's name, vpol.engine.kinds; both variants), in input order
+    #: The policies of each kind (the cluster-wide kind's name, vpol.policies.registry; both variants), in input order
     #: (MutatingPolicies apply in it).
     by_kind: dict[str, list[Any]] = field(default_factory=lambda: {kind.kind: [] for kind in KINDS})
     exceptions: list[PolicyException] = field(default_factory=list)

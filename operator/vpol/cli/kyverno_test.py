@@ -22,17 +22,19 @@ from vpol.cli.context import build_backend, load_user_info, load_values
 from vpol.cli.global_context import load_mock_entries
 from vpol.cli.inputs import Loaded, expand, load_documents, load_exceptions, load_policies, load_resources
 from vpol.cli.resolve import resolver
-from vpol.engine.evaluate import PASS, SKIP, PolicyEngine, Result, compile_exception
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, Placement
-from vpol.engine.image_policy import ImagePolicyEngine, apply_required
+from vpol.engine.evaluate import PASS, SKIP, Result, compile_exception
 from vpol.engine.image_verification import Outcomes, VerificationCache
-from vpol.engine.mutate import MutatingPolicyEngine, Mutated
-from vpol.engine.mutate_existing import offline_runs
 from vpol.engine.request import Subject
 from vpol.engine.subjects import json_subject, subject_for
 from vpol.model.documents import Document
 from vpol.model.problems import InputError, Problem
 from vpol.oci.registry import RegistryClient
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, Placement
+from vpol.policies.image_validating.engine import ImagePolicyEngine, apply_required
+from vpol.policies.mutating.engine import MutatingPolicyEngine, Mutated
+from vpol.policies.mutating.mutate_existing import offline_runs
+from vpol.policies.validating.engine import PolicyEngine
 
 TEST_FILE_NAMES = ("kyverno-test.yaml", "kyverno-test.yml")
 UNSUPPORTED_KEYS = ("httpPayloads", "envoyPayloads")

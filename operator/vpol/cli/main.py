@@ -30,9 +30,9 @@ from vpol.cli.resolve import resolver
 from vpol.model import documents
 from vpol.model.documents import MAX_DOCUMENT_BYTES
 from vpol.model.global_context import is_global_context_document
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import ValidatingPolicy
 from vpol.model.problems import InputError, Problem
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.validating.model import ValidatingPolicy
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
 
@@ -47,7 +47,7 @@ def _print_problems(problems: Sequence[Problem], stream: Any = None) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from vpol.engine.policy_validation import AnyPolicy, exception_problems, policy_problems
+    from vpol.policies.policy_validation import AnyPolicy, exception_problems, policy_problems
 
     loaded = load_policies(args.paths)
     # Everything `check` says (unreadable files, problems, the summary) goes to stdout, in that order.
@@ -142,10 +142,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     import concurrent.futures
     import queue
 
-    from vpol.engine.evaluate import PolicyEngine, Rendered, compile_exception
+    from vpol.policies.validating.engine import PolicyEngine
+    from vpol.engine.evaluate import Rendered, compile_exception
     from vpol.engine.request import Subject
-    from vpol.engine.mutate import MutatingPolicyEngine
-    from vpol.engine.sandbox import Applied, Limits, SandboxedEvaluator
+    from vpol.policies.mutating.engine import MutatingPolicyEngine
+    from vpol.policies.sandbox import Applied, Limits, SandboxedEvaluator
     from vpol.engine.subjects import subject_for
 
     loaded = load_policies(args.policy, Loaded(), strict_kinds=True)
@@ -331,10 +332,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def _apply_targets(args: argparse.Namespace, loaded: Loaded, triggers: list[Any], sandbox: Any, resolve: Any,
                    values: Any) -> list[dict[str, Any]]:
-    """mutateExisting on ``--target-resource`` objects, as Kyverno's CLI does (vpol.engine.mutate_existing
+    """mutateExisting on ``--target-resource`` objects, as Kyverno's CLI does (vpol.policies.mutating.mutate_existing
     .offline_runs), in the bounded worker: a row per (policy, target) with ``target: true`` and the patched target;
     they do not count in the summary, as in Kyverno's CLI."""
-    from vpol.engine.mutate_existing import offline_runs
+    from vpol.policies.mutating.mutate_existing import offline_runs
     from vpol.engine.subjects import subject_for
 
     targets = load_resources(args.target_resources, Loaded())
@@ -375,7 +376,7 @@ def _apply_images(loaded: Loaded, subjects: list[Any], exceptions: list[Any],
     run; ``validationConfigurations.required`` decided across the policies of each resource, as at admission."""
     import time
 
-    from vpol.engine.image_policy import ImagePolicyEngine, apply_required
+    from vpol.policies.image_validating.engine import ImagePolicyEngine, apply_required
     from vpol.engine.image_verification import Outcomes, VerificationCache
     from vpol.oci.registry import Credentials, RegistryClient
 
@@ -416,7 +417,8 @@ def _apply_lifecycle(loaded: Loaded, triggers: list[Any], exceptions: list[Any],
     ``deletion: true``, ``pass`` for a resource it would delete and ``fail`` for one it keeps (these do not count
     in the summary: keeping a resource is no failure; an error does)."""
     from vpol.cel.backend import using
-    from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, labelled
+    from vpol.policies.deleting.engine import DeletingPolicyEngine
+    from vpol.policies.generating.engine import GeneratingPolicyEngine, labelled
 
     out = _Lifecycle()
     if not loaded.generating and not loaded.deleting:
@@ -533,14 +535,14 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_generate_vap(args: argparse.Namespace) -> int:
-    from vpol.desired.vap import desired_objects
+    from vpol.policies.validating.vap import desired_objects
 
     return _generate(args.policies, "ValidatingPolicy", lambda loaded: loaded.policies,
                      lambda policy, loaded: desired_objects(policy, exceptions=loaded.exceptions, force=True))
 
 
 def cmd_generate_map(args: argparse.Namespace) -> int:
-    from vpol.desired.map import desired_map_objects
+    from vpol.policies.mutating.map import desired_map_objects
 
     return _generate(args.policies, "MutatingPolicy", lambda loaded: loaded.mutating,
                      lambda policy, loaded: desired_map_objects(policy, exceptions=loaded.exceptions, force=True))

@@ -46,21 +46,16 @@ from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subj
 from vpol.desired.report import ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result
 from vpol.engine.match import constraints_match
-from vpol.engine.mutate_existing import (
-    as_target,
-    resolved_route,
-    selects_target,
-    target_resources,
-    trigger_resources,
-)
 from vpol.engine.request import ResourceType, Subject
-from vpol.engine.sandbox import SandboxedEvaluator
+from vpol.engine.scope import trigger_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import get_object, json_patch_object, list_pages
 from vpol.kube.errors import describe
 from vpol.kube.objects import FIELD_MANAGER
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.mutating import MutatingPolicy
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.mutating.mutate_existing import as_target, resolved_route, selects_target, target_resources
+from vpol.policies.sandbox import SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 

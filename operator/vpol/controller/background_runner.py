@@ -35,7 +35,7 @@ class Handed:
 
 
 class BackgroundRunner(Protocol):
-    #: The policy kind (its cluster-wide name in vpol.engine.kinds, for both variants) whose policies its plan hands
+    #: The policy kind (its cluster-wide name in vpol.policies.registry, for both variants) whose policies its plan hands
     #: it; "" for none.
     kind: ClassVar[str]
     #: Its results are in the reports: the first scan after a start waits until every policy of its kind that

@@ -33,22 +33,22 @@ from kubernetes.client.rest import ApiException
 from vpol.cel.backend import Backend, using
 from vpol.controller import metrics
 from vpol.controller.background_runner import Handed, RunnerDefaults
-from vpol.desired.report import PolicyMeta
 from vpol.controller.token_bucket import TokenBucket
 from vpol.desired.events import EventSpec, ObjectRef
+from vpol.desired.report import PolicyMeta
 from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
-from vpol.engine.generate import DeletingPolicyEngine
-from vpol.engine.mutate_existing import trigger_resources
 from vpol.engine.request import ResourceType, Subject
-from vpol.engine.sandbox import SandboxedEvaluator
+from vpol.engine.scope import trigger_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.access import AccessChecker
 from vpol.kube.dynamic import delete_object, list_pages
 from vpol.kube.errors import describe
 from vpol.model import schedule
-from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.policy import GROUP, PolicyException
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.deleting.model import DeletingPolicy
+from vpol.policies.sandbox import SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Not a loop of its own: the scanner (leader only) hands it what its watches and its schedule produce, on its own
 thread, as it does for mutateExisting (vpol.controller.background_mutation); evaluation is the pure engine's
-(vpol.engine.generate) with the cluster as ``resource.Get/List`` sees it. Kyverno's semantics
+(vpol.policies.generating.engine) with the cluster as ``resource.Get/List`` sees it. Kyverno's semantics
 (docs/internals/generating-and-deleting.md), and where vpol goes beyond them:
 
 - **Triggers** come from the scanner's watches of the kinds the policies match (vpol.controller.triggers): a
@@ -28,8 +28,8 @@ thread, as it does for mutateExisting (vpol.controller.background_mutation); eva
   this policy's for this trigger is replaced where it differs (nothing is written when it holds what was
   rendered); one that someone else made is never overwritten: the trigger's result is an error naming it
   (Kyverno leaves it alone silently). Writes are rate-limited (``writes_per_second``) and retried on conflict.
-  Downstreams carry Kyverno's labels (vpol.engine.generate.downstream_labels), plus the policy's namespace for a
-  namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
+  Downstreams carry Kyverno's labels (vpol.policies.generating.engine.downstream_labels), plus the policy's
+  namespace for a namespaced policy, so a namespaced policy finds its own downstreams again (Kyverno's do not).
 - **Reports**: the trigger's report gets the policy's result: ``pass`` with the ``generated-resources`` property,
   ``skip`` for an exception, ``error`` with the reason. A failure is also a Warning Event on the policy (related:
   the trigger) and the policy's GenerationSucceeded condition. Metrics: ``vpol_generations_total{policy,
@@ -58,7 +58,14 @@ from vpol.controller.triggers import Operations, TriggeredPolicies, trigger_subj
 from vpol.desired.events import EventSpec, ObjectRef
 from vpol.desired.report import PROCESS, ReportEntry, ResourceRef, now_seconds
 from vpol.engine.evaluate import ERROR, PASS, Result, SubjectData, compile_exception
-from vpol.engine.generate import (
+from vpol.engine.request import ResourceType, Subject
+from vpol.engine.scope import trigger_resources
+from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
+from vpol.kube.errors import describe
+from vpol.kube.objects import FIELD_MANAGER
+from vpol.model.discovery import Discovery, ResourceInfo
+from vpol.model.policy import GROUP, PolicyException
+from vpol.policies.generating.engine import (
     GENERATED_RESOURCES,
     MANAGED_BY,
     MANAGED_BY_VALUE,
@@ -76,16 +83,9 @@ from vpol.engine.generate import (
     KnownScopes,
     labelled,
 )
-from vpol.engine.generate import Generation as Generated
-from vpol.engine.mutate_existing import trigger_resources
-from vpol.engine.request import ResourceType, Subject
-from vpol.engine.sandbox import SandboxedEvaluator
-from vpol.kube.dynamic import apply_object, create_object, delete_object, get_object, list_pages, replace_object
-from vpol.kube.errors import describe
-from vpol.kube.objects import FIELD_MANAGER
-from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.policy import GROUP, PolicyException
+from vpol.policies.generating.engine import Generation as Generated
+from vpol.policies.generating.model import GeneratingPolicy
+from vpol.policies.sandbox import SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Kopf handlers: they only turn events into work-queue keys (vpol.controller.queue_keys.PolicyKey).
 
-- every event of a policy of any kind (vpol.engine.kinds; either variant, any
+- every event of a policy of any kind (vpol.policies.registry; either variant, any
   served version) queues that policy, unless it is the echo of the
   reconciler's own status write; one handler, registered for every kind's
   resources in one loop over the registry;
@@ -31,32 +31,32 @@ from typing import Any
 import kopf
 
 from vpol.cel.backend import install as install_backend
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
-from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
-from vpol.desired.webhook_coverage import covered, covered_policy
 from vpol.controller import metrics
-from vpol.controller.queue import WorkQueue
+from vpol.controller.admission.images import REGISTRY_TIMEOUT
+from vpol.controller.admission.webhook import Admission
+from vpol.controller.discovery_cache import DiscoveryCache
 from vpol.controller.enforcement_proof import EnforcementProver
 from vpol.controller.events import EventRecorder
-from vpol.controller.discovery_cache import DiscoveryCache
+from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
 from vpol.controller.plans.mutating import served_map_version
+from vpol.controller.queue import WorkQueue
 from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.reconcile import Reconciler
-from vpol.controller.global_context import GlobalContextController, GlobalContextOptions
-from vpol.controller.admission.images import REGISTRY_TIMEOUT
 from vpol.controller.registry_credentials import metadata_client
+from vpol.controller.runtime import Runtime
 from vpol.controller.scan_startup import StartupPolicies
 from vpol.controller.scanner import ScanOptions, Scanner
+from vpol.desired.admission_policy import MANAGED_BY, MANAGED_BY_LABEL, POLICY_LABEL, policy_key_of
+from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
+from vpol.desired.webhook_coverage import covered, covered_policy
 from vpol.engine.global_context import GlobalContextStore
-from vpol.engine.kinds import KINDS, kind_named
-from vpol.engine.sandbox import Limits
 from vpol.kube.dependencies import problems as dependency_problems
 from vpol.kube.errors import describe
 from vpol.kube.lease import LeaderElection
 from vpol.kube.live_backend import LiveBackend
 from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, Objects
-from vpol.controller.runtime import Runtime
-from vpol.controller.admission.webhook import Admission
+from vpol.policies.registry import KINDS, kind_named
+from vpol.policies.sandbox import Limits
 
 logger = logging.getLogger(__name__)
 

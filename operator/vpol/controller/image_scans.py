@@ -19,12 +19,13 @@ from vpol.cel.backend import Backend, current, using
 from vpol.controller.background_runner import Handed, RunnerDefaults
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.evaluate import CompiledException, Result
-from vpol.engine.image_policy import ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.request import Subject
 from vpol.engine.scope import matched_resources
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.image_validating import ImageValidatingPolicy
+from vpol.policies.image_validating.engine import ImagePolicyEngine, apply_required
+from vpol.policies.image_validating.model import ImageValidatingPolicy
+from vpol.policies.registry import kind_of
 
 GVR = tuple[str, str, str]
 #: Longest one object's image verifications may take in a scan.
@@ -89,7 +90,8 @@ class ImageScans(RunnerDefaults):
         """The listable kinds the policies (``keys``: only those) and their autogen variants match."""
         return {(info.group, info.version, info.resource): info for policy in self.policies()
                 if keys is None or policy.key in keys
-                for info in matched_resources(policy, discovery) if "list" in info.verbs or not info.verbs}
+                for info in matched_resources(kind_of(policy).variants(policy), discovery)
+                if "list" in info.verbs or not info.verbs}
 
     def _current(self) -> list[ImagePolicyEngine]:
         with self._lock:

@@ -1,7 +1,7 @@
 """The work queue's keys: which policy a piece of work is about, typed.
 
 A :class:`PolicyKey` is (kind, namespace, name): ``kind`` is the cluster-wide kind as the registry
-(vpol.engine.kinds) names it, also for its namespaced variant, which a non-empty ``namespace`` says. The reconciler
+(vpol.policies.registry) names it, also for its namespaced variant, which a non-empty ``namespace`` says. The reconciler
 (vpol.controller.reconcile) takes the kind's plan from it; nothing parses a key's text. Its text (``str()``: the
 policy's key, ``name`` or ``namespace/name``, after its kind's queue prefix and a colon for every kind but
 ValidatingPolicy, ``mpol:team/m``) is only for people: log lines and the ``policy`` label of the per-policy metrics,
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.engine.kinds import PolicyKind, kind_named
+from vpol.model.kind import PolicyKind
+from vpol.policies.registry import kind_named
 
 
 @dataclass(frozen=True, order=True)

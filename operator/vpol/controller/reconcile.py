@@ -1,6 +1,7 @@
 """Reconciling one policy of any kind: read it, run its kind's plan, write its status.
 
-One loop for every kind (vpol.engine.kinds): the work queue hands it a :class:`~vpol.controller.queue_keys.PolicyKey`,
+One loop for every kind (vpol.policies.registry): the work queue hands it a
+:class:`~vpol.controller.queue_keys.PolicyKey`,
 it reads the policy, and its kind's plan (vpol.controller.plans) applies what the policy wants (generated VAPs and
 MAPs, the policy handed to the background work) and says what it found; the loop makes the status of that, writes
 it only when it changed, and keeps the resourceVersion of its write, whose watch event then needs no reconcile
@@ -25,10 +26,10 @@ from vpol.controller.plans import PLANS
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.enforcement import GENERATION_ELIGIBLE
 from vpol.desired.status import status_changed
-from vpol.engine.kinds import kind_named
 from vpol.kube.access import AccessChecker
 from vpol.kube.objects import Objects
 from vpol.model.policy import PolicyException, active_exceptions
+from vpol.policies.registry import kind_named
 
 #: Seconds after an exception's expiresAt at which the policies it names are reconciled again (it has expired then).
 EXPIRY_MARGIN = 1.0

@@ -23,8 +23,8 @@ from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
 from vpol.kube.dynamic import get_object
-from vpol.model.image_validating import ImageValidatingPolicy
 from vpol.oci.registry import Credentials, RegistryClient
+from vpol.policies.image_validating.model import ImageValidatingPolicy
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller import metrics
-from vpol.controller.queue import WorkQueue
 from vpol.controller.plan_context import ReconcileResult
+from vpol.controller.queue import WorkQueue
 from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.reconcile import Reconciler
 
@@ -55,7 +55,7 @@ class Options:
     #: Namespaces vpol's webhooks never match, besides kube-system and ``namespace`` (Kyverno's equivalent is the
     #: namespaceSelector of its ConfigMap's ``webhooks``): requests there are not sent to vpol at all.
     webhook_excluded_namespaces: tuple[str, ...] = ()
-    #: Requests whose work is bounded before it starts are answered by the serving process (vpol.engine.inline);
+    #: Requests whose work is bounded before it starts are answered by the serving process (vpol.policies.inline);
     #: False: every request goes to an evaluation worker.
     webhook_inline: bool = True
     #: Refuse invalid policies at apply time (a ValidatingWebhookConfiguration with failurePolicy Ignore).

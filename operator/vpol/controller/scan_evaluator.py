@@ -1,6 +1,6 @@
 """The background scans' evaluation worker: started, updated and closed as the scanned policies change.
 
-Scans evaluate in the bounded worker process (``vpol.engine.sandbox``): an expression that errors or runs away
+Scans evaluate in the bounded worker process (``vpol.policies.sandbox``): an expression that errors or runs away
 gives that resource an ``error`` result and the scan goes on. The worker compiles a change of the validating
 policies or exceptions in place; its MutatingPolicies and global context are fixed at its start, so a change of
 those starts a new one. Besides the worker, this says what a scan's results depend on (``policy_hash``, part of
@@ -17,10 +17,11 @@ from typing import Any
 
 from vpol.cel.backend import Backend
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.kube.errors import describe
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
+from vpol.policies.validating.model import ValidatingPolicy
 
 logger = logging.getLogger(__name__)
 

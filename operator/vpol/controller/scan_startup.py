@@ -12,12 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.compiler import compile_verdict
 from vpol.controller.queue_keys import PolicyKey
-from vpol.engine.kinds import KINDS
 from vpol.kube.objects import Objects
-from vpol.model.parse import parse_policy
-from vpol.model.policy import ValidatingPolicy
+from vpol.policies.registry import KINDS
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.model import ValidatingPolicy, parse_policy
 
 def background_scanned(policy: ValidatingPolicy | None) -> bool:
     """Whether background scans evaluate ``policy`` and report its results: background evaluation enabled and no
@@ -37,7 +36,7 @@ def scanned_policy(body: Mapping[str, Any]) -> ValidatingPolicy | None:
 
 @dataclass(frozen=True)
 class StartupPolicies:
-    """Every policy of every kind (vpol.engine.kinds), as listed at one moment: the cluster-wide kind's name -> the
+    """Every policy of every kind (vpol.policies.registry), as listed at one moment: the cluster-wide kind's name -> the
     policies of both its variants."""
 
     bodies: Mapping[str, list[dict[str, Any]]]

@@ -47,7 +47,6 @@ from vpol.controller.validation_scans import ValidationScans
 from vpol.desired.report import PolicyMeta
 from vpol.engine.evaluate import CompiledException, compile_exception
 from vpol.engine.global_context import GlobalContextSource
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
 from vpol.kube.live_backend import LiveBackend
@@ -55,6 +54,7 @@ from vpol.kube.objects import PLURALS, Objects
 from vpol.kube.reports import Reports
 from vpol.model.discovery import ResourceInfo
 from vpol.model.policy import PolicyException, active_exceptions
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 

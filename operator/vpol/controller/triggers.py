@@ -14,12 +14,12 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes import client
 
-from vpol.engine.mutate_existing import trigger_resources
 from vpol.engine.request import ResourceType, Subject
+from vpol.engine.scope import trigger_resources
 from vpol.engine.subjects import subject_for
 from vpol.kube.dynamic import get_object
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.mutating import MutatingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
+from vpol.policies.mutating.model import MutatingPolicy
 
 OPERATIONS = {"ADDED": "CREATE", "MODIFIED": "UPDATE", "DELETED": "DELETE"}
 #: Objects remembered as deleted when their deletionTimestamp appeared (their removal is then no new trigger).

@@ -28,11 +28,12 @@ from vpol.controller.scan_watches import GVR, ScanWatches
 from vpol.desired.events import SOURCE_SCAN, ObjectRef, Violation, violating, violation_events
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, by_policy, now_seconds
 from vpol.engine.evaluate import SKIP, Result
-from vpol.engine.sandbox import SandboxedEvaluator
 from vpol.engine.scope import matched_resources
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.policy import ValidatingPolicy
+from vpol.policies.registry import kind_of
+from vpol.policies.sandbox import SandboxedEvaluator
+from vpol.policies.validating.model import ValidatingPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class ValidationScans(RunnerDefaults):
         """The listable resource types the policies (and their autogen variants) match."""
         wanted: dict[GVR, ResourceInfo] = {}
         for policy in self.policies():
-            for info in matched_resources(policy, discovery):
+            for info in matched_resources(kind_of(policy).variants(policy), discovery):
                 if "list" in info.verbs or not info.verbs:
                     wanted[(info.group, info.version, info.resource)] = info
         return wanted
@@ -133,7 +134,7 @@ class ValidationScans(RunnerDefaults):
         gvrs: dict[GVR, None] = {}
         present = [p for p in (self.get(n) for n in names) if p is not None]
         for policy in present:
-            for info in matched_resources(policy, discovery):
+            for info in matched_resources(kind_of(policy).variants(policy), discovery):
                 gvrs[(info.group, info.version, info.resource)] = None
         writes = self.store.writes
         count, took = self._incremental(lambda: self._pass(list(gvrs), sorted(names), evaluator,

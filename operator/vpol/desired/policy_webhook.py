@@ -13,28 +13,27 @@ status), and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
+from vpol.desired.admission_policy import MANAGED_BY, MANAGED_BY_LABEL
 from vpol.desired.webhook import API_VERSION, client_config_at
-from vpol.engine.kinds import KINDS
 
 POLICY_VALIDATION_CONFIGURATION = "vpol-policy-validation"
 POLICY_VALIDATION_PATH = "/validate-policy"
 POLICY_VALIDATION_WEBHOOK = "policies.validate.vpol.kyverno.io"
-#: (API group, resources) vpol validates.
-VALIDATED = (
-    ("policies.kyverno.io", (*(plural for kind in KINDS for plural in kind.plurals), "policyexceptions")),
-    ("kyverno.io", ("globalcontextentries",)),
-)
+def validated(policy_plurals: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(API group, resources) vpol validates: the policy kinds' (``policy_plurals``, both variants of each:
+    vpol.policies.registry.PLURALS), PolicyExceptions and GlobalContextEntries."""
+    return (("policies.kyverno.io", (*policy_plurals, "policyexceptions")), ("kyverno.io", ("globalcontextentries",)))
 
 
-def policy_validation_configuration(client_config: Mapping[str, Any], *, timeout_seconds: int = 10
-                                    ) -> dict[str, Any]:
-    """The configuration sending vpol's kinds to ``/validate-policy`` of the server ``client_config`` names."""
+def policy_validation_configuration(client_config: Mapping[str, Any], policy_plurals: Sequence[str], *,
+                                    timeout_seconds: int = 10) -> dict[str, Any]:
+    """The configuration sending vpol's kinds (the policy kinds' ``policy_plurals``, see :func:`validated`) to
+    ``/validate-policy`` of the server ``client_config`` names."""
     rules = [{"apiGroups": [group], "apiVersions": ["*"], "resources": list(resources),
-              "operations": ["CREATE", "UPDATE"], "scope": "*"} for group, resources in VALIDATED]
+              "operations": ["CREATE", "UPDATE"], "scope": "*"} for group, resources in validated(policy_plurals)]
     return {
         "apiVersion": API_VERSION,
         "kind": "ValidatingWebhookConfiguration",

@@ -46,7 +46,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL, VAP_API_VERSION
+from vpol.desired.admission_policy import MANAGED_BY, MANAGED_BY_LABEL, VAP_API_VERSION
 
 #: Name of the sentinel VAP and MAP (their bindings add ``-binding``).
 SENTINEL = "vpol-enforcement-probe"

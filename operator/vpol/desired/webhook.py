@@ -30,22 +30,37 @@ behind without its server would fail (or slow) every request it matches.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
-from vpol.desired.vap import MANAGED_BY, MANAGED_BY_LABEL
-from vpol.engine.kinds import kind_of
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import ValidatingPolicy
+from vpol.desired.admission_policy import MANAGED_BY, MANAGED_BY_LABEL
 
 WEBHOOK_CONFIGURATION = "vpol-validating"
 #: The MutatingWebhookConfiguration of the MutatingPolicies the API server cannot apply natively.
 MUTATING_WEBHOOK_CONFIGURATION = "vpol-mutating"
-AnyPolicy = ValidatingPolicy | MutatingPolicy | ImageValidatingPolicy
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 FAILURE_POLICIES = ("Fail", "Ignore")
+
+
+class WebhookPolicy(Protocol):
+    """What the configuration reads of a policy vpol's webhook enforces (a ValidatingPolicy, MutatingPolicy or
+    ImageValidatingPolicy): its namespace, its matchConstraints as written (``raw``) and its spec's
+    ``match_constraints``, ``failure_policy``, ``webhook_timeout_seconds`` and, where the kind has them,
+    ``reinvocation_policy`` (a MutatingPolicy's) and ``validation_configurations`` (an ImageValidatingPolicy's)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def raw(self) -> Mapping[str, Any]: ...
+    @property
+    def spec(self) -> Any: ...
+
+
+P = TypeVar("P", bound=WebhookPolicy)
+
+#: A policy's variants: the policy and its autogen variants (vpol.model.kind.PolicyKind.variants).
+Variants = Callable[[Any], Sequence[WebhookPolicy]]
 
 
 def webhook_path(failure_policy: str, mutating: bool = False, images: bool = False) -> str:
@@ -57,10 +72,10 @@ def webhook_name(failure_policy: str, mutating: bool = False, images: bool = Fal
            ".vpol.kyverno.io"
 
 
-def _rules(policy: AnyPolicy) -> list[tuple[Any, ...]]:
+def _rules(policy: WebhookPolicy, variants: Variants) -> list[tuple[Any, ...]]:
     out = []
     namespaced = bool(policy.namespace)
-    for variant in kind_of(policy).variants(policy):
+    for variant in variants(policy):
         m = variant.spec.match_constraints
         if m is None:
             continue
@@ -77,13 +92,13 @@ def _rule_dict(rule: tuple[Any, ...]) -> dict[str, Any]:
             "resources": list(resources), "scope": scope}
 
 
-def _raw_selector(policy: AnyPolicy, key: str) -> dict[str, Any]:
+def _raw_selector(policy: WebhookPolicy, key: str) -> dict[str, Any]:
     mc = (policy.raw.get("spec") or {}).get("matchConstraints") or {}
     selector = mc.get(key)
     return dict(selector) if isinstance(selector, Mapping) else {}
 
 
-def _namespace_selector(policy: AnyPolicy) -> dict[str, Any]:
+def _namespace_selector(policy: WebhookPolicy) -> dict[str, Any]:
     selector = _raw_selector(policy, "namespaceSelector")
     if policy.namespace:
         labels = dict(selector.get("matchLabels") or {})
@@ -122,17 +137,19 @@ def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[st
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
 
 
-def image_webhook_policies(images: Sequence[ImageValidatingPolicy], mutating: bool) -> list[ImageValidatingPolicy]:
+def image_webhook_policies(images: Sequence[P], mutating: bool) -> list[P]:
     """The ImageValidatingPolicies of the validating image webhooks (all), or of the mutating ones (those that pin
     tags to digests)."""
     return [p for p in images if not mutating or p.spec.validation_configurations.mutate_digest]
 
 
-def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_config: Mapping[str, Any],
+def desired_webhook_configuration(policies: Sequence[WebhookPolicy], *, variants: Variants,
+                                  client_config: Mapping[str, Any],
                                   timeout_seconds: int = 10, excluded_namespaces: Sequence[str] = ("kube-system",),
                                   mutating: bool = False, owner: Mapping[str, Any] | None = None,
-                                  images: Sequence[ImageValidatingPolicy] = ()) -> dict[str, Any] | None:
-    """The configuration for ``policies`` (those vpol's webhook enforces); None when there are none.
+                                  images: Sequence[WebhookPolicy] = ()) -> dict[str, Any] | None:
+    """The configuration for ``policies`` (those vpol's webhook enforces; ``variants`` gives each policy's autogen
+    variants, whose rules it covers too); None when there are none.
 
     ``mutating``: a MutatingWebhookConfiguration (``vpol-mutating``, webhooks ``<fp>.mutate.vpol.kyverno.io``
     at ``/mutate/<fp>``) for MutatingPolicies; its ``reinvocationPolicy`` is ``IfNeeded`` when any policy of
@@ -146,7 +163,7 @@ def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_confi
     if not policies and not image_policies:
         return None
     webhooks = []
-    groups: list[tuple[str, bool, list[AnyPolicy]]] = []
+    groups: list[tuple[str, bool, list[WebhookPolicy]]] = []
     for failure_policy in FAILURE_POLICIES:
         groups.append((failure_policy, False, [p for p in policies if p.spec.failure_policy == failure_policy]))
     for failure_policy in FAILURE_POLICIES:
@@ -154,7 +171,7 @@ def desired_webhook_configuration(policies: Sequence[AnyPolicy], *, client_confi
     for failure_policy, for_images, group in groups:
         if not group:
             continue
-        rules = sorted({rule for p in group for rule in _rules(p)})
+        rules = sorted({rule for p in group for rule in _rules(p, variants)})
         if not rules:
             continue
         timeouts = [p.spec.webhook_timeout_seconds for p in group if p.spec.webhook_timeout_seconds]

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import ValidatingPolicy
 
 ANNOTATION = "vpol.kyverno.io/policies"
+
+
+class Covered(Protocol):
+    """What the annotation records of a policy a webhook covers: its key and generation."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
 
 
 #: An ImageValidatingPolicy's key in the annotation (``ivpol:<key>``: a ValidatingPolicy may have the same key).
@@ -40,14 +46,14 @@ def covered_policy(key: str, kind: str) -> tuple[str, str]:
     return (IMAGE_KIND, key[len(IMAGE_PREFIX):]) if key.startswith(IMAGE_PREFIX) else (kind, key)
 
 
-def coverage(policies: Iterable[ValidatingPolicy | MutatingPolicy],
-             images: Iterable[ImageValidatingPolicy] = ()) -> dict[str, int]:
+def coverage(policies: Iterable[Covered],
+             images: Iterable[Covered] = ()) -> dict[str, int]:
     """Policy key -> generation."""
     return {**{p.key: p.generation for p in policies}, **{IMAGE_PREFIX + p.key: p.generation for p in images}}
 
 
-def coverage_annotation(policies: Iterable[ValidatingPolicy | MutatingPolicy],
-                        images: Iterable[ImageValidatingPolicy] = ()) -> dict[str, str]:
+def coverage_annotation(policies: Iterable[Covered],
+                        images: Iterable[Covered] = ()) -> dict[str, str]:
     return {ANNOTATION: json.dumps(coverage(policies, images), sort_keys=True, separators=(",", ":"))}
 
 

@@ -23,14 +23,13 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jsonpatch  # type: ignore[import-untyped]
 
 from vpol.engine.evaluate import ERROR, FAIL, PASS, SKIP, WARN, Result
 from vpol.engine.request import ResourceType, Subject
-from vpol.model.image_validating import ImageValidatingPolicy
-from vpol.model.policy import ACTION_AUDIT, ACTION_DENY, ACTION_WARN, ValidatingPolicy
+from vpol.model.policy import ACTION_AUDIT, ACTION_DENY, ACTION_WARN, PolicySpec
 
 ALLOW, DENY, WARNED, AUDIT, ERRORED = "allow", "deny", "warn", "audit", "error"
 
@@ -87,7 +86,17 @@ def _annotation_key(policy_key: str, key: str) -> str:
     return f"{policy_key.replace('/', '.')}.{key}"[:63].strip(".-_")
 
 
-def decide(results: Sequence[Result], policies: Mapping[str, ValidatingPolicy | ImageValidatingPolicy]) -> Decision:
+class DecidingPolicy(Protocol):
+    """What :func:`decide` reads of a policy with validations (a ValidatingPolicy, an ImageValidatingPolicy): its key,
+    failurePolicy and validationActions."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def spec(self) -> PolicySpec: ...
+
+
+def decide(results: Sequence[Result], policies: Mapping[str, DecidingPolicy]) -> Decision:
     """One decision from the results of the policies (keyed by policy key) that matched."""
     decision = Decision()
     denials: list[str] = []

@@ -35,7 +35,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from vpol.model.image_validating import COSIGN_PREDICATE_TYPES
+from vpol.model.attestation import COSIGN_PREDICATE_TYPES
 
 BUNDLE_MEDIA_TYPE_PREFIX = "application/vnd.dev.sigstore.bundle"
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"

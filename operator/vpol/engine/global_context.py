@@ -1,7 +1,7 @@
 """GlobalContextEntry data on its way to the processes that evaluate policies.
 
 The operator keeps each entry's data in one :class:`GlobalContextStore` (filled by
-vpol.controller.global_context). Policies are evaluated in worker processes (vpol.engine.sandbox): each
+vpol.controller.global_context). Policies are evaluated in worker processes (vpol.policies.sandbox): each
 keeps a :class:`vpol.cel.global_context.GlobalContextView` and is sent, before the next request it gets, what
 changed since the version it has (:meth:`GlobalContextStore.changes_since`), never the whole data again:
 

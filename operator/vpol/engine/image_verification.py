@@ -38,7 +38,7 @@ from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.declarations import KyvernoFunctionError
 from vpol.engine import cosign, notary
 from vpol.engine.registry_access import NotFound, Registry, RegistryError
-from vpol.model.image_validating import Attestation
+from vpol.model.attestation import Attestation
 
 #: Kyverno's image-verification cache: 1 hour, 1,000 entries (successes only).
 CACHE_TTL_SECONDS = 3600.0

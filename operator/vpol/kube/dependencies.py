@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.engine.kinds import KINDS
 from vpol.kube.access import AccessChecker
 from vpol.kube.objects import GROUP, STORAGE_VERSION
 from vpol.kube.openapi import HTTPStatusError, get_json
+from vpol.policies.registry import KINDS
 
 CRDS_HINT = "kubectl apply --server-side -k crds/"
 REPORTS_HINT = "kubectl create -f crds/reports/"
@@ -42,7 +42,7 @@ class Dependency:
 
 
 DEPENDENCIES: tuple[Dependency, ...] = (
-    # Every policy kind's CRDs, both variants (vpol.engine.kinds).
+    # Every policy kind's CRDs, both variants (vpol.policies.registry).
     *(Dependency(f"crd/{plural}", GROUP, STORAGE_VERSION, plural,
                  f"{name.removesuffix('y')}ies cannot be served", CRDS_HINT)
       for kind in KINDS for plural, name in zip(kind.plurals, kind.kinds)),

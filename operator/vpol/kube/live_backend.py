@@ -8,7 +8,7 @@ scanner, background mutation, generation, deletion, image scans) and made the pr
 - ``http.*`` only when enabled, and only for URLs under an allowlisted prefix;
 - ``globalContext.Get`` from the operator's GlobalContextEntry data: in the
   operator's own process read from its store (``global_context``); an
-  evaluation worker (vpol.engine.sandbox) is sent the data and wraps this
+  evaluation worker (vpol.policies.sandbox) is sent the data and wraps this
   backend (vpol.engine.global_context.GlobalContextBackend);
 - ``image.GetMetadata`` from the image's registry (vpol.engine.image_metadata,
   through the registry client ``registry`` makes), answers kept for a while.

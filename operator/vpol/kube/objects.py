@@ -25,14 +25,14 @@ from vpol.kube.dynamic import (
     list_pages,
     send_encoded,
 )
-from vpol.engine.kinds import KINDS
 from vpol.model.parse import parse_exception
 from vpol.model.policy import PolicyException
+from vpol.policies.registry import KINDS
 
 FIELD_MANAGER = "vpol"
 GROUP = "policies.kyverno.io"
 EXCEPTION_PLURAL = "policyexceptions"
-#: The (cluster, namespaced) plurals of each policy kind, by the cluster-wide kind's name (vpol.engine.kinds).
+#: The (cluster, namespaced) plurals of each policy kind, by the cluster-wide kind's name (vpol.policies.registry).
 PLURALS = {k.kind: k.plurals for k in KINDS}
 VALIDATING_PLURALS = PLURALS["ValidatingPolicy"]
 POLICY_PLURAL, NAMESPACED_POLICY_PLURAL = VALIDATING_PLURALS
@@ -103,7 +103,7 @@ class Objects:
 
     def get_policy(self, key: str, plurals: tuple[str, str] = VALIDATING_PLURALS) -> dict[str, Any] | None:
         """The policy with key ``name`` (cluster-wide) or ``namespace/name`` (namespaced) of the kind whose
-        resources are ``plurals`` (cluster-wide, namespaced; vpol.engine.kinds.PolicyKind.plurals)."""
+        resources are ``plurals`` (cluster-wide, namespaced; vpol.model.kind.PolicyKind.plurals)."""
         cluster, namespaced = plurals
         namespace, _, name = key.rpartition("/")
         try:

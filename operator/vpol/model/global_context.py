@@ -26,7 +26,7 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 
 from vpol.model.documents import Document
-from vpol.model.parse import Reader, _kind, _metadata
+from vpol.model.parse import Reader, value_kind, policy_metadata
 from vpol.model.problems import Problem
 
 GROUP = "kyverno.io"
@@ -172,14 +172,14 @@ def parse_global_context_entry(data: Any, doc: Document | None = None
         data.get("metadata"), dict) else ""
     r = Reader(doc, object_ref=f"{KIND}/{name_hint}" if name_hint else KIND)
     if not isinstance(data, dict):
-        r.problem("", f"a GlobalContextEntry must be an object, not {_kind(data)}")
+        r.problem("", f"a GlobalContextEntry must be an object, not {value_kind(data)}")
         return None, r.problems
     api_version = str(data.get("apiVersion", ""))
     if data.get("kind") != KIND:
         r.problem("kind", f'unsupported kind "{data.get("kind")}": expected {KIND}')
     if api_version not in {f"{GROUP}/{v}" for v in VERSIONS}:
         r.problem("apiVersion", f'unsupported apiVersion "{api_version}": expected {GROUP}/{{{",".join(VERSIONS)}}}')
-    name, _ns, _labels, _annotations, uid, generation = _metadata(r, data, False)
+    name, _ns, _labels, _annotations, uid, generation = policy_metadata(r, data, False)
     if data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems

@@ -1,4 +1,6 @@
-"""Turning documents (dicts) into typed policies and exceptions, with every problem reported.
+"""Turning documents (dicts) into typed policies and exceptions, with every problem reported: the reader, the
+parts every policy kind shares (head, metadata, match constraints, named expressions, the admission-policy spec)
+and PolicyExceptions. Each kind's own parsing is its model's (vpol.policies.<kind>.model, over :func:`parse_kind`).
 
 The parser never raises on bad content: it collects a ``Problem`` for each
 wrong field (missing, wrong type, invalid value, duplicate name, unknown
@@ -21,12 +23,11 @@ from vpol.model.policy import (
     ACTION_WARN,
     FAILURE_POLICIES,
     GROUP,
-    KINDS,
     MODES,
+    NAMESPACED_VERSIONS,
     OPERATIONS,
     SCOPES,
     VALIDATION_ACTIONS,
-    VERSIONS,
     AuditAnnotation,
     Autogen,
     Evaluation,
@@ -38,21 +39,7 @@ from vpol.model.policy import (
     PolicySpec,
     Requirement,
     Rule,
-    ValidatingPolicy,
     Validation,
-)
-from vpol.model.mutating import (
-    MUTATING_KINDS,
-    MUTATING_VERSIONS,
-    NAMESPACED_VERSIONS,
-    PATCH_APPLY_CONFIGURATION,
-    PATCH_TYPES,
-    REINVOCATION_POLICIES,
-    MutatingAutogen,
-    MutatingEvaluation,
-    MutatingPolicy,
-    MutatingSpec,
-    Mutation,
 )
 from vpol.model.problems import Problem
 
@@ -60,7 +47,7 @@ T = TypeVar("T")
 _P = TypeVar("_P")
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_CEL_IDENT = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
+CEL_IDENT = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -99,7 +86,7 @@ class Reader:
         if data is None:
             return {}
         if not isinstance(data, dict):
-            self.problem(path, f"must be an object, not {_kind(data)}")
+            self.problem(path, f"must be an object, not {value_kind(data)}")
             return {}
         if known is not None:
             for key in data:
@@ -116,7 +103,7 @@ class Reader:
                 self.problem(here, "required field is missing")
             return default
         if not isinstance(value, str):  # as the API server: `name: 5` is a number, not a string
-            self.problem(here, f"must be a string, not {_kind(value)}")
+            self.problem(here, f"must be a string, not {value_kind(value)}")
             return default
         value = str(value)
         if choices is not None and value not in choices:
@@ -129,7 +116,7 @@ class Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            self.problem(f"{path}.{key}", f"must be a boolean, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be a boolean, not {value_kind(value)}")
             return default
         return value
 
@@ -138,7 +125,7 @@ class Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(f"{path}.{key}", f"must be an integer, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be an integer, not {value_kind(value)}")
             return None
         return value
 
@@ -147,7 +134,7 @@ class Reader:
         if value is None:
             return []
         if not isinstance(value, list):
-            self.problem(f"{path}.{key}", f"must be a list, not {_kind(value)}")
+            self.problem(f"{path}.{key}", f"must be a list, not {value_kind(value)}")
             return []
         return value
 
@@ -157,7 +144,7 @@ class Reader:
         for i, item in enumerate(self.list_(data, key, path)):
             here = f"{path}.{key}[{i}]"
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                self.problem(here, f"must be a string, not {_kind(item)}")
+                self.problem(here, f"must be a string, not {value_kind(item)}")
                 continue
             item = str(item)
             if choices is not None and item not in choices:
@@ -172,7 +159,7 @@ class Reader:
         for i, item in enumerate(self.list_(data, key, path)):
             here = f"{path}.{key}[{i}]"
             if not isinstance(item, dict):
-                self.problem(here, f"must be an object, not {_kind(item)}")
+                self.problem(here, f"must be an object, not {value_kind(item)}")
                 continue
             parsed = each(item, here)
             if parsed is not None:
@@ -190,7 +177,7 @@ class Reader:
         return value
 
 
-def _kind(value: Any) -> str:
+def value_kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -205,7 +192,7 @@ def _selector(r: Reader, data: Any, path: str) -> LabelSelector | None:
     labels = r.obj(d.get("matchLabels"), f"{path}.matchLabels")
     for k, v in labels.items():
         if not isinstance(v, str):
-            r.problem(f"{path}.matchLabels.{k}", f"must be a string, not {_kind(v)}")
+            r.problem(f"{path}.matchLabels.{k}", f"must be a string, not {value_kind(v)}")
 
     def req(item: dict[str, Any], here: str) -> Requirement | None:
         key = r.str_(item, "key", here, required=True)
@@ -233,7 +220,7 @@ def _rule(r: Reader, item: dict[str, Any], here: str) -> Rule:
     )
 
 
-def _match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
+def match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
     if data is None:
         return None
     d = r.obj(data, path, ("resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector",
@@ -247,7 +234,7 @@ def _match_resources(r: Reader, data: Any, path: str) -> MatchResources | None:
     )
 
 
-def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident: bool) -> tuple[NamedExpression, ...]:
+def named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident: bool) -> tuple[NamedExpression, ...]:
     seen: dict[str, int] = {}
 
     def each(item: dict[str, Any], here: str) -> NamedExpression | None:
@@ -255,7 +242,7 @@ def _named_expressions(r: Reader, d: dict[str, Any], key: str, path: str, ident:
         name = r.str_(item, "name", here, required=True)
         expr = r.expression(item, "expression", here)
         if name:
-            if ident and not _CEL_IDENT.match(name):
+            if ident and not CEL_IDENT.match(name):
                 r.problem(f"{here}.name", f'"{name}" is not a valid CEL identifier')
             elif not ident and not _QUALIFIED_NAME.match(name):
                 # Kyverno accepts any name (its catalogue has "check the job spec"); the API server does not
@@ -285,7 +272,7 @@ def _validation(r: Reader, item: dict[str, Any], here: str, any_reason: bool = F
     return Validation(expr, message, msg_expr, reason) if expr else None
 
 
-def _audit_annotation(r: Reader, item: dict[str, Any], here: str) -> AuditAnnotation | None:
+def audit_annotation(r: Reader, item: dict[str, Any], here: str) -> AuditAnnotation | None:
     r.obj(item, here, ("key", "valueExpression"))
     key = r.str_(item, "key", here, required=True)
     if key and (len(key) > 63 or not _QUALIFIED_NAME.match(key)):
@@ -308,7 +295,7 @@ def _mode(r: Reader, ev: dict[str, Any]) -> str:
     return "Kubernetes"
 
 
-def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reason: bool = False) -> PolicySpec:
+def policy_spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reason: bool = False) -> PolicySpec:
     """A ValidatingPolicy's spec, or (``fields``: the known fields, ``any_reason``: see _validation) the frame an
     ImageValidatingPolicy shares with it."""
     d = r.obj(data, "spec", fields)
@@ -343,19 +330,19 @@ def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reas
     if timeout is not None and not 1 <= timeout <= 30:
         r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
 
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if ev.get("mode", "Kubernetes") == "Kubernetes" and (match is None or not match.resource_rules):
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
 
     validations = r.objects(d, "validations", "spec", lambda i, h: _validation(r, i, h, any_reason))
-    audits = r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h))
+    audits = r.objects(d, "auditAnnotations", "spec", lambda i, h: audit_annotation(r, i, h))
     if not d.get("validations") and not d.get("auditAnnotations"):
         r.problem("spec.validations", "validations and auditAnnotations may not both be empty")
 
     return PolicySpec(
         match_constraints=match,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
+        variables=named_expressions(r, d, "variables", "spec", ident=True),
         validations=validations,
         audit_annotations=audits,
         validation_actions=tuple(dict.fromkeys(actions)) or (ACTION_DENY,),
@@ -366,7 +353,8 @@ def _spec(r: Reader, data: Any, fields: tuple[str, ...] = _SPEC_FIELDS, any_reas
     )
 
 
-def _metadata(r: Reader, data: dict[str, Any], namespaced: bool) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
+def policy_metadata(r: Reader, data: dict[str, Any], namespaced: bool
+                    ) -> tuple[str, str, dict[str, str], dict[str, str], str, int]:
     md = r.obj(data.get("metadata"), "metadata")
     name = r.str_(md, "name", "metadata", required=True)
     if md.get("name") == "":
@@ -399,7 +387,7 @@ def _valid_key(key: str) -> bool:
     return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
 
 
-def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tuple[str, ...]
+def policy_head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tuple[str, ...]
           ) -> tuple[Reader, str | None, str]:
     """The reader of a policy document and its apiVersion and kind, checked against what is served
     (apiVersion None: the document is not even an object)."""
@@ -407,7 +395,7 @@ def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tup
         data.get("metadata"), dict) else ""
     r = Reader(doc, object_ref=f"{kinds[0]}/{name_hint}" if name_hint else kinds[0])
     if not isinstance(data, dict):
-        r.problem("", f"a policy must be an object, not {_kind(data)}")
+        r.problem("", f"a policy must be an object, not {value_kind(data)}")
         return r, None, ""
     api_version = str(data.get("apiVersion", ""))
     kind = str(data.get("kind", ""))
@@ -425,30 +413,6 @@ def _head(data: Any, doc: Document | None, kinds: tuple[str, ...], versions: tup
     return r, api_version, kind
 
 
-def is_policy_document(data: Any) -> bool:
-    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
-        data.get("kind") in KINDS
-
-
-def parse_policy(data: Any, doc: Document | None = None) -> tuple[ValidatingPolicy | None, list[Problem]]:
-    """Parse one ValidatingPolicy document. Returns the policy (None when invalid) and all problems."""
-    r, api_version, kind = _head(data, doc, KINDS, VERSIONS)
-    if api_version is None:
-        return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == "NamespacedValidatingPolicy")
-    if "spec" not in data or data.get("spec") is None:
-        r.problem("spec", "required field is missing")
-        return None, r.problems
-    spec = _spec(r, data.get("spec"))
-    if r.failed:
-        return None, r.problems
-    return ValidatingPolicy(
-        name=name, spec=spec, kind=kind, api_version=api_version, namespace=namespace, uid=uid,
-        generation=generation, labels=labels, annotations=annotations, raw=data,
-        source=doc.file if doc else "", positions=doc.positions if doc else {},
-    ), r.problems
-
-
 def is_exception_document(data: Any) -> bool:
     return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
         data.get("kind") == "PolicyException"
@@ -458,9 +422,9 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
     """Parse a policies.kyverno.io PolicyException."""
     r = Reader(doc, object_ref="PolicyException")
     if not isinstance(data, dict):
-        r.problem("", f"an exception must be an object, not {_kind(data)}")
+        r.problem("", f"an exception must be an object, not {value_kind(data)}")
         return None, r.problems
-    name, namespace, labels, *_ = _metadata(r, data, True)
+    name, namespace, labels, *_ = policy_metadata(r, data, True)
     r.object_ref = f"PolicyException/{name}"
     d = r.obj(data.get("spec"), "spec", ("policyRefs", "matchConditions", "images", "allowedValues",
                                          "reportResult", "background", "expiresAt"))
@@ -472,7 +436,7 @@ def parse_exception(data: Any, doc: Document | None = None) -> tuple[PolicyExcep
         name=name,
         namespace=namespace,
         policy_refs=refs,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
         allowed_images=r.strings(d, "images", "spec"),
         allowed_values=r.strings(d, "allowedValues", "spec"),
         report_result=r.str_(d, "reportResult", "spec", default="skip", choices=("skip", "pass")),
@@ -499,110 +463,14 @@ def _timestamp(r: Reader, data: dict[str, Any], key: str, path: str) -> float | 
     return moment.timestamp()
 
 
-# --- MutatingPolicy ---------------------------------------------------------------------
-
-_MUTATING_SPEC_FIELDS = ("matchConstraints", "matchConditions", "variables", "mutations", "failurePolicy",
-                         "reinvocationPolicy", "auditAnnotations", "evaluation", "autogen", "webhookConfiguration",
-                         "targetMatchConstraints", "targetMatchConditions")
-
-
-#: ``spec.targetMatchConstraints``: a MatchResources and the expression resolving targets from the trigger.
-_TARGET_FIELDS = ("resourceRules", "excludeResourceRules", "namespaceSelector", "objectSelector", "matchPolicy",
-                  "expression")
-
-
-def _mutation(r: Reader, item: dict[str, Any], here: str) -> Mutation | None:
-    r.obj(item, here, ("patchType", "applyConfiguration", "jsonPatch"))
-    patch_type = r.str_(item, "patchType", here, required=True, choices=PATCH_TYPES)
-    if not patch_type:
-        return None
-    wanted = "applyConfiguration" if patch_type == PATCH_APPLY_CONFIGURATION else "jsonPatch"
-    other = "jsonPatch" if wanted == "applyConfiguration" else "applyConfiguration"
-    if item.get(other) is not None:
-        r.problem(f"{here}.{other}", f"must not be set when patchType is {patch_type}")
-    body = r.obj(item.get(wanted), f"{here}.{wanted}", ("expression",))
-    if item.get(wanted) is None:
-        r.problem(f"{here}.{wanted}", f"required when patchType is {patch_type}")
-        return None
-    expression = r.expression(body, "expression", f"{here}.{wanted}")
-    return Mutation(patch_type, expression) if expression else None
-
-
-def _mutating_spec(r: Reader, data: Any) -> MutatingSpec:
-    d = r.obj(data, "spec", _MUTATING_SPEC_FIELDS)
-    ev = r.obj(d.get("evaluation"), "spec.evaluation",
-               ("admission", "background", "mode", "mutateExisting", "useServerSideApply", "skipBackgroundRequests"))
-    mode = ev.get("mode")
-    if mode not in (None, "", "Kubernetes"):
-        r.problem("spec.evaluation.mode", f'evaluation mode "{mode}" is not supported for a MutatingPolicy '
-                                          "(supported: Kubernetes)")
-    mutate_existing = r.bool_(r.obj(ev.get("mutateExisting"), "spec.evaluation.mutateExisting", ("enabled",)),
-                              "enabled", "spec.evaluation.mutateExisting", False)
-    evaluation = MutatingEvaluation(
-        admission_enabled=r.bool_(r.obj(ev.get("admission"), "spec.evaluation.admission", ("enabled",)),
-                                  "enabled", "spec.evaluation.admission", True),
-        background_enabled=r.bool_(r.obj(ev.get("background"), "spec.evaluation.background", ("enabled",)),
-                                   "enabled", "spec.evaluation.background", True),
-        mutate_existing_enabled=mutate_existing,
-        skip_background_requests=r.bool_(ev, "skipBackgroundRequests", "spec.evaluation", True),
-        use_server_side_apply=r.bool_(ev, "useServerSideApply", "spec.evaluation", False),
-    )
-    if not evaluation.admission_enabled and not evaluation.mutate_existing_enabled:
-        # Kyverno's rule (its MutatingPolicy validation), whatever background says.
-        r.problem("spec.evaluation", "disabling both admission and mutateExisting evaluation modes is not allowed")
-    ag = r.obj(d.get("autogen"), "spec.autogen", ("podControllers", "mutatingAdmissionPolicy"))
-    pc = r.obj(ag.get("podControllers"), "spec.autogen.podControllers", ("controllers",))
-    controllers = None
-    if pc.get("controllers") is not None:
-        controllers = tuple(c.lower() for c in r.strings(pc, "controllers", "spec.autogen.podControllers"))
-    native = r.obj(ag.get("mutatingAdmissionPolicy"), "spec.autogen.mutatingAdmissionPolicy", ("enabled",))
-    map_enabled = None if native.get("enabled") is None else \
-        r.bool_(native, "enabled", "spec.autogen.mutatingAdmissionPolicy", False)
-
-    wh = r.obj(d.get("webhookConfiguration"), "spec.webhookConfiguration", ("timeoutSeconds",))
-    timeout = r.int_(wh, "timeoutSeconds", "spec.webhookConfiguration")
-    if timeout is not None and not 1 <= timeout <= 30:
-        r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
-
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
-    if match is None or not match.resource_rules:
-        r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
-    target = r.obj(d.get("targetMatchConstraints"), "spec.targetMatchConstraints", _TARGET_FIELDS)
-    mutations = r.objects(d, "mutations", "spec", lambda i, h: _mutation(r, i, h))
-    if not d.get("mutations"):
-        r.problem("spec.mutations", "at least one mutation is required")
-    return MutatingSpec(
-        match_constraints=match,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
-        mutations=mutations,
-        failure_policy=r.str_(d, "failurePolicy", "spec", default="Fail", choices=FAILURE_POLICIES),
-        reinvocation_policy=r.str_(d, "reinvocationPolicy", "spec", default="Never", choices=REINVOCATION_POLICIES),
-        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h)),
-        evaluation=evaluation,
-        autogen=MutatingAutogen(controllers, map_enabled),
-        webhook_timeout_seconds=timeout,
-        target_match_constraints=_match_resources(r, {k: v for k, v in target.items() if k != "expression"},
-                                                  "spec.targetMatchConstraints") if target else None,
-        target_expression=r.expression(target, "expression", "spec.targetMatchConstraints", required=False)
-        if target else "",
-        target_match_conditions=_named_expressions(r, d, "targetMatchConditions", "spec", ident=False),
-    )
-
-
-def is_mutating_policy_document(data: Any) -> bool:
-    return isinstance(data, dict) and str(data.get("apiVersion", "")).startswith(f"{GROUP}/") and \
-        data.get("kind") in MUTATING_KINDS
-
-
 def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions: tuple[str, ...],
                spec: Callable[[Reader, Any], Any], make: Callable[..., _P]) -> tuple[_P | None, list[Problem]]:
     """Parse one document of a policy kind whose namespaced twin is ``kinds[1]``: its head and metadata as for every
     kind, its spec with ``spec``; the policy ``make`` builds (None when invalid) and every problem."""
-    r, api_version, kind = _head(data, doc, kinds, versions)
+    r, api_version, kind = policy_head(data, doc, kinds, versions)
     if api_version is None:
         return None, r.problems
-    name, namespace, labels, annotations, uid, generation = _metadata(r, data, kind == kinds[1])
+    name, namespace, labels, annotations, uid, generation = policy_metadata(r, data, kind == kinds[1])
     if data.get("spec") is None:
         r.problem("spec", "required field is missing")
         return None, r.problems
@@ -612,10 +480,3 @@ def parse_kind(data: Any, doc: Document | None, kinds: tuple[str, str], versions
     return make(name=name, spec=parsed, kind=kind or kinds[0], api_version=api_version, namespace=namespace, uid=uid,
                 generation=generation, labels=labels, annotations=annotations, raw=data,
                 source=doc.file if doc else "", positions=doc.positions if doc else {}), r.problems
-
-
-def parse_mutating_policy(data: Any, doc: Document | None = None) -> tuple[MutatingPolicy | None, list[Problem]]:
-    """Parse one MutatingPolicy or NamespacedMutatingPolicy document. Returns the policy (None when invalid) and
-    all problems."""
-    return parse_kind(data, doc, (MUTATING_KINDS[0], MUTATING_KINDS[1]), MUTATING_VERSIONS, _mutating_spec,
-                      MutatingPolicy)

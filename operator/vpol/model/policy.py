@@ -1,21 +1,25 @@
-"""The typed ValidatingPolicy (and NamespacedValidatingPolicy) model with Kyverno's defaults.
+"""What the policy kinds' typed models share, with Kyverno's defaults: the API group and versions, match
+constraints, named expressions, validations and audit annotations, the admission-policy spec a ValidatingPolicy and
+an ImageValidatingPolicy share (:class:`PolicySpec`), what every policy says of itself (:class:`PolicyIdentity`)
+and PolicyExceptions. Each kind's own model is its package's (vpol.policies.<kind>.model).
 
-Everything above this layer works on these classes, never on raw dicts.
-``raw`` keeps the object as written, for the two places that need the text
-itself: the pod-controller autogen rewrite and VAP generation.
+Everything above this layer works on these classes, never on raw dicts. A policy's ``raw`` keeps the object as
+written, for the places that need the text itself: the pod-controller autogen rewrite and the generated admission
+policies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from vpol.model.problems import Position, Problem
 
 GROUP = "policies.kyverno.io"
 VERSIONS = ("v1", "v1beta1", "v1alpha1")
-KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
+#: Versions Kyverno serves for the namespaced policy kinds (no v1alpha1).
+NAMESPACED_VERSIONS = ("v1", "v1beta1")
 
 ACTION_DENY, ACTION_WARN, ACTION_AUDIT = "Deny", "Warn", "Audit"
 VALIDATION_ACTIONS = (ACTION_DENY, ACTION_WARN, ACTION_AUDIT)
@@ -180,44 +184,13 @@ class PolicyIdentity:
         return LABEL_REPORTS_DISABLED in self.labels
 
 
-@dataclass(frozen=True)
-class ValidatingPolicy(PolicyIdentity):
-    name: str
-    spec: PolicySpec
-    kind: str = "ValidatingPolicy"
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""  # set for NamespacedValidatingPolicy
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    #: The object as written (after parsing), for text rewrites and output.
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    #: Where it came from (file name) when read from disk.
-    source: str = field(default="", compare=False)
-    #: Position in the source file of each field, by field path.
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
-
+class Referable(Protocol):
+    """What a PolicyException's ``policyRefs`` compare a policy by."""
 
     @property
-    def json_mode(self) -> bool:
-        return self.spec.evaluation.mode == "JSON"
-
-    def expressions(self) -> list[tuple[str, str, str]]:
-        """Every CEL expression as (field path, source, role), in evaluation order."""
-        out: list[tuple[str, str, str]] = []
-        s = self.spec
-        for i, mc in enumerate(s.match_conditions):
-            out.append((f"spec.matchConditions[{i}].expression", mc.expression, "matchCondition"))
-        for i, var in enumerate(s.variables):
-            out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
-        for i, val in enumerate(s.validations):
-            out.append((f"spec.validations[{i}].expression", val.expression, "validation"))
-            if val.message_expression:
-                out.append((f"spec.validations[{i}].messageExpression", val.message_expression, "messageExpression"))
-        for i, aa in enumerate(s.audit_annotations):
-            out.append((f"spec.auditAnnotations[{i}].valueExpression", aa.value_expression, "auditAnnotation"))
-        return out
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -269,7 +242,7 @@ class PolicyException:
         """Whether ``spec.expiresAt`` has passed at ``now`` (POSIX seconds), as Kyverno's IsExpired: after it."""
         return self.expires_at is not None and now > self.expires_at
 
-    def applies_to(self, policy: PolicyIdentity) -> bool:
+    def applies_to(self, policy: Referable) -> bool:
         return any(
             ref.name == policy.name and (not ref.kind or ref.kind == policy.kind) for ref in self.policy_refs
         )

@@ -1,6 +1,6 @@
 """Work bounds of expressions (vpol.cel.cost): which expressions get a plan, and what the plan measures.
 
-A plan is what lets the webhook's serving process evaluate a request itself (vpol.engine.inline), so the
+A plan is what lets the webhook's serving process evaluate a request itself (vpol.policies.inline), so the
 cases that must have none matter as much as those that must: each ``unbounded`` case below is a way to make
 an evaluation take far more than the sizes of the request's lists (quadratic loops, lists built from large
 values, libraries with I/O, regular expressions from the request).
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from vpol.cel import cost
-from vpol.cel.compiler import compile_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cli.inputs import load_policies
-from vpol.engine.autogen import autogen_configs
+from vpol.policies.validating.autogen import autogen_configs
+from vpol.policies.validating.compile import compile_policy
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = environment(EnvSpec())
@@ -58,7 +58,7 @@ def test_the_work_counts_iterations_and_the_copies_of_map_and_filter() -> None:
 
 
 def test_merged_plans_measure_what_the_plans_measure_together_with_shared_ranges_made_one() -> None:
-    """The webhook plans a request shape once, by the policies' plans merged (vpol.engine.inline): the merged
+    """The webhook plans a request shape once, by the policies' plans merged (vpol.policies.inline): the merged
     plan's work is the sum of theirs on any request, and ranges over the same lists count once with their times
     added (every Pod Security policy iterates the Pod's containers)."""
     loaded = load_policies([str(REPO / "examples" / "pod-security")])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.cel.compiler import compile_policy
 from vpol.cel.memo import BoundedMemo
+from vpol.policies.validating.compile import compile_policy
 
 
 def errors(policy):
@@ -104,8 +104,8 @@ def test_match_conditions_of_a_validating_policy_cannot_read_variables() -> None
     assert "undefined field 'isProd'" in problem.message
     assert problem.expression_position is not None and problem.expression_position.column == 9
     # A MutatingPolicy's may (Kyverno compiles its variables first).
-    from vpol.cel.compiler import compile_mutating_policy
-    from vpol.model.parse import parse_mutating_policy
+    from vpol.policies.mutating.compile import compile_mutating_policy
+    from vpol.policies.mutating.model import parse_mutating_policy
 
     mpol, _ = parse_mutating_policy({
         "apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"},
@@ -147,7 +147,7 @@ def test_the_type_check_lets_numbers_of_different_types_be_ordered() -> None:
 def test_a_verdict_is_computed_once_per_spec(monkeypatch):
     """compile_verdict answers the same spec (of any policy object carrying it) without compiling again, and gives
     compile_policy's verdict and errors; another spec, namespace or environment is compiled anew."""
-    from vpol.cel import compiler
+    from vpol.policies.validating import compile as compiler
 
     calls = []
     real = compiler.compile_policy
@@ -171,7 +171,7 @@ def test_a_verdict_is_computed_once_per_spec(monkeypatch):
 
 
 def test_verdicts_kept_are_bounded(monkeypatch):
-    from vpol.cel import compiler
+    from vpol.policies.validating import compile as compiler
 
     monkeypatch.setattr(compiler, "_VERDICTS", BoundedMemo(3))
     for i in range(5):
@@ -215,7 +215,7 @@ def test_a_verdict_skips_the_evaluation_rewrites_and_finds_the_same_problems():
 
     import yaml
 
-    from vpol.model.parse import parse_policy
+    from vpol.policies.validating.model import parse_policy
 
     src = "object.?spec.?replicas.orValue(1) >= 1"
     guarded = compile_policy(make_policy(validations=[{"expression": src}]))

@@ -8,7 +8,8 @@ from typing import Any
 from kubernetes import client
 
 from vpol.controller.admission.policies import AdmissionPolicies
-from vpol.engine.kinds import ADMISSION, KINDS
+from vpol.model.kind import ADMISSION
+from vpol.policies.registry import KINDS
 
 
 def test_every_admission_kind_is_watched_in_both_variants() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vpol.engine.review import Review
 from vpol.cel.backend import Backend
 from vpol.controller.admission.policies import Snapshot
 from vpol.controller.admission.server import EvaluatorPool
-from vpol.engine.sandbox import Limits
+from vpol.engine.review import Review
+from vpol.policies.sandbox import Limits
 
 
 class FakeWorker:
@@ -213,7 +213,7 @@ def test_workers_start_only_when_some_request_may_need_one() -> None:
     for them until a request needs one (then it starts off the request path, as a restarted one would); a
     policy without a bound needs the workers from the start."""
     from tests.unit.policies import make_policy
-    from vpol.engine.inline import InlineLimits
+    from vpol.policies.inline import InlineLimits
 
     bounded = make_policy(name="bounded", validations=[{"expression": "object.spec.containers.all(c, c.name != '')"}])
     unbounded = make_policy(name="unbounded", validations=[

@@ -13,8 +13,8 @@ from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.reconcile import Reconciler
 from vpol.desired.status import Findings
-from vpol.engine.kinds import KINDS
 from vpol.model.policy import PolicyException, PolicyRef
+from vpol.policies.registry import KINDS
 
 
 class Objects:

@@ -10,8 +10,8 @@ from kubernetes import client
 
 from vpol.controller.scanner import Scanner
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef
-from vpol.model.generating import parse_generating_policy
 from vpol.controller.queue_keys import PolicyKey
+from vpol.policies.generating.model import parse_generating_policy
 
 
 def _policy() -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 from vpol.controller.triggers import OWN_WRITES_KEPT, TriggeredPolicies
 from vpol.model.discovery import builtin
-from vpol.model.generating import GeneratingPolicy, parse_generating_policy
+from vpol.policies.generating.model import GeneratingPolicy, parse_generating_policy
 
 NAMESPACES = ("", "v1", "namespaces")
 CONFIGMAPS = ("", "v1", "configmaps")

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policies import make_policy
-from vpol.desired.enforcement import (GENERATION_ELIGIBLE, GENERATION_OPT_IN, NATIVE, NONE, NOT_APPLICABLE, PENDING,
-                                      WEBHOOK, WebhookState, admission_finding, route)
+from vpol.desired.enforcement import (
+    GENERATION_ELIGIBLE,
+    GENERATION_OPT_IN,
+    NATIVE,
+    NONE,
+    NOT_APPLICABLE,
+    PENDING,
+    WEBHOOK,
+    WebhookState,
+)
+from vpol.policies.validating.enforcement import admission_finding, route
 
 PLAIN = [{"expression": "object.metadata.name != 'bad'"}]
 KYVERNO_ONLY = [{"expression": "sha256(object.metadata.name) != ''"}]

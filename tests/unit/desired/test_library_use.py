@@ -6,8 +6,8 @@ from __future__ import annotations
 from tests.unit.policies import make_policy
 from vpol.cel.library_use import unserved_libraries
 from vpol.desired.status import LIBRARIES_SERVED, READY, Findings, conditions_for
-from vpol.model.deleting import parse_deleting_policy
-from vpol.model.generating import parse_generating_policy
+from vpol.policies.deleting.model import parse_deleting_policy
+from vpol.policies.generating.model import parse_generating_policy
 
 CALLS_HTTP = make_policy(name="calls", validations=[
     {"expression": "object.metadata.name != ''"},

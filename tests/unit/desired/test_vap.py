@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.desired.vap import desired_objects, ineligibility
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+from vpol.policies.validating.vap import desired_objects, ineligibility
 
 
 def test_mapping_names_labels_owner_and_actions():

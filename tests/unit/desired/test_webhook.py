@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.unit.policies import make_policy
 from vpol.desired.webhook import desired_webhook_configuration, webhook_path
+from vpol.policies.registry import policy_variants
 
 CM_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}
 URL = {"url": "https://127.0.0.1:9443", "caBundle": "Q0E="}
@@ -11,7 +12,8 @@ CHECK = [{"expression": "true"}]
 
 
 def build(policies, **kw):
-    return desired_webhook_configuration(policies, client_config=kw.pop("client_config", URL), **kw)
+    return desired_webhook_configuration(policies, variants=policy_variants,
+                                         client_config=kw.pop("client_config", URL), **kw)
 
 
 def hooks(config):

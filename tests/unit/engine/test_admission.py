@@ -7,8 +7,8 @@ from typing import Any
 from tests.unit.policies import make_policy, pod
 from vpol.engine.admission import (ALLOW, AUDIT, DENY, ERRORED, WARNED, decide, failure_response, review_response,
                                    subject_for_request)
-from vpol.engine.evaluate import PolicyEngine
-from vpol.model.parse import parse_policy
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.model import parse_policy
 
 CHECK = [{"expression": "object.metadata.name != 'bad'", "messageExpression": "'name ' + object.metadata.name"}]
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.unit.policies import POD_RULE, make_policy
-from vpol.engine.autogen import autogen_configs, can_autogen, rewrite_text, status_configs
+from vpol.engine.autogen import rewrite_text
+from vpol.policies.validating.autogen import autogen_configs, can_autogen, status_configs
 
 
 def test_rewrite_defaults_and_cronjobs():

@@ -1,4 +1,5 @@
-"""Policies evaluated together by one program (vpol.engine.evaluate.Batches) get the results each gets on its own:
+"""Policies evaluated together by one program (vpol.policies.validating.engine.Batches) get the results each gets on
+its own:
 on every suite of the corpus (as tests/differential/test_fused.py compares the fused fast path with the
 expression-by-expression evaluation), and in the cases where the batch cannot answer (a part that fails, a false
 matchCondition, policies it does not hold, more programs than it keeps)."""
@@ -15,10 +16,10 @@ from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
 from vpol.cel.backend import using
 from vpol.cli.inputs import load_policies
-from vpol.engine.evaluate import (MAX_PART, Batches, PolicyEngine, Result, SubjectData, _part_values,
-                                  compile_exception)
+from vpol.engine.evaluate import Result, SubjectData, compile_exception
 from vpol.engine.subjects import subject_for
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+from vpol.policies.validating.engine import MAX_PART, Batches, PolicyEngine, _part_values
 
 
 def _fields(results: list[Result]) -> list[Any]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy, pod
-from vpol.engine.evaluate import PolicyEngine, compile_exception
+from vpol.engine.evaluate import compile_exception
 from vpol.engine.request import ResourceType
 from vpol.engine.subjects import subject_for
 from vpol.model.policy import NamedExpression, PolicyException, PolicyRef
+from vpol.policies.validating.engine import PolicyEngine
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 
@@ -191,7 +192,8 @@ def test_activations_shared_between_policies_only_when_their_values_are_the_same
 
     subject = subject_for(pod("web"), resolve=resolve)
     data = SubjectData(subject)
-    # (Expression by expression: a policy's fused program, vpol.cel.fused, needs no Activation of its own.)
+    # (Expression by expression: a policy's fused program, vpol.policies.validating.fused, needs no Activation of
+    # its own.)
     engines = [PolicyEngine(policy(name, a), fused=False)
                for name, a in [("one", "object.metadata.name"), ("two", "'other'"), ("three", "object.metadata.name")]]
     results = [e.evaluate(subject, data) for e in engines]

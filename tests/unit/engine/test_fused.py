@@ -1,4 +1,5 @@
-"""A policy evaluated as one fused program (vpol.cel.fused) decides as its expressions one by one; the fast
+"""A policy evaluated as one fused program (vpol.policies.validating.fused) decides as its expressions one by one; the
+fast
 path is taken where it can be, and everything unusual is left to the expression-by-expression evaluation.
 (tests/differential/test_fused.py compares the two on every suite and generated variations.)"""
 
@@ -9,12 +10,13 @@ import json
 
 import pytest
 
-import vpol.engine.evaluate as evaluate_module
+import vpol.policies.validating.engine as validating_engine
 from tests.unit.engine.test_evaluate import resolve
 from tests.unit.policies import make_policy, pod
-from vpol.cel.fused import fused_program, fused_text
-from vpol.engine.evaluate import PolicyEngine, Result, SubjectData
+from vpol.engine.evaluate import Result, SubjectData
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.fused import fused_program, fused_text
 
 
 def both(policy, obj, operation="CREATE"):
@@ -131,8 +133,8 @@ def test_rendered_rows_are_what_json_dumps_writes():
 
 def test_autogen_variants_are_compiled_when_a_resource_first_needs_them(monkeypatch):
     calls = []
-    original = evaluate_module.compile_policy
-    monkeypatch.setattr(evaluate_module, "compile_policy", lambda p: calls.append(p) or original(p))
+    original = validating_engine.compile_policy
+    monkeypatch.setattr(validating_engine, "compile_policy", lambda p: calls.append(p) or original(p))
     engine = PolicyEngine(make_policy(validations=[{"expression": "true"}]))
     assert len(calls) == 1  # the policy itself
     engine.evaluate(subject_for(pod(), resolve=resolve))

@@ -1,4 +1,4 @@
-"""Requests the webhook's serving process answers itself (vpol.engine.inline): the same answers as a worker's,
+"""Requests the webhook's serving process answers itself (vpol.policies.inline): the same answers as a worker's,
 and only when their work is bounded within the limits; everything else is left to a worker."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from tests.unit.engine.test_sandbox_admit import NAMESPACE, POLICIES, review
 from tests.unit.policies import make_policy, pod
 from vpol.cli.inputs import load_policies
-from vpol.engine.inline import InlineAdmission, InlineLimits
-from vpol.engine.sandbox import AdmissionCall, SandboxedEvaluator
+from vpol.policies.inline import InlineAdmission, InlineLimits
+from vpol.policies.sandbox import AdmissionCall, SandboxedEvaluator
 
 REPO = Path(__file__).resolve().parents[3]
 PSS = load_policies([str(REPO / "examples" / "pod-security")]).policies

@@ -9,7 +9,7 @@ import yaml
 
 from vpol.controller.plans import PLANS
 from vpol.controller.queue_keys import PolicyKey
-from vpol.engine.kinds import KINDS, kind_for_document, kind_named, kind_of
+from vpol.policies.registry import KINDS, kind_for_document, kind_named, kind_of
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 ALL_KINDS = {f"{prefix}{kind}Policy" for kind in ("Validating", "Mutating", "Generating", "Deleting",

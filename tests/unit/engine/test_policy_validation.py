@@ -1,4 +1,4 @@
-"""Apply-time validation of vpol's kinds (vpol.engine.policy_validation, vpol.desired.policy_webhook).
+"""Apply-time validation of vpol's kinds (vpol.policies.policy_validation, vpol.desired.policy_webhook).
 
 The same problems as `vpol check` (its unit tests cover the checks themselves); here: which are refusals and
 which are warnings, and the admission answer built from them. The real API server path is
@@ -15,7 +15,8 @@ from vpol.desired.policy_webhook import (
     policy_validation_configuration,
     policy_validation_response,
 )
-from vpol.engine.policy_validation import is_validated_document, validate_document
+from vpol.policies.policy_validation import is_validated_document, validate_document
+from vpol.policies.registry import PLURALS
 
 RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
 
@@ -89,7 +90,7 @@ def test_the_answer_refuses_with_every_error_and_carries_warnings() -> None:
 
 
 def test_the_configuration_sends_only_vpols_kinds_and_never_blocks() -> None:
-    config = policy_validation_configuration({"url": "https://127.0.0.1:9443"}, timeout_seconds=7)
+    config = policy_validation_configuration({"url": "https://127.0.0.1:9443"}, PLURALS, timeout_seconds=7)
     assert config["metadata"]["name"] == POLICY_VALIDATION_CONFIGURATION
     (webhook,) = config["webhooks"]
     assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 7
@@ -143,10 +144,11 @@ def test_the_webhooks_validation_fills_the_memos_the_operator_reads_next(monkeyp
     """Apply-time validation in the operator (cached=True) answers as the uncached path does, and leaves the spec's
     compile verdict and type warnings in the memos its watch, scanner and reconciler then read: the policy is
     compiled and type-checked once, not again by each of them."""
-    from vpol.cel import compiler, typecheck
+    from vpol.cel import typecheck
+    from vpol.policies.validating import compile as compiler
     from vpol.cel.memo import BoundedMemo
     from vpol.model.discovery import builtin
-    from vpol.model.parse import parse_policy
+    from vpol.policies.validating.model import parse_policy
 
     monkeypatch.setattr(compiler, "_VERDICTS", BoundedMemo(compiler.VERDICTS_KEPT))
     monkeypatch.setattr(typecheck, "_CHECKED", [(None, BoundedMemo(typecheck.CHECKED_KEPT))])

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from tests.unit.policies import make_policy
 from vpol.engine.admission import subject_for_request
-from vpol.engine.evaluate import PolicyEngine
-from vpol.engine.mutate import MutatingPolicyEngine
 from vpol.engine.review import MAX_DEPTH, REASONS, Refusal, Review, parse_review
-from vpol.engine.sandbox import AdmissionCall, admit_request
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.engine import MutatingPolicyEngine
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.sandbox import AdmissionCall, admit_request
+from vpol.policies.validating.engine import PolicyEngine
 
 EXAMPLES = int(os.environ.get("VPOL_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,8 +6,8 @@ import time
 
 from tests.unit.policies import make_policy, pod
 from vpol.engine.request import ResourceType
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 
@@ -47,7 +47,7 @@ def test_memory_explosion_is_an_error_not_a_crash():
 
 
 def test_normal_results_match_in_process_engine():
-    from vpol.engine.evaluate import PolicyEngine
+    from vpol.policies.validating.engine import PolicyEngine
 
     policies = [make_policy(name=f"p{i}", validations=[{"expression": f"object.metadata.name.size() > {i}"}])
                 for i in range(3)]
@@ -73,7 +73,7 @@ def test_apply_many_renders_rows_in_the_worker_and_sends_no_unchanged_object_bac
     # subject redone alone after its batch failed; the object comes back only when a MutatingPolicy applied.
     import json
 
-    from vpol.engine.evaluate import PolicyEngine
+    from vpol.policies.validating.engine import PolicyEngine
 
     size = make_policy(name="size", validations=[
         {"expression": "lists.range(int(object.metadata.labels.n)).map(x, "
@@ -98,7 +98,7 @@ def test_a_worker_forked_with_prebuilt_engines_uses_them_and_is_respawned_after_
     # a worker killed by the deadline comes back spawned, compiling the policies itself.
     import os
 
-    from vpol.engine.evaluate import PolicyEngine
+    from vpol.policies.validating.engine import PolicyEngine
 
     slow = make_policy(name="slow", validations=[
         {"expression": "object.metadata.name != 'runaway' || "
@@ -162,9 +162,9 @@ def test_a_worker_builds_fused_programs_when_it_loads_policies_not_at_the_first_
     """What the first subject of a policy built (its fused program) is built when the worker compiles it, also for
     a policy added to a running worker (_reload): a scan's first chunk or the first admission request after a
     policy arrives does not wait for it."""
-    from vpol.cel import fused
-    from vpol.engine import sandbox
-    from vpol.engine.evaluate import PolicyEngine
+    from vpol.policies.validating import fused
+    from vpol.policies import sandbox
+    from vpol.policies.validating.engine import PolicyEngine
 
     built: list[str] = []
     build = fused._build

@@ -18,9 +18,9 @@ import pytest
 
 from tests.unit.policies import make_policy, pod
 from vpol.engine.admission import decide, review_response, subject_for_request
-from vpol.engine.evaluate import PolicyEngine
-from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.sandbox import AdmissionCall, Limits, SandboxedEvaluator
+from vpol.policies.validating.engine import PolicyEngine
 
 
 def review(obj: dict[str, Any], uid: str = "u-1", operation: str = "CREATE") -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tests.unit.policies import make_policy, pod
-from vpol.engine.evaluate import PolicyEngine
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
 
 
 @pytest.mark.parametrize("variable,check", [
@@ -80,9 +80,9 @@ def test_nulls_are_kept_where_the_policy_did_not_error() -> None:
 
 def test_a_failing_variable_is_an_error_only_where_it_is_read():
     """Variables are lazy (cel-go, Kyverno): one that fails on a branch not taken does not fail the policy."""
-    from vpol.engine.evaluate import PolicyEngine
+    from vpol.policies.validating.engine import PolicyEngine
     from vpol.engine.subjects import subject_for
-    from vpol.model.parse import parse_policy
+    from vpol.policies.validating.model import parse_policy
 
     doc = {
         "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "lazy"},

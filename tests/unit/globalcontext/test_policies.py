@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tests.unit.policies import make_policy
-from vpol.cel.compiler import compile_policy
-from vpol.desired.enforcement import route
-from vpol.desired.vap import ineligibility
-from vpol.model.parse import parse_policy
+from vpol.policies.validating.compile import compile_policy
+from vpol.policies.validating.enforcement import route
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import ineligibility
 
 READS_GLOBAL_CONTEXT = [{"expression": "object.metadata.name in globalContext.Get('names', '')"}]
 
@@ -65,8 +65,8 @@ def test_only_policies_naming_global_context_get_its_data() -> None:
 
 
 def test_a_mutating_policy_reading_global_context_is_applied_by_the_webhook() -> None:
-    from vpol.desired.map import WEBHOOK, map_ineligibility, mutating_route
-    from vpol.model.parse import parse_mutating_policy
+    from vpol.policies.mutating.map import WEBHOOK, map_ineligibility, mutating_route
+    from vpol.policies.mutating.model import parse_mutating_policy
 
     policy, problems = parse_mutating_policy({
         "apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"},

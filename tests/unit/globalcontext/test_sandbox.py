@@ -10,8 +10,8 @@ from tests.unit.policies import make_policy, pod
 from vpol.cel.global_context import READY, RESOURCE, EntryState, api_call_state
 from vpol.engine.global_context import GlobalContextStore
 from vpol.engine.request import ResourceType
-from vpol.engine.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
+from vpol.policies.sandbox import AdmissionCall, Limits, SandboxedEvaluator
 
 PODS = ResourceType("", "v1", "pods", "Pod", True)
 

@@ -14,15 +14,16 @@ import pytest
 import yaml
 
 from vpol.cli.main import main
-from vpol.cel.compiler import compile_image_validating_policy, compile_policy
-from vpol.engine.policy_validation import is_validated_document, validate_document
 from vpol.model.documents import parse_documents
-from vpol.model.image_validating import (
+from vpol.policies.image_validating.compile import compile_image_validating_policy
+from vpol.policies.image_validating.model import (
     IMAGE_VALIDATING_KIND,
     NAMESPACED_IMAGE_VALIDATING_KIND,
     parse_image_validating_policy,
 )
-from vpol.model.parse import parse_policy
+from vpol.policies.policy_validation import is_validated_document, validate_document
+from vpol.policies.validating.compile import compile_policy
+from vpol.policies.validating.model import parse_policy
 
 KEY = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
 SPEC: dict[str, Any] = {

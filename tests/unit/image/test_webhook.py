@@ -9,7 +9,8 @@ from typing import Any
 
 from vpol.desired.webhook import desired_webhook_configuration, webhook_path
 from vpol.desired.webhook_coverage import IMAGE_PREFIX, coverage_annotation, covered
-from vpol.model.image_validating import parse_image_validating_policy
+from vpol.policies.image_validating.model import parse_image_validating_policy
+from vpol.policies.registry import policy_variants
 
 from tests.unit.image.test_policy import document, with_
 from tests.unit.policies import make_policy
@@ -34,7 +35,8 @@ def test_image_webhooks_beside_the_validating_policies_ones() -> None:
     vp = make_policy(name="vp", validations=[{"expression": "true"}],
                      rules=[{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                              "resources": ["configmaps"]}])
-    config = desired_webhook_configuration([vp], client_config=URL,
+    config = desired_webhook_configuration(
+        [vp], variants=policy_variants, client_config=URL,
                                            images=[ivpol(), ivpol("soft", failurePolicy="Ignore")])
     assert config is not None
     h = hooks(config)
@@ -50,17 +52,22 @@ def test_image_webhooks_beside_the_validating_policies_ones() -> None:
 
 def test_only_images_still_make_a_configuration_and_mutating_webhooks_pin_digests() -> None:
     pinned, unpinned = ivpol("pinned"), ivpol("plain", validationConfigurations={"mutateDigest": False})
-    assert desired_webhook_configuration([], client_config=URL) is None
-    validating = desired_webhook_configuration([], client_config=URL, images=[pinned, unpinned])
+    assert desired_webhook_configuration(
+        [], variants=policy_variants, client_config=URL) is None
+    validating = desired_webhook_configuration(
+        [], variants=policy_variants, client_config=URL, images=[pinned, unpinned])
     assert validating is not None and set(hooks(validating)) == {"fail.images.validate.vpol.kyverno.io"}
-    mutating = desired_webhook_configuration([], client_config=URL, images=[pinned, unpinned], mutating=True)
+    mutating = desired_webhook_configuration(
+        [], variants=policy_variants, client_config=URL, images=[pinned, unpinned], mutating=True)
     assert mutating is not None and mutating["kind"] == "MutatingWebhookConfiguration"
     assert set(hooks(mutating)) == {"fail.images.mutate.vpol.kyverno.io"}
-    assert desired_webhook_configuration([], client_config=URL, images=[unpinned], mutating=True) is None
+    assert desired_webhook_configuration(
+        [], variants=policy_variants, client_config=URL, images=[unpinned], mutating=True) is None
 
 
 def test_a_namespaced_policy_is_confined_and_timeouts_are_the_policies() -> None:
-    config = desired_webhook_configuration([], client_config=URL, images=[
+    config = desired_webhook_configuration(
+        [], variants=policy_variants, client_config=URL, images=[
         ivpol("team", namespace="team-a", webhookConfiguration={"timeoutSeconds": 7})])
     assert config is not None
     [hook] = config["webhooks"]

@@ -189,10 +189,10 @@ class NoRegistry:
 
 
 def image_policy_result(validation: str) -> Any:
-    from vpol.engine.image_policy import ImagePolicyEngine
+    from vpol.policies.image_validating.engine import ImagePolicyEngine
     from vpol.engine.subjects import subject_for
     from vpol.engine.request import ResourceType
-    from vpol.model.image_validating import parse_image_validating_policy
+    from vpol.policies.image_validating.model import parse_image_validating_policy
 
     policy, problems = parse_image_validating_policy({
         "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "meta"},

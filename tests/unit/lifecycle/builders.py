@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from vpol.engine.evaluate import CompiledException, compile_exception
-from vpol.model.deleting import DeletingPolicy, parse_deleting_policy
-from vpol.model.generating import GeneratingPolicy, parse_generating_policy
 from vpol.model.parse import parse_exception
+from vpol.policies.deleting.model import DeletingPolicy, parse_deleting_policy
+from vpol.policies.generating.model import GeneratingPolicy, parse_generating_policy
 
 GROUP_VERSION = "policies.kyverno.io/v1"
 

@@ -1,4 +1,5 @@
-"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.engine.sandbox): an expression that
+"""GeneratingPolicies and DeletingPolicies evaluate in the bounded worker too (vpol.policies.sandbox): an expression
+that
 runs away costs its trigger (or object) an error within the deadline, a memory explosion is an error rather than the
 operator's end, and the worker is replaced with the engines it held."""
 
@@ -7,11 +8,12 @@ from __future__ import annotations
 import time
 
 from tests.unit.lifecycle.builders import configmap, dpol, gpol, rules
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, KnownScopes
 from vpol.engine.request import ResourceType
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
 from vpol.model.discovery import builtin
+from vpol.policies.deleting.engine import DeletingPolicyEngine
+from vpol.policies.generating.engine import GeneratingPolicyEngine, KnownScopes
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 SLOW = "lists.range(9000).map(x, lists.range(9000).filter(y, y > x)).size() > 0"
@@ -88,7 +90,7 @@ class CountingWorker:
 
     def call(self, key: str, method: str, subjects: list) -> tuple[str, object]:
         from vpol.engine.evaluate import Result
-        from vpol.engine.generate import Generation as Generated
+        from vpol.policies.generating.engine import Generation as Generated
 
         self.calls.append([s.name for s in subjects])
         if self.status != "ok":

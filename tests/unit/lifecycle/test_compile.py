@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from vpol.cel.compiler import compile_deleting_policy, compile_generating_policy
 from vpol.model.problems import Position, Problem
+from vpol.policies.deleting.compile import compile_deleting_policy
+from vpol.policies.generating.compile import compile_generating_policy
 
 from tests.unit.lifecycle.builders import dpol, gpol
 

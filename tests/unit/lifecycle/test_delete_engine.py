@@ -1,4 +1,4 @@
-"""Which objects a DeletingPolicy deletes (vpol.engine.generate.DeletingPolicyEngine): pass "resource matched"
+"""Which objects a DeletingPolicy deletes (vpol.policies.deleting.engine.DeletingPolicyEngine): pass "resource matched"
 (delete it), fail "resource did not match" (keep it), error (docs/internals/generating-and-deleting.md: "DeletingPolicy" in the
 CEL environment, "Deletion", "Exceptions" and the CLI's deleting policies)."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from vpol.engine.evaluate import Result
-from vpol.engine.generate import DELETE, KEEP, DeletingPolicyEngine
 from vpol.engine.subjects import subject_for
+from vpol.policies.deleting.engine import DELETE, KEEP, DeletingPolicyEngine
 
 from tests.unit.lifecycle.builders import configmap, dpol, exception, pod, rules
 

@@ -1,4 +1,4 @@
-"""What a GeneratingPolicy generates for a trigger (vpol.engine.generate.GeneratingPolicyEngine), and how its
+"""What a GeneratingPolicy generates for a trigger (vpol.policies.generating.engine.GeneratingPolicyEngine), and how its
 objects are placed and labelled (docs/internals/generating-and-deleting.md: "The CEL environment", "Exceptions", "Writing the
 downstreams", "Reports" and "The CLI")."""
 
@@ -11,7 +11,8 @@ import pytest
 
 from vpol.cel.backend import using
 from vpol.cel.offline_backend import OfflineBackend
-from vpol.engine.generate import (
+from vpol.engine.subjects import subject_for
+from vpol.policies.generating.engine import (
     GENERATED,
     GENERATED_RESOURCES,
     MANAGED_BY,
@@ -31,8 +32,7 @@ from vpol.engine.generate import (
     downstream_labels,
     labelled,
 )
-from vpol.engine.subjects import subject_for
-from vpol.model.generating import GeneratingPolicy
+from vpol.policies.generating.model import GeneratingPolicy
 
 from tests.unit.lifecycle.builders import configmap, exception, gpol, namespace_object, rules
 

@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
-from vpol.model.deleting import (
+from vpol.model.problems import Problem
+from vpol.policies.deleting.model import (
     DELETING_KIND,
     NAMESPACED_DELETING_KIND,
     is_deleting_policy_document,
     parse_deleting_policy,
 )
-from vpol.model.generating import (
+from vpol.policies.generating.model import (
     GENERATING_KIND,
     INTERPOLATE_CEL,
     INTERPOLATE_NONE,
@@ -21,7 +22,6 @@ from vpol.model.generating import (
     is_generating_policy_document,
     parse_generating_policy,
 )
-from vpol.model.problems import Problem
 
 from tests.unit.lifecycle.builders import document, rules
 

@@ -6,8 +6,9 @@ import textwrap
 from typing import Any
 
 from vpol.model.documents import parse_documents
-from vpol.model.parse import parse_exception, parse_policy
+from vpol.model.parse import parse_exception
 from vpol.model.policy import DEFAULT_POD_CONTROLLERS
+from vpol.policies.validating.model import parse_policy
 
 POLICY = textwrap.dedent("""\
     apiVersion: policies.kyverno.io/v1

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import yaml
 
-from vpol.engine.sandbox import Limits, SandboxedEvaluator
 from vpol.engine.subjects import subject_for
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 POLICY = """
 apiVersion: policies.kyverno.io/v1

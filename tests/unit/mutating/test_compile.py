@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 import yaml
 
-from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.compat import CHECKED, rewrite
 from vpol.cel.compat.syntax import literals
 from vpol.cel.typecheck import check_policy
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.model import parse_mutating_policy
 
 
 def _policy(*mutations: tuple[str, str], resources: str = "pods", group: str = "") -> Any:

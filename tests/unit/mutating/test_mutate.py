@@ -7,9 +7,10 @@ from typing import Any
 import yaml
 
 from vpol.engine.evaluate import compile_exception
-from vpol.engine.mutate import MutatingPolicyEngine, mutate_all
 from vpol.engine.subjects import subject_for
-from vpol.model.parse import parse_exception, parse_mutating_policy
+from vpol.model.parse import parse_exception
+from vpol.policies.mutating.engine import MutatingPolicyEngine, mutate_all
+from vpol.policies.mutating.model import parse_mutating_policy
 
 
 def _engine(text: str, **kw: Any) -> MutatingPolicyEngine:

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from vpol.engine.mutate import MutatingPolicyEngine
-from vpol.engine.mutate_existing import as_target, offline_runs, selects_target, target_constraints
 from vpol.engine.request import ResourceType, Subject
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.engine import MutatingPolicyEngine
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.mutating.mutate_existing import as_target, offline_runs, selects_target, target_constraints
 
 CM = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 NS = ResourceType("", "v1", "namespaces", "Namespace", False)

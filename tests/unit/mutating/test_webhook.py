@@ -8,11 +8,12 @@ from typing import Any
 
 import jsonpatch
 
-from vpol.desired.map import NATIVE, NOT_APPLICABLE, WEBHOOK, map_ineligibility, mutating_route
 from vpol.desired.webhook import desired_webhook_configuration
 from vpol.engine.admission import mutation_response
 from vpol.engine.evaluate import Result
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.map import NATIVE, NOT_APPLICABLE, WEBHOOK, map_ineligibility, mutating_route
+from vpol.policies.mutating.model import parse_mutating_policy
+from vpol.policies.registry import policy_variants
 
 
 def _policy(expression: str, **spec: Any) -> Any:
@@ -54,7 +55,8 @@ def test_routes() -> None:
 
 def test_configuration_covers_the_policies_and_their_controllers() -> None:
     fail = _policy(KYVERNO_ONLY, reinvocationPolicy="IfNeeded")
-    config = desired_webhook_configuration([fail], client_config={"url": "https://127.0.0.1:9443"}, mutating=True,
+    config = desired_webhook_configuration(
+        [fail], variants=policy_variants, client_config={"url": "https://127.0.0.1:9443"}, mutating=True,
                                            excluded_namespaces=("kube-system", "vpol-system"))
     assert config is not None and config["kind"] == "MutatingWebhookConfiguration"
     assert config["metadata"]["name"] == "vpol-mutating"
@@ -67,7 +69,8 @@ def test_configuration_covers_the_policies_and_their_controllers() -> None:
                      (("batch",), ("cronjobs",)), (("batch",), ("jobs",))]
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "vpol-system"]} \
         in webhook["namespaceSelector"]["matchExpressions"]
-    assert desired_webhook_configuration([], client_config={}, mutating=True) is None
+    assert desired_webhook_configuration(
+        [], variants=policy_variants, client_config={}, mutating=True) is None
 
 
 def _decode(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -97,7 +100,7 @@ def test_errors_follow_the_failure_policy() -> None:
 def test_condition_names_kyverno_accepts_are_qualified_in_generated_policies() -> None:
     import re
 
-    from vpol.desired.map import desired_map_objects
+    from vpol.policies.mutating.map import desired_map_objects
 
     doc = {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "p"},
            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
@@ -116,7 +119,7 @@ def test_condition_names_kyverno_accepts_are_qualified_in_generated_policies() -
 
 
 def test_a_mutating_policy_labelled_reports_disabled_labels_its_map_not_its_binding() -> None:
-    from vpol.desired.map import desired_map_objects
+    from vpol.policies.mutating.map import desired_map_objects
 
     doc = {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
            "metadata": {"name": "p", "labels": {"reports.kyverno.io/disabled": ""}},

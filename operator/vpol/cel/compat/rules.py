@@ -334,7 +334,7 @@ def _binding(toks: Sequence[Token]) -> int | None:
 
 def lazy_binding_at_risk(toks: Sequence[Token]) -> bool:
     """A ``cel.bind`` left lazy beside a comprehension that may stop early: what :data:`EAGER_BINDINGS` could
-    not rewrite (vpol.cel.fused then builds no fused program)."""
+    not rewrite (vpol.policies.validating.fused then builds no fused program)."""
     return _binding(toks) is not None and _stops_early(toks)
 
 

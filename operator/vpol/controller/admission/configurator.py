@@ -41,6 +41,7 @@ from vpol.desired.webhook import client_config_at, desired_webhook_configuration
 from vpol.desired.webhook_coverage import coverage_annotation
 from vpol.kube.errors import describe
 from vpol.kube.objects import Objects
+from vpol.policies.registry import PLURALS, policy_variants
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +154,10 @@ class WebhookConfigurator(threading.Thread):
 
     def _build(self, snapshot: Snapshot, policies: list[Any], config: dict[str, Any],
                owner: dict[str, Any] | None) -> dict[str, Any] | None:
+        images = sorted(snapshot.images.values(), key=lambda p: p.key)
         desired = desired_webhook_configuration(
-            policies, client_config=config, timeout_seconds=self.timeout_seconds,
-            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner,
-            images=sorted(snapshot.images.values(), key=lambda p: p.key))
+            policies, variants=policy_variants, client_config=config, timeout_seconds=self.timeout_seconds,
+            excluded_namespaces=self.excluded_namespaces, mutating=self.mutating, owner=owner, images=images)
         if desired is None:
             return None
         desired["metadata"]["name"] = self.name
@@ -218,7 +219,7 @@ class PolicyValidationConfigurator(WebhookConfigurator):
         config = self.client_config()
         if config is None:
             raise RuntimeError("no serving certificate yet")
-        desired = policy_validation_configuration(config, timeout_seconds=self.timeout_seconds)
+        desired = policy_validation_configuration(config, PLURALS, timeout_seconds=self.timeout_seconds)
         owner = self.owner()
         if owner is not None:
             desired["metadata"]["ownerReferences"] = [owner]

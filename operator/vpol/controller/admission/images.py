@@ -4,7 +4,8 @@
   container image of the object's pod spec that has no digest and that the policy's matchImageReferences select
   becomes ``<image>@<digest>``, the digest the registry resolves now; a tag that cannot be resolved follows the
   policy's failurePolicy;
-- ``/images/validate/<fp>``: every matching policy evaluated (vpol.engine.image_policy), ``required`` decided
+- ``/images/validate/<fp>``: every matching policy evaluated (vpol.policies.image_validating.engine), ``required``
+  decided
   across them, one decision as for ValidatingPolicies (``Policy NAME failed: MESSAGE`` for Deny, warnings for
   Warn; an error follows the policy's failurePolicy).
 
@@ -32,14 +33,14 @@ from vpol.cel.backend import Backend, current, using
 from vpol.cel.libraries.kyverno import imageref
 from vpol.controller import metrics
 from vpol.controller.admission.policies import Snapshot
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.admission import decide, failure_response, review_response, subject_for_request
 from vpol.engine.evaluate import compile_exception
-from vpol.engine.image_policy import POD_SPEC_PATHS, ImageOutcome, ImagePolicyEngine, apply_required
 from vpol.engine.image_verification import Outcomes, VerificationCache
 from vpol.engine.registry_access import RegistryError
 from vpol.engine.request import Subject
 from vpol.engine.review import Review
-from vpol.controller.registry_credentials import RegistryClients
+from vpol.policies.image_validating.engine import POD_SPEC_PATHS, ImageOutcome, ImagePolicyEngine, apply_required
 
 logger = logging.getLogger(__name__)
 

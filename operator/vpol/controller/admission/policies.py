@@ -4,7 +4,7 @@ Kopf's peering lets only one replica handle events, but every replica serves
 admission requests, so each keeps its own copy of the policies and exceptions,
 fed by watches of its own (list, then watch; a relist drops what disappeared).
 Which policies the webhook enforces is decided by the same pure function as
-the reconciler's (:func:`vpol.desired.enforcement.route`), from the policy and
+the reconciler's (:func:`vpol.policies.validating.enforcement.route`), from the policy and
 the operator's flags, plus one fact only the cluster knows: the API server
 refused the policy's generated VAP (the reconciler records that in the status
 condition ``VAPGenerated=False, ApplyFailed`` for the current generation).
@@ -21,17 +21,22 @@ from typing import Any
 
 from kubernetes import client
 
-from vpol.cel.compiler import compile_image_validating_policy, compile_mutating_policy, compile_verdict
 from vpol.controller.reconcile import EXPIRY_MARGIN
-from vpol.desired.enforcement import GENERATION_ELIGIBLE, route
-from vpol.desired.map import WEBHOOK, mutating_route
+from vpol.desired.enforcement import GENERATION_ELIGIBLE
 from vpol.kube.dynamic import Watcher
-from vpol.engine.kinds import ADMISSION, KINDS
 from vpol.kube.objects import EXCEPTION_PLURAL, GROUP, STORAGE_VERSION
-from vpol.model.image_validating import ImageValidatingPolicy, parse_image_validating_policy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.parse import parse_exception, parse_mutating_policy, parse_policy
-from vpol.model.policy import PolicyException, ValidatingPolicy, active_exceptions, policy_key
+from vpol.model.kind import ADMISSION
+from vpol.model.parse import parse_exception
+from vpol.model.policy import PolicyException, active_exceptions, policy_key
+from vpol.policies.image_validating.compile import compile_image_validating_policy
+from vpol.policies.image_validating.model import ImageValidatingPolicy, parse_image_validating_policy
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.map import WEBHOOK, mutating_route
+from vpol.policies.mutating.model import MutatingPolicy, parse_mutating_policy
+from vpol.policies.registry import KINDS
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.enforcement import route
+from vpol.policies.validating.model import ValidatingPolicy, parse_policy
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +80,7 @@ class AdmissionPolicies:
         self._mutating: dict[str, MutatingPolicy] = {}
         self._images: dict[str, ImageValidatingPolicy] = {}
         self._exceptions: dict[str, PolicyException] = {}
-        #: Each kind that takes part in admission (vpol.engine.kinds): the store of the policies the webhook
+        #: Each kind that takes part in admission (vpol.policies.registry): the store of the policies the webhook
         #: enforces, and the handler of its watch events (which decides whether the webhook enforces a policy).
         self.admission_kinds: dict[str, tuple[dict[str, Any], Callable[[str, dict[str, Any]], str]]] = {
             "ValidatingPolicy": (self._webhook, self._on_policy),

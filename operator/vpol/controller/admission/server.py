@@ -10,9 +10,9 @@ library, so this adds no dependency.
 
 Each request is evaluated by the same engine as ``vpol apply`` and the
 background scans. A request whose work is bounded before it starts is
-answered by the serving process itself (:mod:`vpol.engine.inline`: the
+answered by the serving process itself (:mod:`vpol.policies.inline`: the
 policies' comprehensions over the request's own lists, within a budget);
-every other one in bounded worker processes (:mod:`vpol.engine.sandbox`),
+every other one in bounded worker processes (:mod:`vpol.policies.sandbox`),
 where a runaway expression costs one worker its deadline (the failurePolicy
 of the webhook answers), while the other workers keep serving. Workers are
 rebuilt off the request path when the policies change.
@@ -20,7 +20,7 @@ rebuilt off the request path when the policies change.
 The serving process does as little per request as it can, since every
 request passes through its one event loop: it reads the body (checked and
 decoded once), looks up the namespace, and either answers it inline (the
-policies that apply evaluated in a few programs: vpol.engine.evaluate.Batches)
+policies that apply evaluated in a few programs: vpol.policies.validating.engine.Batches)
 or hands the body as received to an idle worker, which decodes it, evaluates,
 decides and encodes the answer; the exchange is awaited on the loop itself (no
 thread per request), and the metrics' labelled children are kept rather than
@@ -62,20 +62,20 @@ from aiohttp import web
 from vpol.cel.backend import Backend, current, using
 from vpol.controller import garbage, metrics
 from vpol.controller.admission.images import ImageAdmission
-from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies, Snapshot
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.desired.events import SOURCE_ADMISSION, ObjectRef, Violation, violation_events
 from vpol.desired.policy_webhook import POLICY_VALIDATION_PATH, policy_validation_response
 from vpol.desired.probe import PROBE_PATH, webhook_probe_answer
 from vpol.desired.webhook import webhook_path
 from vpol.engine.admission import Decision, failure_response, review_response, subject_for_request
-from vpol.engine.inline import InlineAdmission, InlineLimits
-from vpol.engine.policy_validation import is_validated_document, validate_document
-from vpol.engine.review import MAX_BODY_BYTES, TIMEOUT, TOO_LARGE, Refusal, Review, parse_review
 from vpol.engine.global_context import GlobalContextSource, reads_global_context
-from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, Limits, SandboxedEvaluator
+from vpol.engine.review import MAX_BODY_BYTES, TIMEOUT, TOO_LARGE, Refusal, Review, parse_review
 from vpol.model.discovery import Discovery
+from vpol.policies.inline import InlineAdmission, InlineLimits
+from vpol.policies.policy_validation import is_validated_document, validate_document
+from vpol.policies.sandbox import AdmissionAnswer, AdmissionCall, Limits, SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class ServerOptions:
     #: Longest time one request may take to evaluate (waiting for a worker included).
     eval_timeout: float = 3.0
     eval_memory_mib: int = 1024
-    #: Requests the serving process answers itself when their work is bounded (vpol.engine.inline); None: never.
+    #: Requests the serving process answers itself when their work is bounded (vpol.policies.inline); None: never.
     inline: InlineLimits | None = InlineLimits()
     #: The image webhooks' timeout when a policy gives none (seconds; the API server's default, Kyverno's too).
     image_timeout: int = 10
@@ -630,7 +630,7 @@ class WebhookServer:
 
     def _inline(self, inline: InlineAdmission, req: dict[str, Any], uid: str, call: AdmissionCall
                 ) -> AdmissionAnswer | None:
-        """The answer of the serving process itself, when the request's work is bounded (vpol.engine.inline); on
+        """The answer of the serving process itself, when the request's work is bounded (vpol.policies.inline); on
         the event loop (a few hundred microseconds). None: a worker answers it (also when this failed)."""
         try:
             with using(self.backend):

@@ -21,18 +21,18 @@ from kubernetes import client
 
 from vpol.cel.backend import Backend
 from vpol.controller.admission.configurator import PolicyValidationConfigurator, WebhookConfigurator, client_config
+from vpol.controller.admission.images import REGISTRY_TIMEOUT
 from vpol.controller.admission.namespaces import Namespaces
 from vpol.controller.admission.policies import AdmissionPolicies
-from vpol.controller.admission.images import REGISTRY_TIMEOUT
-from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
+from vpol.controller.registry_credentials import RegistryClients
 from vpol.controller.runtime import Options
-from vpol.engine.global_context import GlobalContextSource
-from vpol.engine.inline import InlineLimits
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
+from vpol.engine.global_context import GlobalContextSource
 from vpol.kube.errors import describe
 from vpol.kube.webhook_tls import WebhookTLS
 from vpol.model.discovery import Discovery
+from vpol.policies.inline import InlineLimits
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from vpol.controller.plans.image_validating import ImageValidatingPlan
 from vpol.controller.plans.mutating import MutatingPlan
 from vpol.controller.plans.validating import ValidatingPlan
 
-#: The plan of each kind (the cluster-wide kind's name, vpol.engine.kinds), made from the reconcile context.
+#: The plan of each kind (the cluster-wide kind's name, vpol.policies.registry), made from the reconcile context.
 PLANS: dict[str, Callable[[ReconcileContext], Plan]] = {
     "ValidatingPolicy": ValidatingPlan,
     "MutatingPolicy": MutatingPlan,

@@ -13,7 +13,7 @@ from vpol.controller.deletion import candidates, due_at
 from vpol.controller.plans.lifecycle import LifecyclePlan
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
-from vpol.model.deleting import DeletingPolicy
+from vpol.policies.deleting.model import DeletingPolicy
 
 SCHEDULED = "Scheduled"
 

@@ -15,10 +15,10 @@ from typing import Any
 from vpol.controller.plans.lifecycle import LifecyclePlan
 from vpol.controller.queue_keys import PolicyKey
 from vpol.desired.status import Findings
-from vpol.engine.mutate_existing import trigger_resources
+from vpol.engine.scope import trigger_resources
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy
 from vpol.model.templates import parse as parse_template
+from vpol.policies.generating.model import GeneratingPolicy
 
 GENERATING_CONDITION = "Generating"
 GENERATION_SUCCEEDED = "GenerationSucceeded"

@@ -20,7 +20,7 @@ from vpol.desired.enforcement import WebhookState
 from vpol.desired.status import Findings
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION, WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import coverage_key
-from vpol.model.image_validating import ImageValidatingPolicy, unverifiable
+from vpol.policies.image_validating.model import ImageValidatingPolicy, unverifiable
 
 BACKGROUND_SCANNED = "BackgroundScanned"
 ATTESTORS_VERIFIABLE = "AttestorsVerifiable"

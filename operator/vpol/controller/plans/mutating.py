@@ -5,7 +5,7 @@ setting an atomic list, counts as an error, as in `vpol check`), computes the po
 desired MutatingAdmissionPolicies; this plan applies them in the newest MAP version the cluster serves, deletes
 what is no longer wanted, and hands a policy that mutates existing objects to the background work.
 
-Admission route (:func:`vpol.desired.map.mutating_route`, shared with every replica's webhook): the same
+Admission route (:func:`vpol.policies.mutating.map.mutating_route`, shared with every replica's webhook): the same
 ``--vap-generation`` mode as for validation. In ``eligible`` (the default) every MutatingPolicy that does not set
 ``spec.autogen.mutatingAdmissionPolicy.enabled: false`` gets its MAPs when the API server can express it; in
 ``opt-in`` only an explicit ``true`` does (Kyverno's behaviour). Everything else (Kyverno-only functions, no
@@ -20,7 +20,6 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from vpol.cel.compiler import compile_mutating_policy
 from vpol.cel.library_use import unserved_libraries
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import MAP
@@ -28,18 +27,20 @@ from vpol.controller.enforcement_state import proof_of_native, proof_of_webhook
 from vpol.controller.generated_apply import api_message
 from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
+from vpol.desired.admission_policy import generated_selector
 from vpol.desired.enforcement import PENDING
-from vpol.desired.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
 from vpol.desired.status import MAP_GENERATED, Findings, desired_status
-from vpol.desired.vap import generated_selector
 from vpol.desired.webhook import MUTATING_WEBHOOK_CONFIGURATION
 from vpol.desired.webhook_coverage import coverage_key, covered_generation
-from vpol.engine.autogen import CONTROLLERS, mutating_autogen_configs
-from vpol.engine.mutate_existing import target_resources, trigger_resources
+from vpol.engine.autogen import CONTROLLERS
+from vpol.engine.scope import trigger_resources
 from vpol.kube.objects import Listed
 from vpol.model.discovery import Discovery
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.parse import parse_mutating_policy
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.map import MAP_API_VERSIONS, desired_map_objects, map_ineligibility, wants_native_map
+from vpol.policies.mutating.model import MutatingPolicy, parse_mutating_policy
+from vpol.policies.mutating.mutate_existing import target_resources
 
 NATIVE_MAP = "NativeMAP"
 #: Label telling generated MAPs of one policy apart from VAPs of a ValidatingPolicy of the same name.

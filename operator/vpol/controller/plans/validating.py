@@ -10,22 +10,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vpol.cel.compiler import compile_verdict
 from vpol.cel.library_use import unserved_libraries
 from vpol.cel.typecheck import check_policy_cached
 from vpol.controller.enforcement_proof import VAP
 from vpol.controller.enforcement_state import proof_of_native, webhook_state
 from vpol.controller.plan_context import ReconcileContext, ReconcileResult
 from vpol.controller.queue_keys import PolicyKey
-from vpol.desired.enforcement import NATIVE, WebhookState, admission_finding, route
+from vpol.desired.admission_policy import generated_selector
+from vpol.desired.enforcement import NATIVE, WebhookState
 from vpol.desired.status import Findings, desired_status
-from vpol.desired.vap import desired_objects, generated_selector
 from vpol.desired.webhook_coverage import coverage_key
-from vpol.engine.autogen import autogen_configs, status_configs
 from vpol.engine.scope import matched_resources
 from vpol.kube.objects import Listed
-from vpol.model.parse import parse_policy
 from vpol.model.policy import PolicyException
+from vpol.policies.registry import kind_of
+from vpol.policies.validating.autogen import autogen_configs, status_configs
+from vpol.policies.validating.compile import compile_verdict
+from vpol.policies.validating.enforcement import admission_finding, route
+from vpol.policies.validating.model import parse_policy
+from vpol.policies.validating.vap import desired_objects
 
 
 class ValidatingPlan:
@@ -90,7 +93,8 @@ class ValidatingPlan:
             findings.type_check_note = f"type checking could not run: {exc}"
 
         if policy.spec.evaluation.background_enabled and ctx.access is not None:
-            resources = [(r.group, r.version, r.resource) for r in matched_resources(policy, discovery)]
+            resources = [(r.group, r.version, r.resource)
+                         for r in matched_resources(kind_of(policy).variants(policy), discovery)]
             findings.missing_permissions = ctx.access.missing(resources)
 
         way = route(policy, generation=ctx.generation, compiles=compiled.ok)

@@ -12,8 +12,8 @@ import pytest
 from tests.unit.policies import make_policy, pod
 from vpol.cel.compiler import compile_expression
 from vpol.cel.environment import EnvSpec, environment
-from vpol.engine.evaluate import PolicyEngine
 from vpol.engine.subjects import subject_for
+from vpol.policies.validating.engine import PolicyEngine
 
 
 def _eval(src: str, spec: EnvSpec = EnvSpec()) -> Any:

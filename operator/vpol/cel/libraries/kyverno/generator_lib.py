@@ -4,7 +4,7 @@
 NamespacedGeneratingPolicy, whose namespace is its own), also spelled ``apply``: the objects are what the policy
 generates for this trigger; the call returns true. The library only records them, in the collector the engine
 opens around the evaluation (:func:`collecting`): placing them (namespaces, ``*List`` objects expanded, labels) is
-the engine's (vpol.engine.generate). Each object must be a map; anything else is an error, as in Kyverno (its
+the engine's (vpol.policies.generating.engine). Each object must be a map; anything else is an error, as in Kyverno (its
 objects pass through a protobuf Struct).
 
 The ``generator`` variable is declared only in a GeneratingPolicy's environments (``EnvSpec.generating``).

@@ -16,13 +16,14 @@ from typing import Any, cast
 
 from vpol.cel.typecheck import check_policy, check_policy_cached
 from vpol.engine.evaluate import compile_exception
-from vpol.engine.kinds import KINDS, AnyPolicy, kind_for_document, kind_of
 from vpol.model.discovery import Discovery
 from vpol.model.global_context import is_global_context_document, parse_global_context_entry
-from vpol.model.mutating import MutatingPolicy
 from vpol.model.parse import is_exception_document, parse_exception
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException
 from vpol.model.problems import Problem
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.registry import KINDS, AnyPolicy, kind_for_document, kind_of
+from vpol.policies.validating.model import ValidatingPolicy
 
 
 @dataclass

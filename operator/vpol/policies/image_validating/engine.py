@@ -26,12 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.backend import current, using
-from vpol.cel.compiler import CompiledImageValidatingPolicy, compile_image_validating_policy
 from vpol.cel.environment import EnvSpec, environment
 from vpol.cel.libraries.kyverno import imageref
 from vpol.cel.libraries.kyverno.imageverify_lib import verifying
-from vpol.engine.autogen import image_autogen_configs
-from vpol.engine.image_metadata import MetadataCache
 from vpol.engine.evaluate import (
     ERROR,
     FAIL,
@@ -43,17 +40,20 @@ from vpol.engine.evaluate import (
     EvaluationError,
     Result,
     SubjectData,
-    _PolicyRun,
+    PolicyRun,
     conditions_outcome,
     exception_matches,
     validate,
 )
+from vpol.engine.image_metadata import MetadataCache
 from vpol.engine.image_verification import Outcomes, Verification, VerificationCache
 from vpol.engine.match import rules_match, selectors_match
 from vpol.engine.registry_access import Registry, RegistryError
 from vpol.engine.request import Subject
 from vpol.model.image_glob import glob_matches
-from vpol.model.image_validating import ImageValidatingPolicy
+from vpol.policies.image_validating.autogen import image_autogen_configs
+from vpol.policies.image_validating.compile import CompiledImageValidatingPolicy, compile_image_validating_policy
+from vpol.policies.image_validating.model import ImageValidatingPolicy
 
 #: The pod spec of each kind with default image extractors (Kyverno's pkg/cel/compiler/images.go), by (group,
 #: resource).
@@ -167,7 +167,7 @@ class ImagePolicyEngine:
         if not compiled.ok:
             return ImageOutcome(self._result(data, ERROR, "failed to compile policy: " + "; ".join(
                 p.short() for p in compiled.errors())))
-        run = _PolicyRun(compiled, data, None)
+        run = PolicyRun(compiled, data, None)
         stop = conditions_outcome(run, compiled.match_conditions, spec.failure_policy, error_prefix=EVALUATE_FAILED)
         if stop is not None:
             if stop[0] == SKIP:
@@ -227,7 +227,7 @@ class ImagePolicyEngine:
     # -- steps ----------------------------------------------------------------------------------------------
 
     def _images(self, compiled: CompiledImageValidatingPolicy, subject: Subject,
-                run: _PolicyRun) -> dict[str, list[str]]:
+                run: PolicyRun) -> dict[str, list[str]]:
         images = default_images(subject) if not subject.json_payload else {}
         for name, prog in compiled.extractors:
             value = run.eval(prog)
@@ -236,7 +236,7 @@ class ImagePolicyEngine:
             images[name] = [str(v) for v in value]
         return {name: [i for i in found if self.image_selected(i, compiled)] for name, found in images.items()}
 
-    def _attestors(self, compiled: CompiledImageValidatingPolicy, run: _PolicyRun) -> dict[str, Any]:
+    def _attestors(self, compiled: CompiledImageValidatingPolicy, run: PolicyRun) -> dict[str, Any]:
         """The attestors as written, their CEL fields replaced by their values (Kyverno: a key expression's value
         is the key's data, a StringOrExpression's its value)."""
         out: dict[str, Any] = {a.name: copy.deepcopy(dict(a.raw)) for a in compiled.policy.spec.attestors}
@@ -255,7 +255,7 @@ class ImagePolicyEngine:
             holder["data" if parts[-2] == "key" else "value"] = value
         return out
 
-    def _validate(self, compiled: CompiledImageValidatingPolicy, run: _PolicyRun, data: SubjectData,
+    def _validate(self, compiled: CompiledImageValidatingPolicy, run: PolicyRun, data: SubjectData,
                   verification: Verification) -> Result:
         """The validations and audit annotations, as for a ValidatingPolicy (vpol.engine.evaluate.validate) with
         the errors worded as Kyverno's ivpol engine words them; a failure is followed by why each attestor did

@@ -16,16 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.model.documents import Document
-from vpol.model.mutating import MUTATING_VERSIONS
-from vpol.model.parse import Reader, _audit_annotation, _match_resources, _named_expressions, parse_kind
-from vpol.model.policy import GROUP, AuditAnnotation, MatchResources, NamedExpression, PolicyIdentity
+from vpol.model.parse import Reader, audit_annotation, match_resources, named_expressions, parse_kind
+from vpol.model.policy import GROUP, VERSIONS, AuditAnnotation, MatchResources, NamedExpression, PolicyIdentity
 from vpol.model.problems import Position, Problem
 
 GENERATING_KIND = "GeneratingPolicy"
 NAMESPACED_GENERATING_KIND = "NamespacedGeneratingPolicy"
 GENERATING_KINDS = (GENERATING_KIND, NAMESPACED_GENERATING_KIND)
 #: Served as the MutatingPolicy kinds: v1, v1beta1 (storage) and v1alpha1 (deprecated); the namespaced kind v1, v1beta1.
-GENERATING_VERSIONS = MUTATING_VERSIONS
+GENERATING_VERSIONS = VERSIONS
 INTERPOLATE_NONE, INTERPOLATE_CEL = "none", "cel"
 
 
@@ -148,17 +147,17 @@ def _generating_spec(r: Reader, data: Any) -> GeneratingSpec:
     timeout = r.int_(wh, "timeoutSeconds", "spec.webhookConfiguration")
     if timeout is not None and not 1 <= timeout <= 30:
         r.problem("spec.webhookConfiguration.timeoutSeconds", "must be between 1 and 30 seconds")
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if match is None or not match.resource_rules:
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
     if not isinstance(d.get("generate"), list) or not d.get("generate"):
         r.problem("spec.generate", "at least one generate item is required")
     return GeneratingSpec(
         match_constraints=match,
-        match_conditions=_named_expressions(r, d, "matchConditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        match_conditions=named_expressions(r, d, "matchConditions", "spec", ident=False),
+        variables=named_expressions(r, d, "variables", "spec", ident=True),
         generate=r.objects(d, "generate", "spec", lambda i, h: _generation(r, i, h)),
-        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: _audit_annotation(r, i, h)),
+        audit_annotations=r.objects(d, "auditAnnotations", "spec", lambda i, h: audit_annotation(r, i, h)),
         evaluation=evaluation,
         use_server_side_apply=r.bool_(d, "useServerSideApply", "spec", False),
         webhook_timeout_seconds=timeout,

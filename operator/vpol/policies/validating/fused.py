@@ -46,8 +46,9 @@ from cel_expr_python import cel
 
 from vpol.cel.compat import EAGER_BINDINGS, rewrite
 from vpol.cel.compat.rules import lazy_binding_at_risk
-from vpol.cel.compiler import CompiledPolicy, Program, compile_written
+from vpol.cel.compiler import Program, compile_written
 from vpol.cel.environment import EnvSpec, environment
+from vpol.policies.validating.compile import CompiledPolicy
 
 _IDENT_RX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -1,5 +1,5 @@
 """Mutation of existing objects (a MutatingPolicy's ``mutateExisting``): which objects are targets, and the request
-they are mutated with (pure). The evaluation itself is the mutate path of :mod:`vpol.engine.mutate`
+they are mutated with (pure). The evaluation itself is the mutate path of :mod:`vpol.policies.mutating.engine`
 (``MutatingPolicyEngine.mutate_target`` and ``resolve_targets``).
 
 Kyverno 1.19.1's semantics (its background controller, ``pkg/background/mpol``; written down in
@@ -25,11 +25,9 @@ from typing import Any
 
 from vpol.engine.match import rule_matches, selectors_match
 from vpol.engine.request import Subject
-from vpol.model.deleting import DeletingPolicy
 from vpol.model.discovery import Discovery, ResourceInfo
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import MatchResources, Rule
+from vpol.policies.mutating.model import MutatingPolicy
 
 #: A target's resource as listed: (group, version, resource, subresource).
 TargetResource = tuple[str, str, str, str]
@@ -71,20 +69,6 @@ def target_resources(policy: MutatingPolicy, discovery: Discovery) -> list[tuple
         if info is not None and (info, sub) not in out:
             out.append((info, sub))
     return out
-
-
-def trigger_resources(policy: MutatingPolicy | GeneratingPolicy | DeletingPolicy,
-                      discovery: Discovery) -> list[ResourceInfo]:
-    """The resources whose changes can trigger the policy (its matchConstraints' rules; wildcards resolved): a
-    MutatingPolicy's or GeneratingPolicy's triggers, a DeletingPolicy's candidates."""
-    found: dict[tuple[str, str, str], ResourceInfo] = {}
-    constraints = policy.spec.match_constraints
-    for rule in constraints.resource_rules if constraints else ():
-        resources = tuple(r for r in rule.resources if "/" not in r)
-        for info in discovery.resolve(rule.api_groups, rule.api_versions, resources) if resources else ():
-            if not info.subresource:
-                found[(info.group, info.version, info.resource)] = info
-    return [found[k] for k in sorted(found)]
 
 
 def _any_operation(rule: Rule) -> Rule:

@@ -1,23 +1,20 @@
-"""The native ValidatingAdmissionPolicy and binding a ValidatingPolicy turns into (pure).
+"""What every native admission policy vpol generates from a policy shares (pure): the ValidatingAdmissionPolicies
+of a ValidatingPolicy (vpol.policies.validating.vap) and the MutatingAdmissionPolicies of a MutatingPolicy
+(vpol.policies.mutating.map), with their bindings.
 
-Kyverno's generator (pkg/admissionpolicy in Kyverno 1.19.1), object for object: ``vpol-<policy>`` and
-``vpol-<policy>-binding``, labelled ``app.kubernetes.io/managed-by: kyverno`` (Kyverno's value, so tools and
-scripts written for Kyverno's objects find vpol's; the VAP also ``reports.kyverno.io/disabled: "true"`` when the
-policy has that label), owned by the policy (``policies.kyverno.io/v1beta1``, the version Kyverno's informers
-deliver, no controller flag); the VAP copies matchConstraints, matchConditions, variables, validations and
-auditAnnotations verbatim, the binding carries validationActions. A PolicyException adds, after the policy's own,
-one matchCondition per condition of the exception, named as the condition and ``!(<expression>)``; its images and
-values become the variables ``allowedImages`` / ``allowedValues`` (``['a', 'b']``) after the policy's variables,
-and ``exceptions.allowedImages``/``allowedValues`` read them.
+Kyverno's generator (pkg/admissionpolicy in Kyverno 1.19.1): objects labelled ``app.kubernetes.io/managed-by:
+kyverno`` (Kyverno's value, so tools and scripts written for Kyverno's objects find vpol's; the admission policy
+also ``reports.kyverno.io/disabled: "true"`` when the policy has that label), owned by the policy
+(``policies.kyverno.io/v1beta1``, the version Kyverno's informers deliver, no controller flag). A PolicyException
+adds, after the policy's own, one matchCondition per condition of the exception, named as the condition and
+``!(<expression>)``; its images and values become the variables ``allowedImages`` / ``allowedValues`` (``['a',
+'b']``) after the policy's variables, and ``exceptions.allowedImages``/``allowedValues`` read them.
 
-vpol's additions (documented in docs/kyverno-compatibility.md): the label ``vpol.kyverno.io/policy`` (and the annotation
-``vpol.kyverno.io/generated-digest`` at apply time) by which the operator finds its objects; failurePolicy is
-copied (Kyverno leaves the API server's default, Fail, also for an Ignore policy); a pod policy with
-pod-controller autogen also gets one VAP + binding per autogen config (``vpol-<policy>-autogen-defaults``,
-``...-autogen-cronjobs``; Kyverno generates nothing for it). Where Kyverno's objects would be refused by the API
-server or decide otherwise than its own engine, vpol's differ (see :func:`exception_parts`).
-
-Eligibility: Kubernetes mode, and every expression compiles with only the libraries the API server has.
+vpol's additions (documented in docs/kyverno-compatibility.md): the label ``vpol.kyverno.io/policy`` (and the
+annotation ``vpol.kyverno.io/generated-digest`` at apply time) by which the operator finds its objects. Where
+Kyverno's objects would be refused by the API server or decide otherwise than its own engine, vpol's differ (see
+:func:`exception_parts`); what the API server's CEL cannot decide as vpol's keeps a policy on the webhook
+(:func:`kyverno_only_reading`, :func:`kubernetes_only_failure`).
 
 Beyond Kyverno (which always uses its webhook for them), a namespaced policy
 (NamespacedValidatingPolicy, NamespacedMutatingPolicy) is generated too, **pinned
@@ -34,19 +31,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from vpol.cel.compiler import compile_verdict
 from vpol.cel.compat import OR_VALUE, rewrite, tokenize
 from vpol.cel.compat.syntax import calls, member_references
-from vpol.engine.autogen import autogen_configs
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import LABEL_REPORTS_DISABLED, PolicyException, ValidatingPolicy
+from vpol.model.policy import LABEL_REPORTS_DISABLED, MatchResources, PolicyException
 from vpol.model.problems import Problem
 
 VAP_API_VERSION = "admissionregistration.k8s.io/v1"
-#: The policy kinds vpol generates native admission policies from (their identity is all the helpers read).
-AnyPolicy = ValidatingPolicy | MutatingPolicy
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 #: The managed-by value of vpol's own objects (reports, webhook configurations, the enforcement probe).
 MANAGED_BY = "vpol"
@@ -59,7 +51,30 @@ POLICY_LABEL = "vpol.kyverno.io/policy"
 POLICY_NAMESPACE_LABEL = "vpol.kyverno.io/policy-namespace"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
-_EXC_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
+EXCEPTIONS_RX = re.compile(r"\bexceptions\.(allowedImages|allowedValues)\b")
+
+
+class _Constraints(Protocol):
+    @property
+    def match_constraints(self) -> MatchResources | None: ...
+
+
+class SourcePolicy(Protocol):
+    """What the helpers here read of the policy an admission policy is generated from (a ValidatingPolicy, a
+    MutatingPolicy): its identity and its matchConstraints."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def reports_disabled(self) -> bool: ...
+    @property
+    def spec(self) -> _Constraints: ...
 
 
 @dataclass
@@ -72,11 +87,6 @@ class VapPlan:
 
     def names(self) -> list[str]:
         return [o["metadata"]["name"] for o in self.objects]
-
-
-def vap_name(policy_name: str, config: str = "", namespace: str = "") -> str:
-    base = f"nvpol-{namespace}.{policy_name}" if namespace else f"vpol-{policy_name}"
-    return base + (f"-autogen-{config}" if config else "")
 
 
 def generated_selector(key: str) -> str:
@@ -94,7 +104,7 @@ def policy_key_of(labels: Mapping[str, str]) -> str:
     return f"{namespace}/{name}" if name and namespace else name
 
 
-def pinning(policy: AnyPolicy) -> str:
+def pinning(policy: SourcePolicy) -> str:
     """Why a namespaced policy cannot be pinned to its namespace natively ("" when it can, or for a cluster-wide
     policy).
 
@@ -140,20 +150,6 @@ def pinned(spec: dict[str, Any], namespace: str) -> dict[str, Any]:
     return {**spec, "matchConstraints": match}
 
 
-def ineligibility(policy: ValidatingPolicy) -> str:
-    """Why the API server could not enforce this policy natively ("" when it can)."""
-    if (why := pinning(policy)):
-        return f"namespaced policy: {why}"
-    if policy.json_mode:
-        return "JSON mode policies are evaluated by vpol only"
-    if not policy.spec.evaluation.admission_enabled:
-        return "admission evaluation is disabled (spec.evaluation.admission.enabled=false)"
-    compiled = compile_verdict(policy, kubernetes_only=True)
-    if not compiled.ok:
-        return kubernetes_only_failure(compiled.errors[0], dict((p, src) for p, src, _r in policy.expressions()))
-    return kyverno_only_reading(policy.expressions())
-
-
 def kyverno_only_reading(expressions: Sequence[tuple[str, str, str]]) -> str:
     """Why an expression that compiles for the API server would not decide there as vpol (and Kyverno) decide
     ("" when none): an ``orValue`` call on what may not be an optional, which Kyverno's environments read
@@ -188,12 +184,12 @@ def kubernetes_only_failure(first: Problem, sources: dict[str, str]) -> str:
     return f"{first.path}: {first.message}"
 
 
-def _owner(policy: AnyPolicy) -> dict[str, Any]:
+def _owner(policy: SourcePolicy) -> dict[str, Any]:
     """Kyverno's ownerReference: the policy at v1beta1, neither controller nor blocking its deletion."""
     return {"apiVersion": OWNER_API_VERSION, "kind": policy.kind, "name": policy.name, "uid": policy.uid}
 
 
-def generated_metadata(name: str, policy: AnyPolicy, *, admission_policy: bool = False) -> dict[str, Any]:
+def generated_metadata(name: str, policy: SourcePolicy, *, admission_policy: bool = False) -> dict[str, Any]:
     """The metadata of an object generated from ``policy``; ``admission_policy``: a ValidatingAdmissionPolicy or
     MutatingAdmissionPolicy (not a binding), which carries the policy's ``reports.kyverno.io/disabled`` label as
     ``"true"``, as Kyverno's builder (pkg/admissionpolicy) labels it."""
@@ -235,7 +231,7 @@ def cel_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(cel_string(v) for v in values) + "]"
 
 
-def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) -> ExceptionParts:
+def exception_parts(policy: SourcePolicy, exceptions: Sequence[PolicyException]) -> ExceptionParts:
     """The exceptions of ``policy`` as Kyverno's generator turns them into the admission policy, ordered by
     namespace and name (Kyverno's follows its informer's, which is not stable).
 
@@ -275,13 +271,13 @@ def exception_parts(policy: AnyPolicy, exceptions: Sequence[PolicyException]) ->
     return out
 
 
-def _rewrite_exceptions(value: Any) -> Any:
+def rewrite_exceptions(value: Any) -> Any:
     if isinstance(value, str):
-        return _EXC_RX.sub(lambda m: f"variables.{m.group(1)}", value)
+        return EXCEPTIONS_RX.sub(lambda m: f"variables.{m.group(1)}", value)
     if isinstance(value, list):
-        return [_rewrite_exceptions(v) for v in value]
+        return [rewrite_exceptions(v) for v in value]
     if isinstance(value, dict):
-        return {k: _rewrite_exceptions(v) for k, v in value.items()}
+        return {k: rewrite_exceptions(v) for k, v in value.items()}
     return value
 
 
@@ -312,73 +308,14 @@ def exception_variables(spec: Mapping[str, Any], parts: ExceptionParts) -> list[
     before them when a variable of the policy reads ``exceptions.*`` (a variable may only read those before it).
     A name the policy reads but no exception gives is ``[]`` (Kyverno's would leave it undeclared)."""
     own = list(spec.get("variables") or [])
-    read = {m.group(1) for m in _EXC_RX.finditer(json.dumps(spec))}
+    read = {m.group(1) for m in EXCEPTIONS_RX.finditer(json.dumps(spec))}
     added = [{"name": name, "expression": parts.allowed.get(name, "[]")} for name in ALLOWED
              if name in parts.allowed or name in read]
-    if _EXC_RX.search(json.dumps(own)):
+    if EXCEPTIONS_RX.search(json.dumps(own)):
         return added + own
     return own + added
-
-
-def _pair(policy: ValidatingPolicy, spec: dict[str, Any], name: str,
-          exceptions: Sequence[PolicyException]) -> list[dict[str, Any]]:
-    parts = exception_parts(policy, exceptions)
-    vap_spec: dict[str, Any] = {}
-    if "matchConstraints" in spec:
-        vap_spec["matchConstraints"] = pinned(spec, policy.namespace)["matchConstraints"] if policy.namespace \
-            else spec["matchConstraints"]
-    match_conditions = qualified_conditions(list(spec.get("matchConditions") or []) + parts.conditions)
-    if match_conditions:
-        vap_spec["matchConditions"] = match_conditions
-    variables = exception_variables(spec, parts)
-    if variables:
-        vap_spec["variables"] = variables
-    for key in ("validations", "auditAnnotations"):
-        if spec.get(key):
-            vap_spec[key] = spec[key]
-    vap_spec["failurePolicy"] = policy.spec.failure_policy
-    if _EXC_RX.search(json.dumps(spec)):
-        vap_spec = _rewrite_exceptions(vap_spec)
-    vap = {
-        "apiVersion": VAP_API_VERSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": generated_metadata(name, policy, admission_policy=True),
-        "spec": vap_spec,
-    }
-    binding = {
-        "apiVersion": VAP_API_VERSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": generated_metadata(f"{name}-binding", policy),
-        "spec": {"policyName": name, "validationActions": list(policy.spec.validation_actions)},
-    }
-    return [vap, binding]
-
-
-def desired_objects(policy: ValidatingPolicy, *, exceptions: Sequence[PolicyException] = (),
-                    force: bool = False) -> VapPlan:
-    """The VAPs and bindings that should exist for ``policy``.
-
-    Without ``force``, nothing is generated unless
-    ``spec.autogen.validatingAdmissionPolicy.enabled`` is true.
-    """
-    if not force and not policy.spec.autogen.vap_enabled:
-        return VapPlan(reason="ValidatingAdmissionPolicy generation is not enabled "
-                              "(spec.autogen.validatingAdmissionPolicy.enabled)", eligible=False)
-    why = ineligibility(policy)
-    if why:
-        return VapPlan(reason=f"skip generating ValidatingAdmissionPolicy: {why}", eligible=False)
-    raw_spec = policy.raw.get("spec", {})
-    objects = _pair(policy, _clean_spec(raw_spec), vap_name(policy.name, namespace=policy.namespace), exceptions)
-    for config in autogen_configs(policy):
-        objects.extend(_pair(policy, _clean_spec(config.spec), vap_name(policy.name, config.name, policy.namespace),
-                             exceptions))
-    return VapPlan(objects=objects)
 
 
 def spec_fields(spec: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
     """The fields of a policy spec a generated admission policy carries (those set)."""
     return {k: v for k, v in spec.items() if k in keep and v is not None}
-
-
-def _clean_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    return spec_fields(spec, ("matchConstraints", "matchConditions", "variables", "validations", "auditAnnotations"))

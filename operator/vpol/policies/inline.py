@@ -1,12 +1,12 @@
 """Admission requests the serving process answers itself, when their work is bounded before it starts.
 
-The webhook's evaluation workers (vpol.engine.sandbox) exist because cel-cpp
+The webhook's evaluation workers (vpol.policies.sandbox) exist because cel-cpp
 cannot be stopped: a runaway expression must cost a process, not the server.
 Most requests need no such protection: the policies' expressions iterate the
 request's own lists (containers, their ports...), and vpol.cel.cost bounds
 their work from the sizes of those lists. Such a request is answered by the
 serving process with the same engines and the same code as a worker
-(:func:`vpol.engine.sandbox.admit_request`, so the decisions are the same),
+(:func:`vpol.policies.sandbox.admit_request`, so the decisions are the same),
 without the round trip to a worker: no copy of the request to another process,
 no second decoding, no wake-up of a process on the other core.
 
@@ -27,9 +27,11 @@ from typing import Any
 
 from vpol.cel.cost import WorkPlan, merged
 from vpol.engine.admission import subject_for_request
-from vpol.engine.evaluate import PolicyEngine, SubjectData, compile_exception
-from vpol.engine.sandbox import AdmissionAnswer, AdmissionCall, Answering, admit_request, answering_set
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.engine.evaluate import SubjectData, compile_exception
+from vpol.model.policy import PolicyException
+from vpol.policies.sandbox import AdmissionAnswer, AdmissionCall, Answering, admit_request, answering_set
+from vpol.policies.validating.engine import PolicyEngine
+from vpol.policies.validating.model import ValidatingPolicy
 
 #: Request shapes whose merged work plan is kept (see InlineAdmission.admit); beyond, the kept ones are dropped.
 _PLANS_KEPT = 256

@@ -1,5 +1,5 @@
-"""What a GeneratingPolicy generates for one trigger, and what a DeletingPolicy deletes (pure; Kyverno's
-semantics, docs/internals/generating-and-deleting.md).
+"""What a GeneratingPolicy generates for one trigger (pure; Kyverno's semantics,
+docs/internals/generating-and-deleting.md).
 
 **Generation.** A trigger the policy's matchConstraints select (a NamespacedGeneratingPolicy: one in its
 namespace) goes through the PolicyExceptions (one that exempts: no objects, result ``skip`` or ``pass``), the
@@ -18,10 +18,6 @@ Objects are then placed as Kyverno places them:
 An object that carried a ``resourceVersion`` came from the cluster (a clone): :class:`Downstream` remembers its
 source's uid. Labelling the objects and writing them is the caller's (the CLI writes nothing; the operator labels
 them as Kyverno does, vpol.desired.generated).
-
-**Deletion.** An object of the policy's matchConstraints (any operation; a namespaced policy: in its namespace) is
-deleted when no PolicyException exempts it and every condition holds (``object`` the object, ``namespaceObject``
-its Namespace, the policy's variables); an error is ``error``.
 """
 
 from __future__ import annotations
@@ -34,14 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpol.cel.compiler import (
-    CompiledDeletingPolicy,
-    CompiledGeneratingPolicy,
-    compile_deleting_policy,
-    compile_generating_policy,
-)
-from vpol.cel.libraries.kyverno.generator_lib import VARIABLE as GENERATOR_VARIABLE
 from vpol.cel.libraries.kyverno.generator_lib import NamespacedGeneratorContext, collecting
+from vpol.cel.libraries.kyverno.generator_lib import VARIABLE as GENERATOR_VARIABLE
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
@@ -50,15 +40,17 @@ from vpol.engine.evaluate import (
     EvaluationError,
     Result,
     SubjectData,
-    _PolicyRun,
+    compile_exception,
+    PolicyRun,
     conditions_outcome,
     exception_matches,
 )
 from vpol.engine.match import constraints_match
 from vpol.engine.request import Subject
-from vpol.model.deleting import DeletingPolicy
-from vpol.model.generating import GeneratingPolicy
+from vpol.model.policy import PolicyException
 from vpol.model.templates import Placeholder, TemplateError, render
+from vpol.policies.generating.compile import CompiledGeneratingPolicy, compile_generating_policy
+from vpol.policies.generating.model import GeneratingPolicy
 
 #: What Kyverno's engine says of a generation that ran (its report message).
 GENERATED = "policy evaluated successfully"
@@ -87,7 +79,7 @@ Scope = Callable[[str, str], bool | None]
 @dataclass(frozen=True)
 class KnownScopes:
     """A :data:`Scope` from a table of the kinds known at one moment (plain data: it goes to an evaluation worker
-    with the engine, vpol.engine.sandbox)."""
+    with the engine, vpol.policies.sandbox)."""
 
     #: (apiVersion, kind) -> namespaced.
     table: Mapping[tuple[str, str], bool]
@@ -294,7 +286,7 @@ class GeneratingPolicyEngine:
             message = f"rule is {'passed' if outcome == PASS else 'skipped'} due to policy exception: {keys}"
             return Generation(dataclasses.replace(base, result=outcome, message=message, exception=names,
                                                   properties={"exceptions": names}))
-        run = _PolicyRun(self.compiled, data, match.partial)
+        run = PolicyRun(self.compiled, data, match.partial)
         skipped = conditions_outcome(run, self.compiled.match_conditions, "Fail",
                                      error_prefix="failed to evaluate policy: ")
         if skipped is not None:
@@ -321,9 +313,9 @@ class GeneratingPolicyEngine:
         api_version, kind, namespace, name, uid = data.identity()
         return Result(self.policy.key, PASS, "", api_version, kind, namespace, name, uid)
 
-    def _items(self) -> list[tuple[int, Callable[[_PolicyRun], list[Downstream]]]]:
+    def _items(self) -> list[tuple[int, Callable[[PolicyRun], list[Downstream]]]]:
         """The generate items in order, each a function of the policy run giving its objects."""
-        out: list[tuple[int, Callable[[_PolicyRun], list[Downstream]]]] = []
+        out: list[tuple[int, Callable[[PolicyRun], list[Downstream]]]] = []
         for index, prog in self.compiled.expressions:
             out.append((index, functools.partial(self._expression, prog=prog)))
         for index, template, programs in self.compiled.templates:
@@ -331,7 +323,7 @@ class GeneratingPolicyEngine:
         out.sort(key=lambda item: item[0])
         return out
 
-    def _expression(self, run: _PolicyRun, prog: Any) -> list[Downstream]:
+    def _expression(self, run: PolicyRun, prog: Any) -> list[Downstream]:
         with collecting() as calls:
             value = run.eval(prog)
         if not isinstance(value, bool):
@@ -339,7 +331,7 @@ class GeneratingPolicyEngine:
         return [self._place(obj, self.policy.namespace if namespace is None else namespace)
                 for namespace, objects in calls for obj in _expanded(objects)]
 
-    def _template(self, run: _PolicyRun, template: Any, programs: Mapping[str, Any]) -> list[Downstream]:
+    def _template(self, run: PolicyRun, template: Any, programs: Mapping[str, Any]) -> list[Downstream]:
         """A template's objects, grouped by their namespace (the groups in the order they first appear), as
         Kyverno hands them over."""
 
@@ -395,7 +387,7 @@ class GeneratingPolicyEngine:
             md.pop("namespace", None)
         return Downstream(obj, source_uid)
 
-    def _audit(self, run: _PolicyRun) -> dict[str, str]:
+    def _audit(self, run: PolicyRun) -> dict[str, str]:
         """The audit annotations that evaluate to a non-empty string; one that fails fails the generation, as in
         Kyverno (it comes after the objects are generated)."""
         out: dict[str, str] = {}
@@ -416,63 +408,7 @@ def _builtin_scope(api_version: str, kind: str) -> bool | None:
     return None if info is None else info.namespaced
 
 
-#: What a DeletingPolicy says of an object (Kyverno's CLI: ``pass`` would be deleted).
-DELETE, KEEP = "resource matched", "resource did not match"
-
-
-class DeletingPolicyEngine:
-    """A compiled DeletingPolicy with its exceptions: which objects it deletes."""
-
-    def __init__(self, policy: DeletingPolicy, exceptions: Sequence[CompiledException] = (), *,
-                 confined: bool = True):
-        """``confined``: a namespaced policy selects objects of its namespace only (the cluster; Kyverno's CLI
-        hands it every resource)."""
-        self.policy = policy
-        self.confined = confined
-        self.compiled: CompiledDeletingPolicy = compile_deleting_policy(policy)
-        self.exceptions = [e for e in exceptions if e.exception.applies_to(policy)]
-
-    @property
-    def ok(self) -> bool:
-        return self.compiled.ok
-
-    def selects(self, subject: Subject) -> bool:
-        """Whether the policy's matchConstraints (any operation) select ``subject``, in its namespace for a
-        namespaced policy."""
-        policy = self.policy
-        if policy.namespace and self.confined and not (subject.type.namespaced and
-                                                       subject.namespace == policy.namespace):
-            return False
-        rules = policy.spec.match_constraints
-        if rules is None:
-            return False
-        anything = dataclasses.replace(rules, resource_rules=tuple(
-            dataclasses.replace(r, operations=("*",)) for r in rules.resource_rules), exclude_resource_rules=tuple(
-            dataclasses.replace(r, operations=("*",)) for r in rules.exclude_resource_rules))
-        return constraints_match(anything, subject)
-
-    def evaluate(self, subject: Subject) -> Result | None:
-        """``pass`` (delete it), ``fail`` (keep it: a condition is false, or an exception) or ``error``; None when
-        the policy does not select ``subject``."""
-        if not self.compiled.ok or not self.selects(subject):
-            return None
-        data = SubjectData(dataclasses.replace(subject, old_object=None), absent_as_empty=False)
-        if subject.type.group == "" and subject.type.kind == "Namespace":
-            data.data["namespaceObject"] = subject.object  # a Namespace is its own (Kyverno's namespace lister)
-        for unbound in ("oldObject", "request"):
-            data.data.pop(unbound, None)  # declared, never bound (Kyverno): reading them is an evaluation error
-        api_version, kind, namespace, name, uid = data.identity()
-        result = Result(self.policy.key, PASS, DELETE, api_version, kind, namespace, name, uid)
-        for exc, errors in exception_matches(self.exceptions, data):
-            # Any exception whose conditions hold keeps the object (its images, values and reportResult play no
-            # part); an error before one does is the object's error.
-            if errors:
-                return dataclasses.replace(result, result=ERROR, message="; ".join(r for _n, r in errors))
-            return dataclasses.replace(result, result="fail", message=KEEP, exception=exc.exception.name)
-        run = _PolicyRun(self.compiled, data, None)
-        outcome = conditions_outcome(run, self.compiled.match_conditions, "Fail", error_prefix=" ")
-        if outcome is None:
-            return result
-        if outcome[0] == SKIP:
-            return dataclasses.replace(result, result="fail", message=KEEP)
-        return dataclasses.replace(result, result=ERROR, message=outcome[1].strip())
+def worker_engine(policy: GeneratingPolicy, exceptions: Sequence[PolicyException],
+                  scopes: KnownScopes) -> GeneratingPolicyEngine:
+    """The engine an evaluation worker builds from plain data (vpol.policies.sandbox)."""
+    return GeneratingPolicyEngine(policy, [compile_exception(e) for e in exceptions], namespaced=scopes)

@@ -29,8 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.compiler import CompiledMutatingPolicy, compile_mutating_policy
-from vpol.engine.autogen import mutating_autogen_configs
 from vpol.engine.evaluate import (
     ERROR,
     PASS,
@@ -38,7 +36,7 @@ from vpol.engine.evaluate import (
     EvaluationError,
     Result,
     SubjectData,
-    _PolicyRun,
+    PolicyRun,
     conditions_outcome,
     exempted,
     match_exceptions,
@@ -48,7 +46,9 @@ from vpol.engine.match import constraints_match
 from vpol.engine.merge import MergeError, apply_configuration
 from vpol.engine.request import Subject
 from vpol.model.discovery import builtin
-from vpol.model.mutating import PATCH_APPLY_CONFIGURATION, MutatingPolicy
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import CompiledMutatingPolicy, compile_mutating_policy
+from vpol.policies.mutating.model import PATCH_APPLY_CONFIGURATION, MutatingPolicy
 
 SchemaSource = Callable[[str, str, str], Mapping[str, Any] | None]
 #: How Kyverno's MutatingPolicy engine begins the message of a policy it could not evaluate (its matchConditions'
@@ -136,7 +136,7 @@ class MutatingPolicyEngine:
         subject = dataclasses.replace(trigger, old_object=None, namespace_object=None)
         # oldObject is null, not {}: Kyverno's background controller evaluates the expression with the trigger
         # (the deleted object for a DELETE) as object and no old object at all.
-        run = _PolicyRun(compiled, SubjectData(subject, absent_as_empty=False), None)
+        run = PolicyRun(compiled, SubjectData(subject, absent_as_empty=False), None)
         # ``conditions=False``: Kyverno's CLI resolves targets without the trigger's matchConditions.
         if conditions and conditions_outcome(run, compiled.match_conditions, "Fail") is not None:
             return Targets(matched=False)
@@ -178,7 +178,7 @@ class MutatingPolicyEngine:
             outcome, message, _name = exempted(exceptions.exempt)
             return self._result(subject, original, outcome, message)
         # Partial exceptions (images, values) feed the `exceptions` variable, as for validations.
-        run = _PolicyRun(compiled, data, exceptions.partial)
+        run = PolicyRun(compiled, data, exceptions.partial)
         stop = conditions_outcome(run, compiled.match_conditions if conditions is None else conditions,
                                   compiled.policy.spec.failure_policy, error_prefix=MUTATION_FAILED)
         if stop is not None:

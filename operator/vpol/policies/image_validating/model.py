@@ -16,32 +16,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpol.model.attestation import COSIGN_PREDICATE_TYPES, Attestation
 from vpol.model.documents import Document
 from vpol.model.image_glob import GlobError, compile_glob
-from vpol.model.mutating import MUTATING_VERSIONS
-from vpol.model.parse import _CEL_IDENT, Reader, _spec, parse_kind
-from vpol.model.policy import GROUP, PolicyIdentity, PolicySpec
+from vpol.model.parse import CEL_IDENT, Reader, policy_spec, parse_kind
+from vpol.model.policy import GROUP, VERSIONS, PolicyIdentity, PolicySpec
 from vpol.model.problems import Position, Problem
 
 IMAGE_VALIDATING_KIND = "ImageValidatingPolicy"
 NAMESPACED_IMAGE_VALIDATING_KIND = "NamespacedImageValidatingPolicy"
 IMAGE_VALIDATING_KINDS = (IMAGE_VALIDATING_KIND, NAMESPACED_IMAGE_VALIDATING_KIND)
 #: Served as the other policy kinds: v1, v1beta1 (storage) and v1alpha1 (deprecated); the namespaced kind v1, v1beta1.
-IMAGE_VALIDATING_VERSIONS = MUTATING_VERSIONS
+IMAGE_VALIDATING_VERSIONS = VERSIONS
 HASH_ALGORITHMS = ("sha224", "sha256", "sha384", "sha512")
-#: cosign's short names for predicate types (``cosign attest --type``), which ``intoto.type`` accepts too.
-COSIGN_PREDICATE_TYPES = {
-    "custom": "https://cosign.sigstore.dev/attestation/v1",
-    "slsaprovenance": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance02": "https://slsa.dev/provenance/v0.2",
-    "slsaprovenance1": "https://slsa.dev/provenance/v1",
-    "spdx": "https://spdx.dev/Document",
-    "spdxjson": "https://spdx.dev/Document",
-    "cyclonedx": "https://cyclonedx.org/bom",
-    "link": "https://in-toto.io/Link/v1",
-    "vuln": "https://cosign.sigstore.dev/attestation/vuln/v1",
-    "openvex": "https://openvex.dev/ns",
-}
 CREDENTIAL_PROVIDERS = ("default", "amazon", "azure", "google", "github")
 
 
@@ -116,15 +103,6 @@ class Attestor:
     notary: NotaryAttestor | None = None
     #: The attestor as written (what CEL's ``attestors.<name>`` holds).
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Attestation:
-    """A signed statement about the image: ``intoto`` (its predicate type) or ``referrer`` (its artifact type)."""
-
-    name: str
-    intoto_type: str = ""
-    referrer_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -318,7 +296,7 @@ def _cosign(r: Reader, data: Any, here: str) -> CosignAttestor:
 
 def _unique_name(r: Reader, item: dict[str, Any], here: str, seen: dict[str, str], what: str) -> str:
     name = r.str_(item, "name", here, required=True)
-    if name and not _CEL_IDENT.match(name):
+    if name and not CEL_IDENT.match(name):
         # Reached in CEL as attestors.<name> / attestations.<name>; any string works through attestors["x-y"].
         r.problem(f"{here}.name", f'"{name}" is not a CEL identifier: reach it as {what}["{name}"]', "warning")
     if name in seen:
@@ -396,7 +374,7 @@ def _extractor(r: Reader, item: dict[str, Any], here: str) -> tuple[str, str] | 
 
 
 def _image_spec(r: Reader, data: Any) -> ImageValidatingSpec:
-    frame = _spec(r, data, _SPEC_FIELDS, any_reason=True)
+    frame = policy_spec(r, data, _SPEC_FIELDS, any_reason=True)
     d = r.obj(data, "spec")
     vc = r.obj(d.get("validationConfigurations"), "spec.validationConfigurations",
                ("mutateDigest", "verifyDigest", "required"))

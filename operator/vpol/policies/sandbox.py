@@ -20,8 +20,8 @@ answer, so the serving process only moves bytes; the round trip is awaited on
 the event loop (no thread per request).
 
 Every other kind's engine runs in a worker too, loaded by key (``load``, ``call``): the
-engines :data:`KIND_ENGINES` builds from plain data (GeneratingPolicy, DeletingPolicy) are
-held under the policy's key and called on subjects with the same deadline and memory cap.
+engines a kind builds from plain data (its ``worker_engine`` in vpol.policies.registry: GeneratingPolicy,
+DeletingPolicy) are held under the policy's key and called on subjects with the same deadline and memory cap.
 
 GlobalContextEntry data (``globalContext.Get``) reaches a worker from the
 operator's store (vpol.engine.global_context): before a request, a worker
@@ -46,26 +46,17 @@ from typing import Any, NamedTuple
 from vpol.cel.backend import Backend, using
 from vpol.cel.global_context import GlobalContextView
 from vpol.engine.admission import decide, mutation_response, review_response, subject_for_request
-from vpol.engine.autogen import mutating_autogen_configs
-from vpol.engine.evaluate import (
-    ERROR,
-    Batches,
-    CompiledException,
-    PolicyEngine,
-    Rendered,
-    Result,
-    SubjectData,
-    compile_exception,
-)
-from vpol.engine.generate import DeletingPolicyEngine, GeneratingPolicyEngine, KnownScopes
+from vpol.engine.evaluate import ERROR, CompiledException, Rendered, Result, SubjectData, compile_exception
 from vpol.engine.global_context import GlobalContextBackend, GlobalContextSource
 from vpol.engine.match import constraints_match
-from vpol.engine.mutate import MutatingPolicyEngine, Targets, mutate_all
 from vpol.engine.request import Subject
-from vpol.model.deleting import DeletingPolicy
-from vpol.model.generating import GeneratingPolicy
-from vpol.model.mutating import MutatingPolicy
-from vpol.model.policy import PolicyException, ValidatingPolicy
+from vpol.model.policy import PolicyException
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.engine import MutatingPolicyEngine, Targets, mutate_all
+from vpol.policies.mutating.model import MutatingPolicy
+from vpol.policies.registry import kind_named
+from vpol.policies.validating.engine import Batches, PolicyEngine
+from vpol.policies.validating.model import ValidatingPolicy
 
 
 @dataclass(frozen=True)
@@ -82,18 +73,12 @@ class Limits:
 Applied = tuple[dict[str, Any] | None, list[Result], list[Result] | list[Rendered]]
 
 
-def _generating_engine(policy: GeneratingPolicy, exceptions: Sequence[PolicyException],
-                       scopes: KnownScopes) -> GeneratingPolicyEngine:
-    return GeneratingPolicyEngine(policy, [compile_exception(e) for e in exceptions], namespaced=scopes)
-
-
-def _deleting_engine(policy: DeletingPolicy, exceptions: Sequence[PolicyException]) -> DeletingPolicyEngine:
-    return DeletingPolicyEngine(policy, [compile_exception(e) for e in exceptions])
-
-
-#: The engines a worker builds by kind from plain data (``SandboxedEvaluator.load``): the policy, its exceptions
-#: and what else the kind's engine is made with.
-KIND_ENGINES: dict[str, Any] = {"GeneratingPolicy": _generating_engine, "DeletingPolicy": _deleting_engine}
+def _worker_engine(kind: str) -> Any:
+    """What builds ``kind``'s engine in a worker (its registry entry's ``worker_engine``)."""
+    described = kind_named(kind)
+    if described is None or described.worker_engine is None:
+        raise KeyError(f"no engine of {kind} runs in a worker")
+    return described.worker_engine
 
 
 def _validate(engines: list[PolicyEngine], subject: Subject, only: frozenset[int] | None,
@@ -161,7 +146,7 @@ def admit_request(engines: Sequence[PolicyEngine], mutating_engines: Sequence[Mu
                   req: dict[str, Any], call: AdmissionCall, started: float, subject: Subject | None = None,
                   data: SubjectData | None = None, webhook: Answering | None = None) -> AdmissionAnswer:
     """The answer to one decoded AdmissionRequest (``req``) by these engines: what a worker does with a request,
-    and what the serving process does with one it may evaluate itself (vpol.engine.inline); ``subject`` and
+    and what the serving process does with one it may evaluate itself (vpol.policies.inline); ``subject`` and
     ``data``: the request's subject and its CEL inputs, ``webhook``: :func:`answering_set` of ``engines`` for the
     request's webhook, when the caller made them already."""
     uid = str(req.get("uid") or "")
@@ -268,7 +253,7 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                     continue
                 if op == "engine":
                     key, kind, args = subjects
-                    held[key] = KIND_ENGINES[kind](*args)
+                    held[key] = _worker_engine(kind)(*args)
                     conn.send(("ok", None))
                     continue
                 if op == "call":
@@ -452,7 +437,8 @@ class SandboxedEvaluator:
 
     def load(self, key: str, kind: str, *args: Any) -> None:
         """Hold ``kind``'s engine under ``key``, built in the worker from ``args`` (plain data:
-        :data:`KIND_ENGINES`); sent before the next :meth:`call` of it, and again to a worker started anew."""
+        :attr:`vpol.model.kind.PolicyKind.worker_engine`); sent before the next :meth:`call` of it, and again
+        to a worker started anew."""
         self._kinds[key] = (kind, args)
         self._held.discard(key)
 

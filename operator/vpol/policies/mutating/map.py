@@ -2,13 +2,14 @@
 
 Kyverno's mapping (its admission policy generator, pkg/admissionpolicy): ``mpol-<policy>`` and
 ``mpol-<policy>-binding`` (the binding names only the policy), metadata as for ValidatingAdmissionPolicies
-(vpol.desired.vap: Kyverno's managed-by label, an ownerReference to the policy at v1beta1); matchConditions
-after one negated condition per condition of each PolicyException (named as the condition), variables and
+(vpol.desired.admission_policy: Kyverno's managed-by label, an ownerReference to the policy at v1beta1);
+matchConditions after one negated condition per condition of each PolicyException (named as the condition), variables
+and
 mutations copied verbatim, failurePolicy copied; reinvocationPolicy ``Never`` unless the policy says
 ``IfNeeded``. None for a policy with ``evaluation.useServerSideApply`` (its merge replaces atomic fields, which
 a MAP refuses), as in Kyverno.
 
-Beyond Kyverno, as for ValidatingAdmissionPolicies (see vpol.desired.vap and
+Beyond Kyverno, as for ValidatingAdmissionPolicies (see vpol.desired.admission_policy and
 docs/kyverno-compatibility.md): the whole matchConstraints is copied (Kyverno keeps only the
 resource rules, so a namespace or object selector would be lost), and a pod
 policy gets one MAP + binding per pod-controller autogen config
@@ -28,9 +29,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vpol.cel.compiler import MUTATION_ROLES, compile_mutating_policy, variable_references
+from vpol.cel.compiler import MUTATION_ROLES, variable_references
 from vpol.cel.typecheck import check_policy
-from vpol.desired.vap import (
+from vpol.desired.admission_policy import (
     VapPlan,
     exception_parts,
     generated_metadata,
@@ -41,9 +42,10 @@ from vpol.desired.vap import (
     qualified_conditions,
     spec_fields,
 )
-from vpol.engine.autogen import mutating_autogen_configs
-from vpol.model.mutating import MutatingPolicy
 from vpol.model.policy import PolicyException
+from vpol.policies.mutating.autogen import mutating_autogen_configs
+from vpol.policies.mutating.compile import compile_mutating_policy
+from vpol.policies.mutating.model import MutatingPolicy
 
 #: The MutatingAdmissionPolicy version used when the cluster's is not known (GA since Kubernetes 1.36).
 MAP_API_VERSION = "admissionregistration.k8s.io/v1"

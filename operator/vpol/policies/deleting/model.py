@@ -15,15 +15,14 @@ from typing import Any
 
 from vpol.model import schedule
 from vpol.model.documents import Document
-from vpol.model.mutating import MUTATING_VERSIONS
-from vpol.model.parse import Reader, _match_resources, _named_expressions, parse_kind
-from vpol.model.policy import GROUP, MatchResources, NamedExpression, PolicyIdentity
+from vpol.model.parse import Reader, match_resources, named_expressions, parse_kind
+from vpol.model.policy import GROUP, VERSIONS, MatchResources, NamedExpression, PolicyIdentity
 from vpol.model.problems import Position, Problem
 
 DELETING_KIND = "DeletingPolicy"
 NAMESPACED_DELETING_KIND = "NamespacedDeletingPolicy"
 DELETING_KINDS = (DELETING_KIND, NAMESPACED_DELETING_KIND)
-DELETING_VERSIONS = MUTATING_VERSIONS
+DELETING_VERSIONS = VERSIONS
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
@@ -67,7 +66,7 @@ class DeletingPolicy(PolicyIdentity):
 
 def _deleting_spec(r: Reader, data: Any) -> DeletingSpec:
     d = r.obj(data, "spec", ("matchConstraints", "conditions", "variables", "schedule", "deletionPropagationPolicy"))
-    match = _match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
+    match = match_resources(r, d.get("matchConstraints"), "spec.matchConstraints")
     if match is None or not match.resource_rules:
         r.problem("spec.matchConstraints", "a matchConstraints with at least one resource rule is required")
     cron = r.str_(d, "schedule", "spec")
@@ -77,8 +76,8 @@ def _deleting_spec(r: Reader, data: Any) -> DeletingSpec:
         r.problem("spec.schedule", f"schedule spec in the deletingPolicy is not in proper cron format: {why}")
     return DeletingSpec(
         match_constraints=match,
-        conditions=_named_expressions(r, d, "conditions", "spec", ident=False),
-        variables=_named_expressions(r, d, "variables", "spec", ident=True),
+        conditions=named_expressions(r, d, "conditions", "spec", ident=False),
+        variables=named_expressions(r, d, "variables", "spec", ident=True),
         schedule=cron,
         deletion_propagation_policy=r.str_(d, "deletionPropagationPolicy", "spec", choices=PROPAGATION_POLICIES),
     )
