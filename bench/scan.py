@@ -1434,14 +1434,27 @@ def clear_reports(kube: Any, namespaces: int) -> None:
     """Every PolicyReport goes, also those of objects outside the bench's namespaces (vpol's own Deployment,
     which the Pod policies match through autogen), so the next phase starts with none."""
     custom: Any = client.CustomObjectsApi(kube.api_client)
-    others = {str(r["metadata"].get("namespace", "")) for items, _rv in list_pages(kube.api_client, *REPORTS)
-              for r in items}
-    spaces = sorted({f"{NS_PREFIX}{i:02d}" for i in range(namespaces)} | others)
-    # One deletecollection per namespace, several at once (the API server deletes a collection's items one by one).
+    per_namespace = Counter(str(r["metadata"].get("namespace", ""))
+                            for items, _rv in list_pages(kube.api_client, *REPORTS) for r in items)
+    spaces = sorted({f"{NS_PREFIX}{i:02d}" for i in range(namespaces)} | set(per_namespace))
+
+    def clear(ns: str) -> None:
+        # The API server deletes a collection's items one by one, within its 60 s request timeout: 1,000 reports
+        # in each of 100 namespaces (100,000 Pods) do not fit, and it answers 504 having deleted some. Asked again
+        # until one call finishes.
+        for attempt in range(30):
+            try:
+                custom.delete_collection_namespaced_custom_object(*REPORTS[:2], ns, REPORTS[2])
+                return
+            except ApiException as exc:
+                if exc.status not in (500, 504) or attempt == 29:
+                    raise
+
+    # One deletecollection per namespace, several at once.
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda ns: custom.delete_collection_namespaced_custom_object(*REPORTS[:2], ns, REPORTS[2]),
-                      spaces))
-    wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0], 300, 1)
+        list(pool.map(clear, spaces))
+    wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0],
+               max(300.0, sum(per_namespace.values()) / 50), 1)
 
 
 @dataclass
