@@ -155,6 +155,7 @@ from common import (  # noqa: E402
     table,
     wait_until,
 )
+import urllib3  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
@@ -1440,14 +1441,14 @@ def clear_reports(kube: Any, namespaces: int) -> None:
 
     def clear(ns: str) -> None:
         # The API server deletes a collection's items one by one, within its 60 s request timeout: 1,000 reports
-        # in each of 100 namespaces (100,000 Pods) do not fit, and it answers 504 having deleted some. Asked again
-        # until one call finishes.
+        # in each of 100 namespaces (100,000 Pods) do not fit, and it answers 504 having deleted some, or (its
+        # memory at its limit) cuts the answer short. Asked again until one call finishes.
         for attempt in range(30):
             try:
                 custom.delete_collection_namespaced_custom_object(*REPORTS[:2], ns, REPORTS[2])
                 return
-            except ApiException as exc:
-                if exc.status not in (500, 504) or attempt == 29:
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:
+                if getattr(exc, "status", 504) not in (500, 504) or attempt == 29:
                     raise
 
     # One deletecollection per namespace, several at once.
