@@ -184,6 +184,26 @@ class PolicyIdentity:
         return LABEL_REPORTS_DISABLED in self.labels
 
 
+@dataclass(frozen=True, kw_only=True)
+class PolicyObject(PolicyIdentity):
+    """The metadata every kind's typed policy carries: each kind's dataclass (vpol.policies.<kind>.model) derives
+    from it and puts its ``name``, ``spec`` and ``kind`` in front (these are keyword-only)."""
+
+    api_version: str = f"{GROUP}/v1"
+    #: Set for a namespaced variant.
+    namespace: str = ""
+    uid: str = ""
+    generation: int = 0
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
+    annotations: dict[str, str] = field(default_factory=dict, compare=False)
+    #: The object as written (after parsing), for text rewrites and output.
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Where it came from (file name) when read from disk.
+    source: str = field(default="", compare=False)
+    #: Position in the source file of each field, by field path.
+    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
+
+
 class Referable(Protocol):
     """What a PolicyException's ``policyRefs`` compare a policy by."""
 

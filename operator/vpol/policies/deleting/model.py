@@ -9,15 +9,14 @@ On its ``schedule`` (cron, vpol.model.schedule) a DeletingPolicy lists the objec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.model import schedule
 from vpol.model.documents import Document
 from vpol.model.parse import Reader, match_resources, named_expressions, parse_kind
-from vpol.model.policy import GROUP, VERSIONS, MatchResources, NamedExpression, PolicyIdentity
-from vpol.model.problems import Position, Problem
+from vpol.model.policy import GROUP, VERSIONS, MatchResources, NamedExpression, PolicyObject
+from vpol.model.problems import Problem
 
 DELETING_KIND = "DeletingPolicy"
 NAMESPACED_DELETING_KIND = "NamespacedDeletingPolicy"
@@ -37,19 +36,10 @@ class DeletingSpec:
 
 
 @dataclass(frozen=True)
-class DeletingPolicy(PolicyIdentity):
+class DeletingPolicy(PolicyObject):
     name: str
     spec: DeletingSpec
     kind: str = DELETING_KIND
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    source: str = field(default="", compare=False)
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def json_mode(self) -> bool:

@@ -11,14 +11,13 @@ as generated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.model.documents import Document
 from vpol.model.parse import Reader, audit_annotation, match_resources, named_expressions, parse_kind
-from vpol.model.policy import GROUP, VERSIONS, AuditAnnotation, MatchResources, NamedExpression, PolicyIdentity
-from vpol.model.problems import Position, Problem
+from vpol.model.policy import GROUP, VERSIONS, AuditAnnotation, MatchResources, NamedExpression, PolicyObject
+from vpol.model.problems import Problem
 
 GENERATING_KIND = "GeneratingPolicy"
 NAMESPACED_GENERATING_KIND = "NamespacedGeneratingPolicy"
@@ -68,19 +67,10 @@ class GeneratingSpec:
 
 
 @dataclass(frozen=True)
-class GeneratingPolicy(PolicyIdentity):
+class GeneratingPolicy(PolicyObject):
     name: str
     spec: GeneratingSpec
     kind: str = GENERATING_KIND
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    source: str = field(default="", compare=False)
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def json_mode(self) -> bool:

@@ -20,8 +20,8 @@ from vpol.model.attestation import COSIGN_PREDICATE_TYPES, Attestation
 from vpol.model.documents import Document
 from vpol.model.image_glob import GlobError, compile_glob
 from vpol.model.parse import CEL_IDENT, Reader, policy_spec, parse_kind
-from vpol.model.policy import GROUP, VERSIONS, PolicyIdentity, PolicySpec
-from vpol.model.problems import Position, Problem
+from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec
+from vpol.model.problems import Problem
 
 IMAGE_VALIDATING_KIND = "ImageValidatingPolicy"
 NAMESPACED_IMAGE_VALIDATING_KIND = "NamespacedImageValidatingPolicy"
@@ -131,19 +131,10 @@ class ImageValidatingSpec(PolicySpec):
 
 
 @dataclass(frozen=True)
-class ImageValidatingPolicy(PolicyIdentity):
+class ImageValidatingPolicy(PolicyObject):
     name: str
     spec: ImageValidatingSpec
     kind: str = IMAGE_VALIDATING_KIND
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    source: str = field(default="", compare=False)
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def json_mode(self) -> bool:

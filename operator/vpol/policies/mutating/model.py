@@ -10,7 +10,6 @@ in order, as a MutatingAdmissionPolicy does (seeds: the MAP reference).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +23,9 @@ from vpol.model.policy import (
     MatchResources,
     NamedExpression,
     PodControllers,
-    PolicyIdentity,
+    PolicyObject,
 )
-from vpol.model.problems import Position, Problem
+from vpol.model.problems import Problem
 
 MUTATING_KIND = "MutatingPolicy"
 #: The namespaced twin: the same spec, acting only on objects in its own namespace.
@@ -92,19 +91,10 @@ class MutatingSpec:
 
 
 @dataclass(frozen=True)
-class MutatingPolicy(PolicyIdentity):
+class MutatingPolicy(PolicyObject):
     name: str
     spec: MutatingSpec
     kind: str = MUTATING_KIND
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    source: str = field(default="", compare=False)
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def json_mode(self) -> bool:

@@ -5,35 +5,22 @@ ImageValidatingPolicy shares, so it is vpol.model's, as is the parsing of it (vp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.model.documents import Document
 from vpol.model.parse import policy_head, policy_metadata, policy_spec
-from vpol.model.policy import GROUP, VERSIONS, PolicyIdentity, PolicySpec
-from vpol.model.problems import Position, Problem
+from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec
+from vpol.model.problems import Problem
 
 KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 
 
 @dataclass(frozen=True)
-class ValidatingPolicy(PolicyIdentity):
+class ValidatingPolicy(PolicyObject):
     name: str
     spec: PolicySpec
     kind: str = "ValidatingPolicy"
-    api_version: str = f"{GROUP}/v1"
-    namespace: str = ""  # set for NamespacedValidatingPolicy
-    uid: str = ""
-    generation: int = 0
-    labels: dict[str, str] = field(default_factory=dict, compare=False)
-    annotations: dict[str, str] = field(default_factory=dict, compare=False)
-    #: The object as written (after parsing), for text rewrites and output.
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    #: Where it came from (file name) when read from disk.
-    source: str = field(default="", compare=False)
-    #: Position in the source file of each field, by field path.
-    positions: Mapping[str, Position] = field(default_factory=dict, compare=False, repr=False)
 
 
     @property
