@@ -66,6 +66,7 @@ from common import (  # noqa: E402
     CpuMeter,
     MemorySampler,
     descendants,
+    pss_kib,
     ensure_namespaces,
     install_vpol,
     ms,
@@ -557,17 +558,6 @@ def interleave(cfg: client.Configuration, clients: int, phases: dict[str, str], 
     finally:
         gc.enable()
     return results
-
-
-def pss_kib(pid: int) -> int:
-    """Proportional set size (shared pages divided among the processes sharing them), from smaps_rollup."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class PeerMemory(threading.Thread):

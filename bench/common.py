@@ -319,6 +319,18 @@ def status_kib(pid: int, key: str) -> int:
     return 0
 
 
+def pss_kib(pid: int) -> int:
+    """A process's proportional set size (shared pages divided among the processes sharing them), from
+    /proc/PID/smaps_rollup; 0 when unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

@@ -146,6 +146,7 @@ from common import (  # noqa: E402
     control_plane_parts,
     cpu_seconds,
     descendants,
+    pss_kib,
     install_vpol,
     metric_sum,
     pooled_client,
@@ -743,17 +744,6 @@ def store_rows(db: reports_server.PostgreSQL, server: reports_server.ReportsServ
     rows.append(["  PostgreSQL database reportsdb (pg_database_size) / table policyreports (with indexes, TOAST)",
                  f"{size / 2**20:.0f} / {int(tables[1]) / 2**20:.0f} MiB ({tables[0]} rows)", ""])
     return rows
-
-
-def pss_kib(pid: int) -> int:
-    """A process's proportional set size (/proc/PID/smaps_rollup), 0 when unreadable."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 # -- main -------------------------------------------------------------------------------------
