@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from vpol.kube.dynamic import METADATA_ANSWER, collection_path, encoded, list_pages, object_path, send_encoded
+from vpol.kube.dynamic import (
+    METADATA_ANSWER,
+    collection_path,
+    encoded,
+    get_object,
+    list_pages,
+    object_path,
+    send_encoded,
+)
 from vpol.kube.objects import FIELD_MANAGER
+
+logger = logging.getLogger(__name__)
 
 GROUP, VERSION = "wgpolicyk8s.io", "v1alpha2"
 #: Reports are read back in small pages: a parsed page is several times its JSON size,
 #: and a restart reads one report per scanned resource.
 REPORT_PAGE_SIZE = 100
+#: The APIService of the reports' group-version: local (the API server's CRDs) or another API server's (Kyverno's
+#: reports-server, which keeps them in PostgreSQL).
+APISERVICE = f"{VERSION}.{GROUP}"
 
 
 class Reports:
@@ -25,15 +39,37 @@ class Reports:
 
     def existing(self, label_selector: str) -> Iterator[dict[str, Any]]:
         """Every report carrying ``label_selector``, both kinds, page by page; the next page is fetched while the
-        caller works on this one (a restart reads back one report per scanned resource)."""
+        caller works on this one (a restart reads back one report per scanned resource).
+
+        Served by another API server (:meth:`aggregated`: Kyverno's reports-server), whose lists ignore ``limit``
+        and come whole, PolicyReports are read namespace by namespace: a restart then holds one namespace's
+        reports at a time instead of every report in one answer (at 10,000 Pods, 480 MiB against 144 MiB)."""
+        namespaces: list[str] = [""]
+        if self.aggregated():
+            namespaces = [str((n.get("metadata") or {}).get("name", "")) for items, _rv in
+                          list_pages(self.api, "", "v1", "namespaces") for n in items]
+            logger.info("reports are served by the APIService %s's own server (its lists are not paged): reading "
+                        "them back namespace by namespace (%d)", APISERVICE, len(namespaces))
         for plural in ("policyreports", "clusterpolicyreports"):
             try:
-                for items, _rv in list_pages(self.api, GROUP, VERSION, plural, label_selector=label_selector,
-                                             page_size=REPORT_PAGE_SIZE, prefetch=True):
-                    yield from items
+                for namespace in namespaces if plural == "policyreports" else [""]:
+                    for items, _rv in list_pages(self.api, GROUP, VERSION, plural, namespace=namespace,
+                                                 label_selector=label_selector, page_size=REPORT_PAGE_SIZE,
+                                                 prefetch=True):
+                        yield from items
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+
+    def aggregated(self) -> bool:
+        """Whether another API server serves the reports (the APIService names a Service, as Kyverno's
+        reports-server registers it) rather than the API server's own CRDs. False when that cannot be read (no
+        such APIService, or no permission to get it: the operator's ClusterRole grants exactly this one)."""
+        try:
+            service = get_object(self.api, "apiregistration.k8s.io", "v1", "apiservices", "", APISERVICE)
+        except (ApiException, ValueError):
+            return False
+        return bool(((service or {}).get("spec") or {}).get("service"))
 
     def apply(self, report: Mapping[str, Any]) -> str:
         """Server-side apply of a whole report (field manager vpol, forced); the report's new resourceVersion."""

@@ -175,6 +175,9 @@ def test_a_consistent_list_raises_the_expired_token_and_so_does_one_offered_noth
 
 
 def test_reports_are_read_back_with_the_next_page_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vpol.kube.reports as reports_module
+
+    monkeypatch.setattr(reports_module, "get_object", lambda *a: {"spec": {"group": "wgpolicyk8s.io"}})  # local
     server = _Server("/apis/wgpolicyk8s.io/v1alpha2/policyreports", "PolicyReport", "wgpolicyk8s.io/v1alpha2")
     cluster_reports = _Server("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "ClusterPolicyReport",
                               "wgpolicyk8s.io/v1alpha2")
@@ -190,3 +193,53 @@ def test_reports_are_read_back_with_the_next_page_in_flight(monkeypatch: pytest.
                 server.finished_one()
     assert seen == 2 * PAGES
     assert server.asked == [(0, 0)] + [(index, index - 1) for index in range(1, PAGES)]
+
+
+def test_reports_served_by_another_api_server_are_read_back_namespace_by_namespace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kyverno's reports-server answers a list whole, whatever its limit: with its APIService in place the
+    PolicyReports are read one namespace at a time (ClusterPolicyReports as before)."""
+    import vpol.kube.reports as reports_module
+
+    asked: list[str] = []
+
+    def call(_api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
+        asked.append(path)
+        if path == "/api/v1/namespaces":
+            items = [{"metadata": {"name": n}} for n in ("a", "b")]
+            return _Answer({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": items})
+        namespace = path.split("/namespaces/")[1].split("/")[0] if "/namespaces/" in path else ""
+        kind = "PolicyReport" if "/policyreports" in path else "ClusterPolicyReport"
+        items = [{"metadata": {"name": f"{kind}-{namespace}-{i}", "namespace": namespace}} for i in range(3)]
+        return _Answer({"kind": f"{kind}List", "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                        "metadata": {"resourceVersion": "1"}, "items": items})
+
+    monkeypatch.setattr(dynamic, "_call", call)
+    apiservice = {"spec": {"group": "wgpolicyk8s.io", "service": {"name": "reports-server",
+                                                                   "namespace": "reports-server"}}}
+    monkeypatch.setattr(reports_module, "get_object", lambda *a: apiservice)
+    api: Any = None
+    names = [r["metadata"]["name"] for r in Reports(api).existing("app.kubernetes.io/managed-by=vpol")]
+    assert names == [*(f"PolicyReport-{ns}-{i}" for ns in ("a", "b") for i in range(3)),
+                     *(f"ClusterPolicyReport--{i}" for i in range(3))]
+    assert asked == ["/api/v1/namespaces", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports",
+                     "/apis/wgpolicyk8s.io/v1alpha2/namespaces/b/policyreports",
+                     "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports"]
+
+
+@pytest.mark.parametrize("answer", [None, {"spec": {"group": "wgpolicyk8s.io", "groupPriorityMinimum": 1000}}, 403])
+def test_reports_are_served_by_the_api_server_itself_unless_the_apiservice_names_a_service(
+        monkeypatch: pytest.MonkeyPatch, answer: Any) -> None:
+    """No such APIService, a local one (the CRDs), or no permission to read it: one paged list, as always."""
+    from kubernetes.client.rest import ApiException
+
+    import vpol.kube.reports as reports_module
+
+    def get(*_args: Any) -> Any:
+        if answer == 403:
+            raise ApiException(status=403, reason="Forbidden")
+        return answer
+
+    monkeypatch.setattr(reports_module, "get_object", get)
+    api: Any = None
+    assert Reports(api).aggregated() is False
