@@ -184,6 +184,20 @@ class PolicyIdentity:
         return LABEL_REPORTS_DISABLED in self.labels
 
 
+def validation_expressions(spec: PolicySpec) -> list[tuple[str, str, str]]:
+    """The expressions of a spec's validations (and their messageExpressions) and audit annotations as (field path,
+    source, role), in evaluation order: the end of a ValidatingPolicy's and an ImageValidatingPolicy's
+    ``expressions()``."""
+    out: list[tuple[str, str, str]] = []
+    for i, val in enumerate(spec.validations):
+        out.append((f"spec.validations[{i}].expression", val.expression, "validation"))
+        if val.message_expression:
+            out.append((f"spec.validations[{i}].messageExpression", val.message_expression, "messageExpression"))
+    for i, aa in enumerate(spec.audit_annotations):
+        out.append((f"spec.auditAnnotations[{i}].valueExpression", aa.value_expression, "auditAnnotation"))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class PolicyObject(PolicyIdentity):
     """The metadata every kind's typed policy carries: each kind's dataclass (vpol.policies.<kind>.model) derives

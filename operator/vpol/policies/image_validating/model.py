@@ -20,7 +20,7 @@ from vpol.model.attestation import COSIGN_PREDICATE_TYPES, Attestation
 from vpol.model.documents import Document
 from vpol.model.image_glob import GlobError, compile_glob
 from vpol.model.parse import CEL_IDENT, Reader, policy_spec, parse_kind
-from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec
+from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec, validation_expressions
 from vpol.model.problems import Problem
 
 IMAGE_VALIDATING_KIND = "ImageValidatingPolicy"
@@ -174,13 +174,7 @@ class ImageValidatingPolicy(PolicyObject):
         for i, var in enumerate(s.variables):
             out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
         out.extend(self.attestor_expressions())
-        for i, val in enumerate(s.validations):
-            out.append((f"spec.validations[{i}].expression", val.expression, "validation"))
-            if val.message_expression:
-                out.append((f"spec.validations[{i}].messageExpression", val.message_expression, "messageExpression"))
-        for i, aa in enumerate(s.audit_annotations):
-            out.append((f"spec.auditAnnotations[{i}].valueExpression", aa.value_expression, "auditAnnotation"))
-        return out
+        return [*out, *validation_expressions(s)]
 
 
 def unverifiable(attestor: Attestor) -> str:

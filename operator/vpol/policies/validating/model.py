@@ -10,7 +10,7 @@ from typing import Any
 
 from vpol.model.documents import Document
 from vpol.model.parse import policy_head, policy_metadata, policy_spec
-from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec
+from vpol.model.policy import GROUP, VERSIONS, PolicyObject, PolicySpec, validation_expressions
 from vpol.model.problems import Problem
 
 KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
@@ -35,13 +35,7 @@ class ValidatingPolicy(PolicyObject):
             out.append((f"spec.matchConditions[{i}].expression", mc.expression, "matchCondition"))
         for i, var in enumerate(s.variables):
             out.append((f"spec.variables[{i}].expression", var.expression, "variable"))
-        for i, val in enumerate(s.validations):
-            out.append((f"spec.validations[{i}].expression", val.expression, "validation"))
-            if val.message_expression:
-                out.append((f"spec.validations[{i}].messageExpression", val.message_expression, "messageExpression"))
-        for i, aa in enumerate(s.audit_annotations):
-            out.append((f"spec.auditAnnotations[{i}].valueExpression", aa.value_expression, "auditAnnotation"))
-        return out
+        return [*out, *validation_expressions(s)]
 
 
 def is_policy_document(data: Any) -> bool:

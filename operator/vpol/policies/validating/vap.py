@@ -20,13 +20,8 @@ server or decide otherwise than its own engine, vpol's differ (see :func:`except
 
 Eligibility: Kubernetes mode, and every expression compiles with only the libraries the API server has.
 
-Beyond Kyverno (which always uses its webhook for them), a namespaced policy
-(NamespacedValidatingPolicy, NamespacedMutatingPolicy) is generated too, **pinned
-to its namespace** (see :func:`pinning`): its objects are named
-``nvpol-<namespace>.<name>`` (``nmpol-...`` for MAPs: a namespace name has no
-dot, so names never collide), carry the policy's namespace in a label instead of
-an ownerReference (a cluster-scoped object cannot be owned by a namespaced one;
-the reconciler removes them), and match only in the namespace.
+Beyond Kyverno, a NamespacedValidatingPolicy is generated too, pinned to its namespace
+(vpol.desired.admission_policy says how, for VAPs and MAPs alike).
 """
 
 from __future__ import annotations
