@@ -62,6 +62,9 @@ FEATURES: list[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]
     ("ClusterRole/vpol-operator", "wgpolicyk8s.io", ("policyreports", "clusterpolicyreports"),
      ("get", "list", "watch", "create", "update", "patch", "delete"), None,
      "background scan reports: vpol.kube.reports creates, replaces (PUT), applies, lists and deletes them"),
+    ("ClusterRole/vpol-operator", "apiregistration.k8s.io", ("apiservices",), ("get",), ("v1alpha2.wgpolicyk8s.io",),
+     "whether another API server serves the reports (Kyverno's reports-server): vpol.kube.reports reads them back "
+     "namespace by namespace then"),
     ("ClusterRole/vpol-operator", "authorization.k8s.io", ("selfsubjectaccessreviews",), ("create",), None,
      "RBACPermissionsGranted: vpol.kube.access.AccessChecker"),
     ("Role/vpol-scanner-lease", "coordination.k8s.io", ("leases",), ("get", "create", "update"), None,
