@@ -1,4 +1,5 @@
-"""Registry clients for ImageValidatingPolicies in a cluster: one per set of credentials a policy names.
+"""Registry access for ImageValidatingPolicies in a cluster: the credentials and settings each policy reads with,
+as plain data (vpol.oci.access) its evaluation worker builds a client from; and the client of ``image.GetMetadata``.
 
 A policy's ``credentials.secrets`` and its cosign attestors' ``source.PullSecrets`` name image pull Secrets (type
 ``kubernetes.io/dockerconfigjson``, or the older ``kubernetes.io/dockercfg``) in the operator's namespace, as
@@ -15,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -23,7 +24,8 @@ from kubernetes.client.rest import ApiException
 
 from vpol.controller import metrics
 from vpol.kube.dynamic import get_object
-from vpol.oci.registry import Credentials, RegistryClient
+from vpol.oci.access import RegistryAccess
+from vpol.oci.registry import RegistryClient
 from vpol.policies.image_validating.model import ImageValidatingPolicy
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,8 @@ def docker_config(secret: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 class RegistryClients:
-    """The registry client each policy reads with (thread-safe)."""
+    """The registry access each policy reads with (thread-safe): what its evaluation worker builds its client from
+    (vpol.oci.access)."""
 
     def __init__(self, api: client.ApiClient | None, namespace: str, *, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -65,27 +68,24 @@ class RegistryClients:
         self.timeout = timeout
         self.clock = clock
         self._lock = threading.Lock()
-        self._clients: dict[tuple[tuple[str, ...], bool], tuple[float, RegistryClient]] = {}
+        self._access: dict[tuple[tuple[str, ...], bool], tuple[float, RegistryAccess]] = {}
 
-    def _client(self, credentials: Credentials | None, insecure: bool) -> RegistryClient:
-        return RegistryClient(credentials, insecure=insecure, timeout=self.timeout,
-                              on_request=lambda kind: metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc())
-
-    def for_policy(self, policy: ImageValidatingPolicy) -> RegistryClient:
+    def access_for(self, policy: ImageValidatingPolicy) -> RegistryAccess:
+        """The access of ``policy``: its pull Secrets' Docker configs (read again after :data:`REFRESH_SECONDS`)
+        and ``allowInsecureRegistry``."""
         key = (secret_names(policy), policy.spec.credentials.allow_insecure_registry)
         with self._lock:
-            held = self._clients.get(key)
+            held = self._access.get(key)
         if held is not None and (not key[0] or self.clock() < held[0]):
             return held[1]
-        credentials = Credentials(self._configs(key[0])) if key[0] else None
-        if held is not None:
-            held[1].credentials = credentials or Credentials()
-            registry = held[1]
-        else:
-            registry = self._client(credentials, key[1])
+        access = RegistryAccess.of(self._configs(key[0]) if key[0] else [], insecure=key[1], timeout=self.timeout)
         with self._lock:
-            self._clients[key] = (self.clock() + REFRESH_SECONDS, registry)
-        return registry
+            self._access[key] = (self.clock() + REFRESH_SECONDS, access)
+        return access
+
+    def access(self, policies: Iterable[ImageValidatingPolicy]) -> dict[str, RegistryAccess]:
+        """The access of each policy, by key."""
+        return {p.key: self.access_for(p) for p in policies}
 
     def _configs(self, names: tuple[str, ...]) -> list[Mapping[str, Any]]:
         out: list[Mapping[str, Any]] = []

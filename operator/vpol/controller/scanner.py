@@ -45,7 +45,6 @@ from vpol.controller.scan_startup import StartupGate, StartupPolicies, scanned_p
 from vpol.controller.scan_watches import GVR, ScanWatches
 from vpol.controller.validation_scans import ValidationScans
 from vpol.desired.report import PolicyMeta
-from vpol.engine.evaluate import CompiledException, compile_exception
 from vpol.engine.global_context import GlobalContextSource
 from vpol.kube.access import AccessChecker
 from vpol.kube.errors import describe
@@ -98,9 +97,13 @@ class Scanner(threading.Thread):
         self.watches = ScanWatches(api, self._on_object)
         self.store = ReportStore(Reports(api), meta=self._meta, full_scope=self._full_scope)
         self.evaluation = ScanEvaluator(backend, self.options.limits, global_context)
+        fresh = backend.fresh() if isinstance(backend, LiveBackend) else backend
+        #: The worker GeneratingPolicies, DeletingPolicies and ImageValidatingPolicies are evaluated in, with the
+        #: same deadline and memory cap as the others (started at their first evaluation).
+        self.lifecycle_worker = SandboxedEvaluator([], (), fresh, self.options.limits, global_context=global_context)
         #: ImageValidatingPolicies (vpol.controller.image_scans): evaluated beside the validating policies.
-        self.images = ImageScans(exceptions=self._compiled_exceptions,
-                                 clients=RegistryClients(api, self.options.namespace), backend=backend)
+        self.images = ImageScans(exceptions=self._current_exceptions,
+                                 clients=RegistryClients(api, self.options.namespace), worker=self.lifecycle_worker)
         self.validation = ValidationScans(self.store, self.watches, self.evaluation, self.images, self._evaluator_now,
                                           events)
         #: MutatingPolicies with mutateExisting, GeneratingPolicies and DeletingPolicies: run here, with this
@@ -108,10 +111,6 @@ class Scanner(threading.Thread):
         self.mutation = BackgroundMutation(api, evaluator=self._evaluator_now, resolve=self.watches.resolve,
                                            namespaces=self.watches.namespaces, store=self.store.store_one,
                                            writes_per_second=self.options.mutation_writes_per_second)
-        fresh = backend.fresh() if isinstance(backend, LiveBackend) else backend
-        #: The worker GeneratingPolicies and DeletingPolicies are evaluated in, with the same deadline and memory cap
-        #: as the others (started at their first evaluation).
-        self.lifecycle_worker = SandboxedEvaluator([], (), fresh, self.options.limits, global_context=global_context)
         self.generation = Generation(api, resolve=self.watches.resolve, namespaces=self.watches.namespaces,
                                      discovery=lambda: self.discovery.get(), store=self.store.store_one,
                                      reported=self.store.reported,
@@ -194,10 +193,9 @@ class Scanner(threading.Thread):
         """Report writes done since the start."""
         return self.store.writes
 
-    def _compiled_exceptions(self) -> list[CompiledException]:
+    def _current_exceptions(self) -> list[PolicyException]:
         with self._lock:
-            exceptions = list(self._exceptions)
-        return [compile_exception(e) for e in exceptions]
+            return list(self._exceptions)
 
     def _notify_generating(self, key: str) -> None:
         if self.notify is not None:

@@ -239,8 +239,8 @@ class ValidationScans(RunnerDefaults):
             for _ in subjects:
                 metrics.EVALUATION_DURATION.observe(elapsed / len(subjects))
         if images and pairs:
-            for index, subject in enumerate(subjects):
-                results[index] = [*results[index], *self.images.evaluate(subject, only)]
+            for index, found in enumerate(self.images.evaluate_many(subjects, only)):
+                results[index] = [*results[index], *found]
         now = now_seconds()
         writes = []
         tally: Counter[tuple[str, str, str, str]] = Counter()

@@ -21,7 +21,10 @@ the event loop (no thread per request).
 
 Every other kind's engine runs in a worker too, loaded by key (``load``, ``call``): the
 engines a kind builds from plain data (its ``worker_engine`` in vpol.policies.registry: GeneratingPolicy,
-DeletingPolicy) are held under the policy's key and called on subjects with the same deadline and memory cap.
+DeletingPolicy, and ImageValidatingPolicy, a whole set under one key) are held under the key and called on
+subjects with the same deadline and memory cap. An ImageValidatingPolicy's engine reads registries: it builds its
+clients in the worker from the access it is sent (vpol.oci.access), and its calls add the time it may wait on
+them (``io_seconds``) to each subject's deadline.
 
 GlobalContextEntry data (``globalContext.Get``) reaches a worker from the
 operator's store (vpol.engine.global_context): before a request, a worker
@@ -257,9 +260,9 @@ def _worker(conn: multiprocessing.connection.Connection, policies: list[Validati
                     conn.send(("ok", None))
                     continue
                 if op == "call":
-                    key, method = only
+                    key, method, args = only
                     engine = held[key]
-                    conn.send(("ok", [getattr(engine, method)(subject) for subject in subjects]))
+                    conn.send(("ok", [getattr(engine, method)(subject, *args) for subject in subjects]))
                     continue
                 if op in ("targets", "resolve", "resolve-unconditional"):
                     # mutateExisting: one policy (only_mutating holds its index) on targets, or resolving the
@@ -446,22 +449,29 @@ class SandboxedEvaluator:
         self._kinds.pop(key, None)
         self._held.discard(key)
 
-    def call(self, key: str, method: str, subjects: Sequence[Subject]) -> tuple[str, Any]:
-        """``method`` of the engine held under ``key``, on each subject, in the worker: ("ok", the answers),
-        or ("killed", why) past the deadline or the memory cap (a new worker is started on the next use), or
-        ("error", why)."""
+    def call(self, key: str, method: str, subjects: Sequence[Subject], *args: Any,
+             io_seconds: float = 0.0, limit: float | None = None) -> tuple[str, Any]:
+        """``method`` of the engine held under ``key``, on each subject (and ``args``, plain data), in the worker:
+        ("ok", the answers), or ("killed", why) past the deadline or the memory cap (a new worker is started on
+        the next use), or ("error", why). ``io_seconds``: how long the engine may wait on I/O per subject (an
+        ImageValidatingPolicy's registry reads), added to each subject's deadline; ``limit``: the whole call's
+        deadline instead (an admission request's)."""
         if key not in self._kinds:
             return "error", f"no engine is loaded for {key}"
         if not self.running:
             self._start()
         self._await_ready()
         if key not in self._held:
-            kind, args = self._kinds[key]
-            status, payload = self._ask([], None, "engine", None, payload=(key, kind, args), limit=60.0)
+            kind, built_from = self._kinds[key]
+            status, payload = self._ask([], None, "engine", None, payload=(key, kind, built_from), limit=60.0)
             if status != "ok":
                 return status, payload
             self._held.add(key)
-        return self._ask(subjects, None, "call", None, only_any=(key, method))
+        if not subjects:
+            return "ok", []  # the engine is loaded: what a caller warming the worker up asks for
+        if limit is None and io_seconds:
+            limit = (self.limits.seconds_per_subject + io_seconds) * len(subjects)
+        return self._ask(subjects, None, "call", None, only_any=(key, method, args), limit=limit)
 
     def _ask(self, subjects: Sequence[Subject], only: frozenset[int] | None, op: str = "validate",
              only_mutating: frozenset[int] | None = None, *, payload: Any = None, only_any: Any = None,
@@ -482,7 +492,7 @@ class SandboxedEvaluator:
                                            else limit)
             if self._conn.poll(max(0.0, deadline - time.monotonic())):
                 return self._conn.recv()
-            reason = f"evaluation exceeded the time limit of {self.limits.seconds_per_subject:g}s"
+            reason = f"evaluation exceeded the time limit of {(limit or self.limits.seconds_per_subject):g}s"
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             reason = self._died()
         self.kills += 1

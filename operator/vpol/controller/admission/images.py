@@ -9,11 +9,13 @@
   across them, one decision as for ValidatingPolicies (``Policy NAME failed: MESSAGE`` for Deny, warnings for
   Warn; an error follows the policy's failurePolicy).
 
-Requests wait on registries, so they are answered by a thread pool of their own (the event loop and the CEL
-workers of the other policies never wait on a registry), each within a deadline inside the webhook's timeout: a
-registry that does not answer in time makes the request an error, answered by the failurePolicy. Successful
-verifications are cached across requests (vpol.engine.image_verification.VerificationCache), so the replicas of a
-Deployment cost one registry round trip.
+Each request is evaluated in an evaluation worker (vpol.policies.sandbox), with the deadline and memory cap of
+every other kind's CEL: the request's own, inside the webhook's timeout, since it waits on registries. Requests are
+handed to the workers by a thread pool of their own (the event loop and the CEL workers of the other policies never
+wait on a registry), each pool thread with its worker, started when the thread first needs one; a worker that
+overruns the deadline or its memory is killed, and the request answered by the failurePolicy. Successful
+verifications are cached across the requests a worker answers (vpol.engine.image_verification.VerificationCache),
+so the replicas of a Deployment cost one registry round trip per worker.
 """
 
 from __future__ import annotations
@@ -26,21 +28,24 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from vpol.cel.backend import Backend, current, using
-from vpol.cel.libraries.kyverno import imageref
+from vpol.cel.backend import Backend, current
 from vpol.controller import metrics
 from vpol.controller.admission.policies import Snapshot
+from vpol.controller.image_scans import count
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.admission import decide, failure_response, review_response, subject_for_request
-from vpol.engine.evaluate import compile_exception
-from vpol.engine.image_verification import Outcomes, VerificationCache
-from vpol.engine.registry_access import RegistryError
+from vpol.engine.evaluate import Result
+from vpol.engine.global_context import GlobalContextSource
 from vpol.engine.request import Subject
 from vpol.engine.review import Review
-from vpol.policies.image_validating.engine import POD_SPEC_PATHS, ImageOutcome, ImagePolicyEngine, apply_required
+from vpol.oci.access import RegistryAccess
+from vpol.policies.image_validating.engine import POD_SPEC_PATHS
+from vpol.policies.image_validating.evaluation import Evaluated, Pinned, Tally, failed
+from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +53,17 @@ logger = logging.getLogger(__name__)
 MARGIN_SECONDS = 1.0
 #: Longest one registry request may take (several make up one verification).
 REGISTRY_TIMEOUT = 4.0
+#: The key the policies are held under in each worker (one engine for the set: ``required`` is decided across a
+#: request's policies).
+WORKER_KEY = "ImageValidatingPolicy:admission"
+
+
+@dataclass
+class _Worker:
+    """One pool thread's evaluation worker, and the (snapshot version, access) of the policies it holds."""
+
+    evaluator: SandboxedEvaluator
+    loaded: tuple[int, dict[str, RegistryAccess]] | None = None
 
 
 class ImageAdmission:
@@ -55,39 +71,36 @@ class ImageAdmission:
 
     def __init__(self, snapshot: Callable[[], Snapshot], namespace_of: Callable[[str], Any], *,
                  clients: RegistryClients | None = None, workers: int = 8, timeout_seconds: int = 10,
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, limits: Limits = Limits(),
+                 global_context: GlobalContextSource | None = None):
         self.snapshot = snapshot
-        #: What serves the policies' I/O libraries in the pool's threads (None: the process's default).
+        #: What serves the policies' I/O libraries in the workers (None: this process's default).
         self.backend = backend
+        self.limits = limits
+        self.global_context = global_context
         self.namespace_of = namespace_of
-        #: The registry client of each policy (its pull Secrets, allowInsecureRegistry).
+        #: The registry access of each policy (its pull Secrets, allowInsecureRegistry).
         self.clients = clients or RegistryClients(None, "", timeout=REGISTRY_TIMEOUT)
-        self.cache = VerificationCache(
-            on_lookup=lambda hit: metrics.IMAGE_CACHE.labels("hit" if hit else "miss").inc())
         self.timeout_seconds = timeout_seconds
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vpol-images")
-        self._engines: tuple[int, dict[str, ImagePolicyEngine]] = (-1, {})
+        self._local = threading.local()
         self._lock = threading.Lock()
+        #: Every worker started (closed with the pool).
+        self._workers: list[_Worker] = []
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def engines(self) -> dict[str, ImagePolicyEngine]:
-        """The engines of the current snapshot's policies (rebuilt when it changes)."""
-        snapshot = self.snapshot()
         with self._lock:
-            version, engines = self._engines
-            if version != snapshot.version:
-                exceptions = [compile_exception(e) for e in snapshot.exceptions]
-                engines = {key: ImagePolicyEngine(policy, exceptions) for key, policy in snapshot.images.items()}
-                self._engines = (snapshot.version, engines)
-            return engines
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.evaluator.close()
 
     async def answer(self, review: Review, failure_policy: str, *, mutating: bool, namespaced: bool | None) -> bytes:
         """The AdmissionReview answering ``review`` (always: any failure is answered by the failurePolicy)."""
         started = time.monotonic()
-        engines = {k: e for k, e in self.engines().items() if e.policy.spec.failure_policy == failure_policy}
-        timeout = max([e.policy.spec.webhook_timeout_seconds or self.timeout_seconds for e in engines.values()],
+        snapshot = self.snapshot()
+        policies = [p for p in snapshot.images.values() if p.spec.failure_policy == failure_policy]
+        timeout = max([p.spec.webhook_timeout_seconds or self.timeout_seconds for p in policies],
                       default=self.timeout_seconds)
         deadline = started + max(1.0, timeout - MARGIN_SECONDS)
         try:
@@ -97,7 +110,8 @@ class ImageAdmission:
                 if namespace is not None:
                     subject = _with_namespace(subject, namespace)
             work = self._mutate if mutating else self._validate
-            future = asyncio.get_running_loop().run_in_executor(self._pool, work, review, subject, engines, deadline)
+            future = asyncio.get_running_loop().run_in_executor(self._pool, work, review, subject, snapshot,
+                                                                failure_policy, deadline)
             body = await asyncio.wait_for(future, timeout=max(0.1, deadline - time.monotonic() + 0.5))
         except asyncio.TimeoutError:
             body = self._failed(review.uid, "image verification did not finish in time", failure_policy)
@@ -112,69 +126,87 @@ class ImageAdmission:
         metrics.admission_decision("", "error")
         return json.dumps(failure_response(uid, message, failure_policy)).encode()
 
+    def warm(self, snapshot: Snapshot) -> concurrent.futures.Future[None] | None:
+        """Have a worker ready with ``snapshot``'s policies (started and compiled, in a pool thread), so that the
+        first request after a change does not wait for that; None when there are no ImageValidatingPolicies."""
+        if not snapshot.images:
+            return None
+        return self._pool.submit(self._warm, snapshot)
+
     # -- the work (pool threads) ----------------------------------------------------------------------------
 
-    def _validate(self, review: Review, subject: Subject, engines: Mapping[str, ImagePolicyEngine],
+    def _warm(self, snapshot: Snapshot) -> None:
+        status, payload = self._worker(snapshot).call(WORKER_KEY, "evaluate", [])
+        if status != "ok":
+            logger.warning("image admission: starting an evaluation worker failed: %s", payload)
+
+    def _worker(self, snapshot: Snapshot) -> SandboxedEvaluator:
+        """This pool thread's worker, holding ``snapshot``'s policies with their access as it is now."""
+        worker: _Worker | None = getattr(self._local, "worker", None)
+        if worker is None:
+            worker = self._local.worker = _Worker(SandboxedEvaluator(
+                [], (), self.backend or current(), self.limits, global_context=self.global_context))
+            with self._lock:
+                self._workers.append(worker)
+        policies = sorted(snapshot.images.values(), key=lambda p: p.key)
+        access = self.clients.access(policies)
+        if worker.loaded != (snapshot.version, access):
+            worker.evaluator.load(WORKER_KEY, "ImageValidatingPolicy", policies, list(snapshot.exceptions), access)
+            worker.loaded = (snapshot.version, access)
+        return worker.evaluator
+
+    def _call(self, snapshot: Snapshot, method: str, subject: Subject, deadline: float, *args: Any) -> Any:
+        """``method`` of the worker's engine on ``subject`` within ``deadline`` (the request's: CEL and registry
+        reads together); raises RuntimeError saying why when the worker could not answer (killed past the deadline
+        or its memory cap, or failed)."""
+        evaluator = self._worker(snapshot)
+        seconds = max(0.1, deadline - time.monotonic())
+        status, payload = evaluator.call(WORKER_KEY, method, [subject], seconds, *args, limit=seconds)
+        if status != "ok":
+            raise RuntimeError(str(payload))
+        return payload[0]
+
+    def _validate(self, review: Review, subject: Subject, snapshot: Snapshot, failure_policy: str,
                   deadline: float) -> bytes:
-        verified = Outcomes()
-        loaded: dict[str, Any] = {}
-        outcomes: list[ImageOutcome] = []
-        with using(self.backend or current()):
-            for engine in engines.values():
-                outcome = engine.evaluate(subject, registry=self.clients.for_policy(engine.policy),
-                                          outcomes=verified, cache=self.cache, deadline=deadline, loaded=loaded)
-                if outcome is not None:
-                    outcomes.append(outcome)
-        apply_required(outcomes, verified)
-        decision = decide([o.result for o in outcomes], {k: e.policy for k, e in engines.items()})
+        policies = {k: p for k, p in snapshot.images.items() if p.spec.failure_policy == failure_policy}
+        results: list[Result]
+        try:
+            evaluated: Evaluated = self._call(snapshot, "evaluate", subject, deadline, sorted(policies))
+            self._count(evaluated.tally)
+            results = evaluated.results
+        except RuntimeError as exc:
+            results = failed(list(policies.values()), subject, f"image verification failed: {exc}")
+        decision = decide(results, policies)
         for key, what in decision.outcomes:
             metrics.admission_decision(key, what)
         return json.dumps(review_response(review.uid, decision)).encode()
 
-    def _mutate(self, review: Review, subject: Subject, engines: Mapping[str, ImagePolicyEngine],
+    def _mutate(self, review: Review, subject: Subject, snapshot: Snapshot, failure_policy: str,
                 deadline: float) -> bytes:
-        path = POD_SPEC_PATHS.get((subject.type.group, subject.type.resource))
-        obj = subject.object
-        if path is None or not isinstance(obj, Mapping) or subject.operation not in ("CREATE", "UPDATE"):
-            return json.dumps(review_response(review.uid, decide([], {}))).encode()
-        spec: Any = obj
-        for step in path:
-            spec = spec.get(step) if isinstance(spec, Mapping) else None
-        if not isinstance(spec, Mapping):
-            return json.dumps(review_response(review.uid, decide([], {}))).encode()
-        pinning = [e for e in engines.values() if e.policy.spec.validation_configurations.mutate_digest
-                   and e.selects(subject)]
-        patch: list[dict[str, Any]] = []
-        errors: list[str] = []
-        for field in ("containers", "initContainers", "ephemeralContainers"):
-            for index, container in enumerate(spec.get(field) or []):
-                image = container.get("image") if isinstance(container, Mapping) else None
-                if not isinstance(image, str) or "@" in image:
-                    continue
-                wanting = [e for e in pinning if e.image_selected(image)]
-                if not wanting:
-                    continue
-                try:
-                    ref = imageref.parse(image)
-                    registry = self.clients.for_policy(wanting[0].policy)
-                    digest = registry.manifest(ref.registry, ref.repository, ref.tag, deadline).digest
-                except (RegistryError, imageref.BadReference) as exc:
-                    if any(e.policy.spec.failure_policy == "Fail" for e in wanting):
-                        errors.append(f"failed to resolve digest for image {image}: {exc}")
-                    continue
-                pointer = "/" + "/".join([*path, field, str(index), "image"])
-                patch.append({"op": "replace", "path": pointer, "value": f"{image}@{digest}"})
-        if errors:
+        if not snapshot.images or (subject.type.group, subject.type.resource) not in POD_SPEC_PATHS or \
+                subject.operation not in ("CREATE", "UPDATE"):
+            return json.dumps(review_response(review.uid, decide([], {}))).encode()  # nothing to pin: no worker
+        pinned: Pinned = self._call(snapshot, "pin", subject, deadline, failure_policy)
+        self._count(pinned.tally)
+        if pinned.errors:
             decision = decide([], {})
             decision.allowed = False
-            decision.message = "failed to update digest: " + "; ".join(errors)
+            decision.message = "failed to update digest: " + "; ".join(pinned.errors)
             return json.dumps(review_response(review.uid, decision)).encode()
         response: dict[str, Any] = {"uid": review.uid, "allowed": True}
-        if patch:
+        if pinned.patch:
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+            response["patch"] = base64.b64encode(json.dumps(pinned.patch).encode()).decode()
         return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                            "response": response}).encode()
+
+    @staticmethod
+    def _count(tally: Tally) -> None:
+        count(tally)
+        if tally.hits:
+            metrics.IMAGE_CACHE.labels("hit").inc(tally.hits)
+        if tally.misses:
+            metrics.IMAGE_CACHE.labels("miss").inc(tally.misses)
 
 
 def _with_namespace(subject: Subject, namespace: Any) -> Subject:

@@ -303,7 +303,7 @@ class WebhookServer:
         self._refusals_logged: dict[str, tuple[float, int]] = {}
         self.images = ImageAdmission(lambda: self.policies.snapshot, self._namespace_object,
                                      clients=registry_clients, timeout_seconds=options.image_timeout,
-                                     backend=self.backend)
+                                     backend=self.backend, limits=self.limits, global_context=global_context)
 
     # -- lifecycle
 
@@ -414,6 +414,7 @@ class WebhookServer:
             garbage.settle()
             self.serving_version = snapshot.version
             metrics.ADMISSION_POLICIES.set(len(snapshot.policies))
+            self.images.warm(snapshot)
             if old is not None:
                 task = asyncio.create_task(old.close_when_idle(), name="vpol-admission-close")
                 self._closing.add(task)
