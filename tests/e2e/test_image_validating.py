@@ -312,6 +312,36 @@ def test_background_reports_agree_with_admission_and_the_cli_and_survive_a_resta
     assert report_versions() == before
 
 
+def test_a_runaway_policy_is_bounded_in_scans_and_at_admission(
+        kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any],
+        operator: OperatorProcess) -> None:
+    """The kind evaluates in the bounded evaluation worker, as every other: a validation that would take gigabytes
+    (no image selected, so no registry is read) is that object's `error` in the scan and an error answered by the
+    failurePolicy at admission; the operator is not touched and the worker is replaced."""
+    pod = pod_doc("old-hog", namespace, signed["good"])
+    assert create(cluster, pod).returncode == 0
+    name = unique_name("ivpol", "hog")
+    policy = image_policy(name, signed["public"], "nothing.invalid", failure_policy="Ignore")
+    policy["spec"]["validationActions"] = ["Audit"]
+    policy["spec"]["validations"] = [{"expression": "lists.range(9000).map(x, lists.range(9000)).size() > 0",
+                                      "message": "never"}]
+    kube.apply(policy)
+    kube.wait_ready("ivpol", name, timeout=90)
+
+    def result() -> dict[str, Any] | None:
+        return next((r for r in report_results(cluster, "pod", "old-hog", namespace) if r.get("policy") == name),
+                    None)
+
+    found = wait_for("the runaway policy's scan result", result, timeout=120)
+    assert found["result"] == "error" and "memory" in found["message"], found
+    # At admission (failurePolicy Ignore): the error is ignored and the Pod admitted, by a worker of the image
+    # webhooks, not the serving process.
+    proc = create(cluster, pod_doc("new-hog", namespace, signed["good"]))
+    assert proc.returncode == 0, proc.stderr
+    assert operator.proc is not None and operator.proc.poll() is None, operator.log()
+    assert operator.metric_value("vpol_admission_decisions_total", {"policy": name, "decision": "error"}) >= 1
+
+
 def test_a_private_registry_is_read_with_the_pull_secret_the_policy_names(
         kube: Kube, cluster: Any, namespace: str, unique_name: Callable[..., str], signed: dict[str, Any]) -> None:
     """credentials.secrets: an image pull Secret in the operator's namespace, readable by name only (the chart's

@@ -169,8 +169,8 @@ def _not_a_policy(doc: Document) -> Problem:
     data = doc.data
     what = f'{data.get("apiVersion", "?")}, Kind={data.get("kind", "?")}'
     reason = f"unsupported policies.kyverno.io object ({what}); expected apiVersion policies.kyverno.io/v1 " \
-             f"(or v1beta1, v1alpha1) and kind ValidatingPolicy, MutatingPolicy, GeneratingPolicy, DeletingPolicy, " \
-             f"ImageValidatingPolicy (each also Namespaced) or PolicyException"
+             f"(or v1beta1, v1alpha1) and kind {', '.join(k.kind for k in KINDS)} (each also Namespaced) or " \
+             f"PolicyException"
     return Problem(reason, file=doc.file, path="apiVersion", position=doc.position("apiVersion"))
 
 
