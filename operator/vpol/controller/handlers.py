@@ -310,8 +310,9 @@ async def policy_event(type: str | None, resource: kopf.Resource, meta: Mapping[
 
 #: The cluster-wide kind's name of each policy resource (plural).
 _KIND_OF_PLURAL = {plural: kind.kind for kind in KINDS for plural in kind.plurals}
-for _plural in _KIND_OF_PLURAL:
-    kopf.on.event(f"{_plural}.{GROUP}")(policy_event)
+for _kind in KINDS:
+    for _plural in _kind.plurals:
+        kopf.on.event(f"{_plural}.{_kind.group}")(policy_event)
 
 
 @kopf.on.event("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", labels=GENERATED_LABELS)

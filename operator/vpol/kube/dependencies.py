@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from vpol.kube.access import AccessChecker
-from vpol.kube.objects import GROUP, STORAGE_VERSION
+from vpol.kube.objects import STORAGE_VERSION
 from vpol.kube.openapi import HTTPStatusError, get_json
 from vpol.policies.registry import KINDS
 
@@ -43,7 +43,7 @@ class Dependency:
 
 DEPENDENCIES: tuple[Dependency, ...] = (
     # Every policy kind's CRDs, both variants (vpol.policies.registry).
-    *(Dependency(f"crd/{plural}", GROUP, STORAGE_VERSION, plural,
+    *(Dependency(f"crd/{plural}", kind.group, STORAGE_VERSION, plural,
                  f"{name.removesuffix('y')}ies cannot be served", CRDS_HINT)
       for kind in KINDS for plural, name in zip(kind.plurals, kind.kinds)),
     Dependency("crd/policyexceptions", "policies.kyverno.io", "v1alpha1", "policyexceptions",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from vpol.model.documents import Document
+from vpol.model.policy import GROUP, NAMESPACED_VERSIONS, VERSIONS
 from vpol.model.problems import Problem
 
 
@@ -52,6 +53,14 @@ class PolicyKind:
     #: What builds its engine in an evaluation worker from plain data (the policy, its exceptions and what else the
     #: kind's engine is made with: vpol.policies.sandbox's ``load``); None: it runs in no worker by key.
     worker_engine: Callable[..., Any] | None = None
+    #: The API group of both variants (Kyverno's CEL policy kinds share one).
+    group: str = GROUP
+    #: The versions served of the cluster-wide and of the namespaced variant (Kyverno serves no v1alpha1 of the
+    #: namespaced kinds).
+    versions: tuple[tuple[str, ...], tuple[str, ...]] = (VERSIONS, NAMESPACED_VERSIONS)
+
+    #: The scope of the cluster-wide and of the namespaced variant's objects.
+    scopes: ClassVar[tuple[str, str]] = ("Cluster", "Namespaced")
 
     @property
     def kinds(self) -> tuple[str, str]:

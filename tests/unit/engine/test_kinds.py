@@ -63,3 +63,8 @@ def test_the_plurals_are_the_crds_own() -> None:
             names = crd["spec"]["names"]
             assert (names["kind"], names["plural"], crd["spec"]["scope"]) == (
                 name, plural, "Namespaced" if name.startswith("Namespaced") else "Cluster"), plural
+            # Its group, scope and served versions are those the kind's description states.
+            variant = kind.kinds.index(name)
+            assert (crd["spec"]["group"], crd["spec"]["scope"]) == (kind.group, kind.scopes[variant]), plural
+            served = {v["name"] for v in crd["spec"]["versions"] if v.get("served")}
+            assert served == set(kind.versions[variant]), (plural, served)
