@@ -121,16 +121,38 @@ def test_admission_kills_a_worker_past_the_requests_deadline() -> None:
                                backend=Backend(), limits=Limits(seconds_per_subject=20.0, memory_bytes=8 * 1024**3))
     try:
         warming = admission.warm(snapshot)
-        assert warming is not None
-        warming.result(60)  # a worker is started and holds the policy: the request's second is all evaluation
+        assert len(warming) == 2
+        for future in warming:
+            future.result(60)  # the workers are started and hold the policy: the request's second is all evaluation
         started = time.monotonic()
         body = asyncio.run(admission.answer(_review(_pod("p")), "Fail", mutating=False, namespaced=True))
         response = json.loads(body)["response"]
         # The worker's limit is the request's deadline; the webhook answers half a second past it at the latest.
         assert response["allowed"] is False and "time" in response["status"]["message"], response
         admission._pool.shutdown(wait=True)  # the pool thread has seen its worker killed
-        (worker,) = admission._workers
-        assert worker.evaluator.kills == 1 and not worker.evaluator.running, time.monotonic() - started
+        (killed,) = [w for w in admission._workers if w.evaluator.kills]
+        assert killed.evaluator.kills == 1 and not killed.evaluator.running, time.monotonic() - started
+        (other,) = [w for w in admission._workers if w is not killed]
+        assert other.evaluator.running  # the other worker, warmed, was not touched
+    finally:
+        admission.close()
+
+
+def test_every_request_naming_an_image_goes_to_the_same_worker() -> None:
+    """Each image's verifications and their cache live in one worker: the replicas of a Deployment, and every Pod
+    running the image, are answered there."""
+    admission = ImageAdmission(lambda: Snapshot(), lambda _ns: None, backend=Backend(), limits=LIMITS,
+                               evaluation_workers=4)
+    try:
+        def pod(name: str, *images: str) -> Any:
+            doc = _pod(name)
+            doc["spec"]["containers"] = [{"name": f"c{i}", "image": image} for i, image in enumerate(images)]
+            return subject_for(doc, operation="CREATE")
+
+        chosen = {id(admission._chosen(pod(f"p{i}", "registry.local/app:1", f"registry.local/z{i}:1"))) for i in range(20)}
+        assert len(chosen) == 1  # the first image (by name) decides, whatever else the Pod runs
+        spread = {id(admission._chosen(pod("p", f"registry.local/app{i}:1"))) for i in range(40)}
+        assert len(spread) > 1  # different images are spread over the workers
     finally:
         admission.close()
 

@@ -9,13 +9,14 @@
   across them, one decision as for ValidatingPolicies (``Policy NAME failed: MESSAGE`` for Deny, warnings for
   Warn; an error follows the policy's failurePolicy).
 
-Each request is evaluated in an evaluation worker (vpol.policies.sandbox), with the deadline and memory cap of
-every other kind's CEL: the request's own, inside the webhook's timeout, since it waits on registries. Requests are
-handed to the workers by a thread pool of their own (the event loop and the CEL workers of the other policies never
-wait on a registry), each pool thread with its worker, started when the thread first needs one; a worker that
-overruns the deadline or its memory is killed, and the request answered by the failurePolicy. Successful
-verifications are cached across the requests a worker answers (vpol.engine.image_verification.VerificationCache),
-so the replicas of a Deployment cost one registry round trip per worker.
+Each request is evaluated in an evaluation worker (vpol.policies.sandbox), with the memory cap of every other kind's
+CEL and the request's own deadline, inside the webhook's timeout, since it waits on registries: a worker that
+overruns it or its memory is killed (and started again), and the request answered by the failurePolicy. Requests
+are handed to the workers by a thread pool of their own (the event loop and the CEL workers of the other policies
+never wait on a registry). There are :data:`WORKERS` workers, started when the policies change, and a request goes
+to the one its first image names (a hash): each image's verifications are cached in one worker
+(vpol.engine.image_verification.VerificationCache), and the replicas of a Deployment admitted at once are verified
+once, by the first of them, while the others wait for that worker.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from vpol.cel.backend import Backend, current
@@ -43,7 +45,7 @@ from vpol.engine.global_context import GlobalContextSource
 from vpol.engine.request import Subject
 from vpol.engine.review import Review
 from vpol.oci.access import RegistryAccess
-from vpol.policies.image_validating.engine import POD_SPEC_PATHS
+from vpol.policies.image_validating.engine import POD_SPEC_PATHS, default_images
 from vpol.policies.image_validating.evaluation import Evaluated, Pinned, Tally, failed
 from vpol.policies.sandbox import Limits, SandboxedEvaluator
 
@@ -53,6 +55,8 @@ logger = logging.getLogger(__name__)
 MARGIN_SECONDS = 1.0
 #: Longest one registry request may take (several make up one verification).
 REGISTRY_TIMEOUT = 4.0
+#: How many evaluation workers answer the image webhooks (each a process of about 80 MiB).
+WORKERS = 2
 #: The key the policies are held under in each worker (one engine for the set: ``required`` is decided across a
 #: request's policies).
 WORKER_KEY = "ImageValidatingPolicy:admission"
@@ -60,10 +64,12 @@ WORKER_KEY = "ImageValidatingPolicy:admission"
 
 @dataclass
 class _Worker:
-    """One pool thread's evaluation worker, and the (snapshot version, access) of the policies it holds."""
+    """One evaluation worker, the (snapshot version, access) of the policies it holds, and the lock of the one
+    request it answers at a time."""
 
     evaluator: SandboxedEvaluator
     loaded: tuple[int, dict[str, RegistryAccess]] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class ImageAdmission:
@@ -72,7 +78,7 @@ class ImageAdmission:
     def __init__(self, snapshot: Callable[[], Snapshot], namespace_of: Callable[[str], Any], *,
                  clients: RegistryClients | None = None, workers: int = 8, timeout_seconds: int = 10,
                  backend: Backend | None = None, limits: Limits = Limits(),
-                 global_context: GlobalContextSource | None = None):
+                 global_context: GlobalContextSource | None = None, evaluation_workers: int = WORKERS):
         self.snapshot = snapshot
         #: What serves the policies' I/O libraries in the workers (None: this process's default).
         self.backend = backend
@@ -83,16 +89,14 @@ class ImageAdmission:
         self.clients = clients or RegistryClients(None, "", timeout=REGISTRY_TIMEOUT)
         self.timeout_seconds = timeout_seconds
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vpol-images")
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        #: Every worker started (closed with the pool).
-        self._workers: list[_Worker] = []
+        #: The evaluation workers (each started at its first use, or by warm()).
+        self._workers = [_Worker(SandboxedEvaluator([], (), backend or current(), limits,
+                                                    global_context=global_context))
+                         for _ in range(max(1, evaluation_workers))]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            workers, self._workers = self._workers, []
-        for worker in workers:
+        for worker in self._workers:
             worker.evaluator.close()
 
     async def answer(self, review: Review, failure_policy: str, *, mutating: bool, namespaced: bool | None) -> bytes:
@@ -126,28 +130,23 @@ class ImageAdmission:
         metrics.admission_decision("", "error")
         return json.dumps(failure_response(uid, message, failure_policy)).encode()
 
-    def warm(self, snapshot: Snapshot) -> concurrent.futures.Future[None] | None:
-        """Have a worker ready with ``snapshot``'s policies (started and compiled, in a pool thread), so that the
-        first request after a change does not wait for that; None when there are no ImageValidatingPolicies."""
+    def warm(self, snapshot: Snapshot) -> list[concurrent.futures.Future[None]]:
+        """Have the workers ready with ``snapshot``'s policies (started and compiled, in pool threads), so that the
+        first requests after a change do not wait for that; nothing when there are no ImageValidatingPolicies."""
         if not snapshot.images:
-            return None
-        return self._pool.submit(self._warm, snapshot)
+            return []
+        return [self._pool.submit(self._warm, worker, snapshot) for worker in self._workers]
 
     # -- the work (pool threads) ----------------------------------------------------------------------------
 
-    def _warm(self, snapshot: Snapshot) -> None:
-        status, payload = self._worker(snapshot).call(WORKER_KEY, "evaluate", [])
+    def _warm(self, worker: _Worker, snapshot: Snapshot) -> None:
+        with worker.lock:
+            status, payload = self._holding(worker, snapshot).call(WORKER_KEY, "evaluate", [])
         if status != "ok":
             logger.warning("image admission: starting an evaluation worker failed: %s", payload)
 
-    def _worker(self, snapshot: Snapshot) -> SandboxedEvaluator:
-        """This pool thread's worker, holding ``snapshot``'s policies with their access as it is now."""
-        worker: _Worker | None = getattr(self._local, "worker", None)
-        if worker is None:
-            worker = self._local.worker = _Worker(SandboxedEvaluator(
-                [], (), self.backend or current(), self.limits, global_context=self.global_context))
-            with self._lock:
-                self._workers.append(worker)
+    def _holding(self, worker: _Worker, snapshot: Snapshot) -> SandboxedEvaluator:
+        """``worker``'s evaluator, holding ``snapshot``'s policies with their access as it is now (its lock held)."""
         policies = sorted(snapshot.images.values(), key=lambda p: p.key)
         access = self.clients.access(policies)
         if worker.loaded != (snapshot.version, access):
@@ -155,13 +154,25 @@ class ImageAdmission:
             worker.loaded = (snapshot.version, access)
         return worker.evaluator
 
+    def _chosen(self, subject: Subject) -> _Worker:
+        """The worker of ``subject``'s first image (by name: every request naming it goes to the same worker)."""
+        images = sorted(i for found in default_images(subject).values() for i in found)
+        name = images[0] if images else f"{subject.namespace}/{subject.name}"
+        return self._workers[zlib.crc32(name.encode()) % len(self._workers)]
+
     def _call(self, snapshot: Snapshot, method: str, subject: Subject, deadline: float, *args: Any) -> Any:
-        """``method`` of the worker's engine on ``subject`` within ``deadline`` (the request's: CEL and registry
-        reads together); raises RuntimeError saying why when the worker could not answer (killed past the deadline
-        or its memory cap, or failed)."""
-        evaluator = self._worker(snapshot)
-        seconds = max(0.1, deadline - time.monotonic())
-        status, payload = evaluator.call(WORKER_KEY, method, [subject], seconds, *args, limit=seconds)
+        """``method`` of the engine on ``subject`` in its worker, within ``deadline`` (the request's: waiting for the
+        worker, CEL and registry reads together); raises RuntimeError saying why when the worker could not answer
+        (busy until the deadline, killed past it or its memory cap, or failed)."""
+        worker = self._chosen(subject)
+        if not worker.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise RuntimeError("image verification did not finish in time (its worker was busy)")
+        try:
+            evaluator = self._holding(worker, snapshot)
+            seconds = max(0.1, deadline - time.monotonic())
+            status, payload = evaluator.call(WORKER_KEY, method, [subject], seconds, *args, limit=seconds)
+        finally:
+            worker.lock.release()
         if status != "ok":
             raise RuntimeError(str(payload))
         return payload[0]
