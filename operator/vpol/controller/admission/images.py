@@ -29,8 +29,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
