@@ -180,7 +180,9 @@ class ImageAdmission:
     def _validate(self, review: Review, subject: Subject, snapshot: Snapshot, failure_policy: str,
                   deadline: float) -> bytes:
         policies = {k: p for k, p in snapshot.images.items() if p.spec.failure_policy == failure_policy}
-        results: list[Result]
+        results: list[Result] = []
+        if not policies:  # no policy of this webhook (a configuration being updated): nothing for a worker
+            return json.dumps(review_response(review.uid, decide(results, policies))).encode()
         try:
             evaluated: Evaluated = self._call(snapshot, "evaluate", subject, deadline, sorted(policies))
             self._count(evaluated.tally)
