@@ -25,7 +25,7 @@ from vpol.engine.scope import matched_resources
 from vpol.model.discovery import Discovery, ResourceInfo
 from vpol.model.policy import PolicyException
 from vpol.oci.access import RegistryAccess
-from vpol.policies.image_validating.evaluation import Evaluated, ImageEvaluation, Tally, failed
+from vpol.policies.image_validating.evaluation import Evaluated, ImageEvaluation, failed
 from vpol.policies.image_validating.model import ImageValidatingPolicy
 from vpol.policies.registry import kind_of
 from vpol.policies.sandbox import SandboxedEvaluator
@@ -42,12 +42,6 @@ def scanned(policy: ImageValidatingPolicy | None) -> bool:
     """Whether ``policy`` (one that compiles: the reconciler hands over no other) runs in background scans
     (background enabled, Kubernetes mode)."""
     return policy is not None and policy.spec.evaluation.background_enabled and not policy.json_mode
-
-
-def count(tally: Tally) -> None:
-    """The registry requests an evaluation made, in the operator's metrics."""
-    for kind, n in tally.requests.items():
-        metrics.IMAGE_REGISTRY_REQUESTS.labels(kind).inc(n)
 
 
 class ImageScans(RunnerDefaults):
@@ -152,5 +146,5 @@ class ImageScans(RunnerDefaults):
 
     @staticmethod
     def _counted(evaluated: Evaluated) -> list[Result]:
-        count(evaluated.tally)
+        metrics.image_registry_requests(evaluated.tally.requests)
         return evaluated.results

@@ -122,6 +122,13 @@ def _child(metric: Any, *labels: str) -> Any:
     return child
 
 
+def image_registry_requests(requests: Mapping[str, int]) -> None:
+    """Registry requests ImageValidatingPolicies sent (by kind: manifest, blob, referrer, token), as an evaluation
+    worker tells them back."""
+    for kind, n in requests.items():
+        IMAGE_REGISTRY_REQUESTS.labels(kind).inc(n)
+
+
 def admission_decision(policy: str, decision: str) -> None:
     _child(ADMISSION_DECISIONS, policy, decision).inc()
 

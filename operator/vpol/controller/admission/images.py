@@ -37,7 +37,6 @@ from typing import Any
 from vpol.cel.backend import Backend, current
 from vpol.controller import metrics
 from vpol.controller.admission.policies import Snapshot
-from vpol.controller.image_scans import count
 from vpol.controller.registry_credentials import RegistryClients
 from vpol.engine.admission import decide, failure_response, review_response, subject_for_request
 from vpol.engine.evaluate import Result
@@ -215,7 +214,7 @@ class ImageAdmission:
 
     @staticmethod
     def _count(tally: Tally) -> None:
-        count(tally)
+        metrics.image_registry_requests(tally.requests)
         if tally.hits:
             metrics.IMAGE_CACHE.labels("hit").inc(tally.hits)
         if tally.misses:
