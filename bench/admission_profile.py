@@ -31,7 +31,8 @@ offered: that path's CPU is the worker's.
 serving certificate of vpol's own kind, on loopback) and ``--clients`` keep-alive HTTPS connections from a
 separate process (http.client, so its CPU is not this process's) send the same bodies; the CPU per request is
 then the serving process's whole share (aiohttp's HTTP parsing and writing, TLS, the event loop's socket work,
-the handler), and the profile shows how it divides.
+the handler), and the profile shows how it divides. Every path runs on the operator's own event loop
+(``vpol.controller.run.new_event_loop``: uvloop's; asyncio's for a checkout that names none).
 
 ``--against DIR`` compares this checkout with another (DIR: its ``operator`` directory, e.g. a ``git worktree``
 of the commit before a change): both harnesses start, each in its own process, and measure in turns of
@@ -77,6 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from admission import NAMESPACE, POD, pss_policies  # noqa: E402
 
 from vpol.cel.backend import Backend  # noqa: E402
+from vpol.controller import run as operator_run  # noqa: E402
 from vpol.controller.admission.namespaces import Namespaces  # noqa: E402
 from vpol.controller.admission.policies import AdmissionPolicies  # noqa: E402
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer  # noqa: E402
@@ -390,7 +392,8 @@ def main() -> int:
     if args.against:
         return compare(args)
 
-    loop = asyncio.new_event_loop()
+    # The operator's own event loop (vpol.controller.run; asyncio's in checkouts that name none).
+    loop = getattr(operator_run, "new_event_loop", asyncio.new_event_loop)()
     asyncio.set_event_loop(loop)
     certificate, port = None, 0
     if args.path == "http":

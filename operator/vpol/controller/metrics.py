@@ -21,7 +21,7 @@ Counters and histograms are served without their ``_created`` series (see :func:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, start_http_server
@@ -137,13 +137,29 @@ def admission_policy_latency(policy: str, seconds: float) -> None:
     _child(ADMISSION_POLICY_LATENCY, policy).observe(seconds)
 
 
-def admission_outcomes(outcomes: Iterable[tuple[str, str]], seconds: float | None) -> None:
+#: Per request's outcomes (a tuple of (policy, decision)): the decision counters and latency histograms they
+#: count into. Requests alike (every Pod a set of policies allows) have equal outcomes: one lookup instead of two
+#: per policy (36 for the 18 Pod Security policies, about half of the ~70 us these metrics took per request).
+_outcome_children: dict[tuple[tuple[str, str], ...], tuple[list[Any], list[Any]]] = {}
+#: Distinct outcomes kept (beyond, the kept ones are dropped: a policy set changing often cannot grow it).
+_OUTCOMES_KEPT = 1024
+
+
+def admission_outcomes(outcomes: tuple[tuple[str, str], ...], seconds: float | None) -> None:
     """One answered request's decisions, (policy, decision) each, and with ``seconds`` each policy's share of
     its evaluation time: admission_decision and admission_policy_latency for each, in one call."""
-    for policy, decision in outcomes:
-        _child(ADMISSION_DECISIONS, policy, decision).inc()
-        if seconds is not None:
-            _child(ADMISSION_POLICY_LATENCY, policy).observe(seconds)
+    children = _outcome_children.get(outcomes)
+    if children is None:
+        if len(_outcome_children) >= _OUTCOMES_KEPT:
+            _outcome_children.clear()
+        children = _outcome_children[outcomes] = (
+            [_child(ADMISSION_DECISIONS, policy, decision) for policy, decision in outcomes],
+            [_child(ADMISSION_POLICY_LATENCY, policy) for policy, _decision in outcomes])
+    for counter in children[0]:
+        counter.inc()
+    if seconds is not None:
+        for histogram in children[1]:
+            histogram.observe(seconds)
 
 
 def admission_request(webhook: str, operation: str, kind: str) -> None:

@@ -19,18 +19,19 @@ def test_a_requests_outcomes_count_per_policy_and_share_its_time_unless_it_mutat
               for p in ("m-a", "m-b") for d in ("allow", "deny")}
     timed = {p: _value(timings, {"policy": p}) for p in ("m-a", "m-b")}
     total = _value("vpol_admission_policy_duration_seconds_sum", {"policy": "m-a"})
-    metrics.admission_outcomes([("m-a", "allow"), ("m-b", "deny")], 0.002)
-    metrics.admission_outcomes([("m-a", "allow")], None)  # the mutating webhook: decisions only
-    assert _value(decisions, {"policy": "m-a", "decision": "allow"}) == before[("m-a", "allow")] + 2
-    assert _value(decisions, {"policy": "m-b", "decision": "deny"}) == before[("m-b", "deny")] + 1
+    metrics.admission_outcomes((("m-a", "allow"), ("m-b", "deny")), 0.002)
+    metrics.admission_outcomes((("m-a", "allow"),), None)  # the mutating webhook: decisions only
+    metrics.admission_outcomes((("m-a", "allow"), ("m-b", "deny")), 0.002)  # alike: the same series again
+    assert _value(decisions, {"policy": "m-a", "decision": "allow"}) == before[("m-a", "allow")] + 3
+    assert _value(decisions, {"policy": "m-b", "decision": "deny"}) == before[("m-b", "deny")] + 2
     assert _value(decisions, {"policy": "m-b", "decision": "allow"}) == before[("m-b", "allow")]
-    assert _value(timings, {"policy": "m-a"}) == timed["m-a"] + 1
-    assert _value(timings, {"policy": "m-b"}) == timed["m-b"] + 1
-    assert abs(_value("vpol_admission_policy_duration_seconds_sum", {"policy": "m-a"}) - total - 0.002) < 1e-9
+    assert _value(timings, {"policy": "m-a"}) == timed["m-a"] + 2
+    assert _value(timings, {"policy": "m-b"}) == timed["m-b"] + 2
+    assert abs(_value("vpol_admission_policy_duration_seconds_sum", {"policy": "m-a"}) - total - 0.004) < 1e-9
     # Kept children are the exported ones: .labels() elsewhere (tests, other callers) counts into the same series.
     metrics.ADMISSION_DECISIONS.labels("m-a", "allow").inc()
     metrics.admission_decision("m-a", "allow")
-    assert _value(decisions, {"policy": "m-a", "decision": "allow"}) == before[("m-a", "allow")] + 4
+    assert _value(decisions, {"policy": "m-a", "decision": "allow"}) == before[("m-a", "allow")] + 5
 
 
 def test_the_per_request_metrics_count_by_their_labels() -> None:
