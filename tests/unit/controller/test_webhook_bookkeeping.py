@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import socket
 import ssl
 import threading
@@ -15,27 +14,14 @@ from typing import Any
 import pytest
 
 from vpol.controller import metrics
-from vpol.controller.admission.policies import Snapshot
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.desired.certificates import new_serving_certificate
 from vpol.model.discovery import builtin
 
+from tests.unit.controller.webhook_requests import REVIEW, Policies
+
 #: How long the bookkeeping takes here (blocking the event loop, as a slow recorder would).
 SLOW = 1.0
-
-
-class Policies:
-    snapshot = Snapshot()
-    synced = True
-
-    def listen(self, fn: object) -> None:
-        pass
-
-
-REVIEW = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-    "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-    "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "operation": "CREATE",
-    "namespace": "default", "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}}).encode()
 
 
 def _post(port: int, arrived: dict[str, Any]) -> None:

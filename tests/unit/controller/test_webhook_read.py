@@ -5,30 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import socket
 import ssl
 
 from prometheus_client import REGISTRY
 
-from vpol.controller.admission.policies import Snapshot
 from vpol.controller.admission.server import CertificateFiles, ServerOptions, WebhookServer
 from vpol.desired.certificates import new_serving_certificate
 from vpol.model.discovery import builtin
 
-
-class Policies:
-    snapshot = Snapshot()
-    synced = True
-
-    def listen(self, fn: object) -> None:
-        pass
-
-
-REVIEW = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-    "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-    "resource": {"group": "", "version": "v1", "resource": "configmaps"}, "operation": "CREATE",
-    "namespace": "default", "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}}).encode()
+from tests.unit.controller.webhook_requests import REVIEW, Policies
 
 
 def _timeouts() -> float:
