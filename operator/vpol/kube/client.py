@@ -63,11 +63,20 @@ def throttle_refresh(configuration: client.Configuration, interval: float = REFR
     if hook is None:
         return
     last = [float("-inf")]
+    #: The loader's hook to run next: the kubeconfig loader's hook re-applies the configuration, and with it
+    #: installs a new hook of its own in the configuration's refresh_api_key_hook (replacing this throttle after
+    #: its first run, so every later request ran the whole refresh again).
+    current = [hook]
 
     def throttled(cfg: Any) -> None:
         now = time.monotonic()
         if now - last[0] >= interval:
             last[0] = now
-            hook(cfg)
+            current[0](cfg)
+            installed = getattr(cfg, "refresh_api_key_hook", None)
+            if installed is not throttled:
+                if installed is not None:
+                    current[0] = installed
+                cfg.refresh_api_key_hook = throttled
 
     configuration.refresh_api_key_hook = throttled  # type: ignore[assignment]  # the stubs declare it None

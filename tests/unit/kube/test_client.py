@@ -65,6 +65,62 @@ def test_the_credential_refresh_runs_at_most_once_per_interval(tmp_path: Path, m
     assert cfg.refresh_api_key_hook is None
 
 
+def _applies_at(loader_class, monkeypatch) -> tuple[list[float], list[float]]:
+    """The times (a stand-in clock, also the throttle's) at which ``loader_class`` applies its configuration."""
+    from vpol.kube import client as vclient
+
+    applied: list[float] = []
+    clock = [100.0]
+    set_config = loader_class._set_config
+
+    def counting(self, configuration):
+        applied.append(clock[0])
+        return set_config(self, configuration)
+
+    monkeypatch.setattr(vclient.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(loader_class, "_set_config", counting)
+    return applied, clock
+
+
+def test_the_kubeconfig_loaders_own_refresh_stays_throttled(tmp_path: Path, monkeypatch) -> None:
+    """The kubeconfig loader's hook installs a new hook of its own each time it runs: the throttle stays in place
+    (it did not: after its first run every request re-applied the whole configuration)."""
+    from kubernetes.config import kube_config
+
+    applied, clock = _applies_at(kube_config.KubeConfigLoader, monkeypatch)
+    cfg = api_client(str(kubeconfig(tmp_path))).configuration
+    applied.clear()  # loading it
+    for t in (100.0, 100.2, 100.9, 101.0, 101.1, 101.5, 103.0, 103.2):
+        clock[0] = t
+        assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer t"
+    assert applied == [100.0, 101.0, 103.0]
+    assert cfg.host == "https://127.0.0.1:1"
+
+
+def test_the_in_cluster_loaders_own_refresh_stays_throttled(tmp_path: Path, monkeypatch) -> None:
+    """The in-cluster loader's hook (the operator's in a Pod) re-installs itself the same way."""
+    from kubernetes import client
+    from kubernetes.config import incluster_config
+
+    from vpol.kube import client as vclient
+
+    token, cert = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("t")
+    cert.write_text("not read here")
+    loader = incluster_config.InClusterConfigLoader(
+        str(token), str(cert), environ={incluster_config.SERVICE_HOST_ENV_NAME: "10.0.0.1",
+                                        incluster_config.SERVICE_PORT_ENV_NAME: "443"})
+    applied, clock = _applies_at(incluster_config.InClusterConfigLoader, monkeypatch)
+    cfg = client.Configuration()
+    loader.load_and_set(cfg)
+    vclient.throttle_refresh(cfg, interval=1.0)
+    applied.clear()
+    for t in (100.0, 100.5, 101.0, 101.2, 102.5):
+        clock[0] = t
+        assert cfg.get_api_key_with_prefix("BearerToken").lower() == "bearer t"
+    assert applied == [100.0, 101.0, 102.5]
+
+
 def test_reports_are_sent_encoded_once_and_answer_with_their_resource_version(tmp_path: Path, monkeypatch) -> None:
     """Reports.create/update/apply send the report's compact JSON straight to the connection pool (no sanitising,
     no re-encoding), with the field manager, ask for the written report's metadata only (PartialObjectMetadata,
