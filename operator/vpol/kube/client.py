@@ -63,9 +63,9 @@ def throttle_refresh(configuration: client.Configuration, interval: float = REFR
     if hook is None:
         return
     last = [float("-inf")]
-    #: The loader's hook to run next: the kubeconfig loader's hook re-applies the configuration, and with it
-    #: installs a new hook of its own in the configuration's refresh_api_key_hook (replacing this throttle after
-    #: its first run, so every later request ran the whole refresh again).
+    #: The loader's hook to run next: either loader's hook (kubeconfig, in-cluster) re-applies the configuration,
+    #: and with it installs a new hook of its own in the configuration's refresh_api_key_hook; put back each time,
+    #: the throttle stays (replaced, every later request ran the whole refresh again).
     current = [hook]
 
     def throttled(cfg: Any) -> None:
