@@ -292,21 +292,27 @@ def apply_policies(kube: Any, files: list[Path]) -> list[str]:
     return names
 
 
+def policy_reports(kube: Any) -> Iterator[dict[str, Any]]:
+    """Every PolicyReport, read the way the operator reads its own back (vpol.kube.reports.Reports.existing): in
+    pages, or namespace by namespace where reports-server serves them (its lists ignore ``limit``: at 100,000 Pods
+    one answer would hold every report, some 700 MB of JSON)."""
+    return (r for r in Reports(kube.api_client).existing("") if r.get("kind") == "PolicyReport")
+
+
 def check_reports(kube: Any, policies: int) -> dict[str, int]:
     """Reads every PolicyReport once: how many Pods have a report, with every policy's result."""
     out = {"reports": 0, "pod reports": 0, "complete": 0, "fail results": 0, "pass results": 0, "other results": 0}
-    for items, _rv in list_pages(kube.api_client, *REPORTS):
-        for r in items:
-            out["reports"] += 1
-            if (r.get("scope") or {}).get("kind") != "Pod":
-                continue
-            out["pod reports"] += 1
-            results = r.get("results") or []
-            if len({x.get("policy") for x in results}) >= policies:
-                out["complete"] += 1
-            for x in results:
-                key = f"{x.get('result')} results"
-                out[key if key in out else "other results"] += 1
+    for r in policy_reports(kube):
+        out["reports"] += 1
+        if (r.get("scope") or {}).get("kind") != "Pod":
+            continue
+        out["pod reports"] += 1
+        results = r.get("results") or []
+        if len({x.get("policy") for x in results}) >= policies:
+            out["complete"] += 1
+        for x in results:
+            key = f"{x.get('result')} results"
+            out[key if key in out else "other results"] += 1
     return out
 
 
@@ -1471,8 +1477,7 @@ def clear_reports(kube: Any, namespaces: int) -> None:
     """Every PolicyReport goes, also those of objects outside the bench's namespaces (vpol's own Deployment,
     which the Pod policies match through autogen), so the next phase starts with none."""
     custom: Any = client.CustomObjectsApi(kube.api_client)
-    per_namespace = Counter(str(r["metadata"].get("namespace", ""))
-                            for items, _rv in list_pages(kube.api_client, *REPORTS) for r in items)
+    per_namespace = Counter(str(r["metadata"].get("namespace", "")) for r in policy_reports(kube))
     spaces = sorted({f"{NS_PREFIX}{i:02d}" for i in range(namespaces)} | set(per_namespace))
 
     def clear(ns: str) -> None:
@@ -1490,8 +1495,7 @@ def clear_reports(kube: Any, namespaces: int) -> None:
     # One deletecollection per namespace, several at once.
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(clear, spaces))
-    wait_until(lambda: not next(iter(list_pages(kube.api_client, *REPORTS, page_size=1)))[0],
-               max(300.0, sum(per_namespace.values()) / 50), 1)
+    wait_until(lambda: next(policy_reports(kube), None) is None, max(300.0, sum(per_namespace.values()) / 50), 1)
 
 
 @dataclass
@@ -1555,12 +1559,11 @@ def report_floor(kube: Any, args: argparse.Namespace, threads: int = WRITERS) ->
     """The reports the apply phase wrote, read back, deleted and created again the way the scanner creates them
     (vpol's write path, ``threads`` parallel creates): how fast this API server accepts exactly this work."""
     reports = []
-    for items, _rv in list_pages(kube.api_client, *REPORTS):
-        for r in items:
-            md = r["metadata"]
-            r["metadata"] = {k: md[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
-                             if k in md}
-            reports.append(r)
+    for r in policy_reports(kube):
+        md = r["metadata"]
+        r["metadata"] = {k: md[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+                         if k in md}
+        reports.append(r)
     clear_reports(kube, args.namespaces)
     api = pooled_client(kube, threads)
     writer = Reports(api)
