@@ -343,16 +343,16 @@ class Progress:
 PROGRESS_SAMPLES = ("vpol_report_writes_total", "vpol_scan_resources_total", "vpol_scan_duration_seconds_count",
                     "vpol_scan_duration_seconds_sum", "vpol_evaluation_duration_seconds_sum",
                     "vpol_evaluation_duration_seconds_count")
-#: The per-policy, per-namespace families progress(full=True) reads as well (3,200 series each at 10,000 Pods in
-#: 100 namespaces: rendering them twice a second was 15% of the operator's CPU time in a scan, measured with
+#: The per-policy, per-namespace families progress() reads as well, without a last poll (3,200 series each at
+#: 10,000 Pods in 100 namespaces: rendering them twice a second was 15% of the operator's CPU time in a scan, measured with
 #: py-spy --gil, and the floor the scan is compared with polls nothing).
 RESULT_SAMPLES = ("vpol_report_results", "vpol_policy_results_total")
 
 
-def progress(op: Any, t0: float, full: bool = True, last: Progress | None = None) -> Progress:
-    """The operator's progress; without ``full`` (and with a ``last`` poll), the results present and evaluations
-    are ``last``'s (see with_results)."""
-    full = full or last is None
+def progress(op: Any, t0: float, last: Progress | None = None) -> Progress:
+    """The operator's progress; with a ``last`` poll, the results present and evaluations are carried from it
+    instead of read (see with_results)."""
+    full = last is None
     m = scrape(op, PROGRESS_SAMPLES + (RESULT_SAMPLES if full else ()))
     p = Progress(
         t=time.monotonic() - t0,
@@ -414,7 +414,7 @@ def follow(op: Any, t0: float, expected: int, reports: int, timeout: float, quie
     next_print = 0.0
     next_full = 0.0
     while True:
-        p = progress(op, t0, False, prev)
+        p = progress(op, t0, prev)
         if prev is not None and run.first is not None and \
                 (p.t >= next_full or not _moving(p, prev) or p.writes - run.first.writes >= reports):
             p = with_results(op, p)
