@@ -344,8 +344,8 @@ PROGRESS_SAMPLES = ("vpol_report_writes_total", "vpol_scan_resources_total", "vp
                     "vpol_scan_duration_seconds_sum", "vpol_evaluation_duration_seconds_sum",
                     "vpol_evaluation_duration_seconds_count")
 #: The per-policy, per-namespace families progress() reads as well, without a last poll (3,200 series each at
-#: 10,000 Pods in 100 namespaces: rendering them twice a second was 15% of the operator's CPU time in a scan, measured with
-#: py-spy --gil, and the floor the scan is compared with polls nothing).
+#: 10,000 Pods in 100 namespaces: rendering them twice a second was 15% of the operator's CPU time in a scan,
+#: measured with py-spy --gil, and the floor the scan is compared with polls nothing).
 RESULT_SAMPLES = ("vpol_report_results", "vpol_policy_results_total")
 
 
