@@ -14,7 +14,11 @@ Ways, for a report that does not exist yet:
 * ``create``: POST of the whole report;
 * ``create, metadata answer``: the same POST, asking the API server to answer with the report's metadata
   only (``Accept: ...;as=PartialObjectMetadata``, what vpol's writes do) instead of the whole report;
-* ``apply``: server-side apply of the whole report (field manager, force).
+* ``apply``: server-side apply of the whole report (field manager, force);
+* ``create, vpol's writer``: the POST the operator sends (``vpol.kube.dynamic.send_encoded``: the body encoded
+  once, a metadata answer read but not parsed) from ``--threads`` threads over urllib3, as its writer pool does;
+* ``create, one event loop``: the same request from one thread, ``--threads`` at a time on one asyncio loop
+  over aiohttp's client (its C HTTP parser; no thread per request in flight).
 
 For an existing report gaining one result (a policy added to a running operator):
 
@@ -35,10 +39,12 @@ Usage: python3 bench/report_writes.py [--writes 500] [--threads 8] [--rounds 3] 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import sys
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,7 +56,7 @@ from common import BenchRun, descendants, install_vpol, pooled_client, table  # 
 from kubernetes import client  # noqa: E402
 
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for, report_name  # noqa: E402
-from vpol.kube.dynamic import METADATA_ANSWER  # noqa: E402
+from vpol.kube.dynamic import METADATA_ANSWER, collection_path, encoded, send_encoded  # noqa: E402
 from vpol.kube.objects import FIELD_MANAGER  # noqa: E402
 
 GROUP, VERSION, PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
@@ -99,13 +105,55 @@ def owners(core: Any, prefix: str, count: int, threads: int) -> list[ResourceRef
         return list(pool.map(make, range(count)))
 
 
-def timed(run: BenchRun, threads: int, items: list[Any], write: Callable[[Any], None]) -> tuple[float, float, float]:
-    """(wall s, control plane CPU s, this process's CPU s) for writing every item."""
+def timed(run: BenchRun, threads: int, items: list[Any], write: Callable[[Any], None],
+          batch: Callable[[list[Any]], None] | None = None) -> tuple[float, float, float]:
+    """(wall s, control plane CPU s, this process's CPU s) for writing every item: ``write`` on ``threads``
+    threads, or ``batch`` given them all."""
     pids = control_plane_pids(run)
     cp0, me0, t0 = cpu_seconds(pids), time.process_time(), time.monotonic()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(write, items))
+    if batch is not None:
+        batch(items)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(write, items))
     return time.monotonic() - t0, cpu_seconds(pids) - cp0, time.process_time() - me0
+
+
+class LoopWriter:
+    """POSTs reports from one asyncio loop over aiohttp's client, ``limit`` at a time (the ``create, one event
+    loop`` way), with the TLS material and credentials of ``configuration`` (a kubernetes client Configuration)."""
+
+    def __init__(self, configuration: Any, limit: int) -> None:
+        self.host = configuration.host.rstrip("/")
+        self.limit = limit
+        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        if configuration.cert_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        if not configuration.verify_ssl:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        self.context = context
+        self.headers = {"Accept": METADATA_ANSWER, "Content-Type": "application/json"}
+        bearer = configuration.auth_settings().get("BearerToken")
+        if bearer and bearer.get("value"):
+            self.headers["Authorization"] = bearer["value"]
+
+    def write(self, bodies: list[tuple[str, bytes]]) -> None:
+        asyncio.run(self._write(bodies))
+
+    async def _write(self, bodies: list[tuple[str, bytes]]) -> None:
+        import aiohttp
+
+        gate = asyncio.Semaphore(self.limit)
+        connector = aiohttp.TCPConnector(ssl=self.context, limit=self.limit)
+        async with aiohttp.ClientSession(connector=connector, headers=self.headers) as session:
+            async def one(path: str, body: bytes) -> None:
+                async with gate:
+                    async with session.post(self.host + path, data=body,
+                                            params={"fieldManager": FIELD_MANAGER}) as answer:
+                        await answer.read()
+                        if answer.status != 201:
+                            raise RuntimeError(f"POST {path}: {answer.status}")
+            await asyncio.gather(*(one(path, body) for path, body in bodies))
 
 
 def main() -> int:
@@ -180,6 +228,18 @@ def main() -> int:
                                                   field_manager=FIELD_MANAGER,
                                                   _content_type="application/json-patch+json", **quiet).read()
 
+        def create_vpol_writer(ref: ResourceRef) -> None:
+            send_encoded(api, "POST", collection_path(GROUP, VERSION, PLURAL, NAMESPACE),
+                         encoded(new_report(ref, full)), content_type="application/json", accept=METADATA_ANSWER,
+                         query=[("fieldManager", FIELD_MANAGER)])
+
+        loop_writer = LoopWriter(api.configuration, args.threads)
+
+        def create_one_loop(refs: list[ResourceRef]) -> None:
+            path = collection_path(GROUP, VERSION, PLURAL, NAMESPACE)
+            # The bodies are built and encoded as the batch runs, as the other ways build theirs while timed.
+            loop_writer.write([(path, encoded(new_report(ref, full))) for ref in refs])
+
         versions: dict[str, str] = {}
 
         def put_grown(ref: ResourceRef) -> None:
@@ -193,9 +253,12 @@ def main() -> int:
                                                           field_manager=FIELD_MANAGER)
             versions[ref.uid] = made["metadata"]["resourceVersion"]
 
+        batches: dict[str, Callable[[list[ResourceRef]], None]] = {"create, one event loop": create_one_loop}
         ways: list[tuple[str, str, Callable[[ResourceRef], None]]] = [
             ("new report", "create", create),
             ("new report", "create, metadata answer", create_metadata_answer),
+            ("new report", "create, vpol's writer", create_vpol_writer),
+            ("new report", "create, one event loop", lambda ref: None),
             ("new report", "apply", apply_new),
             ("one result added", "apply", apply_grown),
             ("one result added", "merge", merge_grown),
@@ -212,7 +275,8 @@ def main() -> int:
                 if case == "one result added":
                     with ThreadPoolExecutor(args.threads) as pool:
                         list(pool.map(create_remember, refs))  # not timed: the reports as they were
-                wall, cp, me = timed(run, args.threads, refs, write)
+                batch = batches.get(way) if case == "new report" else None
+                wall, cp, me = timed(run, args.threads, refs, write, batch)
                 measured[(case, way)].append((wall, cp, me))
                 print(f"round {round_ + 1}: {case:>16} by {way:<10} {args.writes / wall:6.0f}/s, control plane "
                       f"{1000 * cp / args.writes:.2f} ms CPU per write, client {1000 * me / args.writes:.2f} ms",
