@@ -133,6 +133,7 @@ def test_report_writes_bench_measures_every_way(controlplane_binary: str) -> Non
     ways = [(k, v) for k, v in table_rows(out) if k in ("new report", "one result added")]
     assert {(k, v[0]) for k, v in ways} == {
         ("new report", "create"), ("new report", "create, metadata answer"), ("new report", "apply"),
+        ("new report", "create, vpol's writer"), ("new report", "create, one event loop"),
         ("one result added", "apply"), ("one result added", "merge"), ("one result added", "json-patch"),
         ("one result added", "put")}, ways
     assert all(float(v[1]) > 0 for _k, v in ways), ways
