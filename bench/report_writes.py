@@ -42,9 +42,9 @@ import argparse
 import asyncio
 import json
 import os
+import ssl
 import statistics
 import sys
-import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -237,7 +237,7 @@ def main() -> int:
 
         def create_one_loop(refs: list[ResourceRef]) -> None:
             path = collection_path(GROUP, VERSION, PLURAL, NAMESPACE)
-            # The bodies are built and encoded as the batch runs, as the other ways build theirs while timed.
+            # The bodies are built and encoded inside the timed batch, as the other ways build theirs while timed.
             loop_writer.write([(path, encoded(new_report(ref, full))) for ref in refs])
 
         versions: dict[str, str] = {}
