@@ -47,7 +47,6 @@ import gc
 import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import threading
@@ -76,6 +75,7 @@ from common import (  # noqa: E402
     start_operator,
     status_kib,
     table,
+    tls_context,
     wait_until,
 )
 
@@ -175,16 +175,6 @@ def delete_policies(custom: Any) -> None:
                                                              label_selector="vpol-bench=admission")["items"], 120, 0.5)
 
 
-def _ssl(cfg: client.Configuration) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
 class Clients:
     """``clients`` concurrent clients, one keep-alive connection each, kept across runs (an async context)."""
 
@@ -194,7 +184,7 @@ class Clients:
         auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if auth:
             self.headers["Authorization"] = auth if " " in auth else f"Bearer {auth}"
-        self.ctx = _ssl(cfg)
+        self.ctx = tls_context(cfg)
         self.count = clients
         self.sessions: list[aiohttp.ClientSession] = []
 

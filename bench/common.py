@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -162,6 +163,18 @@ class Cluster:
         if self.state_dir is not None and self.script is not None:
             subprocess.run([str(self.script), "stop", str(self.state_dir)], capture_output=True, timeout=180)
             shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+
+
+def tls_context(cfg: Any) -> ssl.SSLContext:
+    """A client TLS context with what the kubernetes client Configuration ``cfg`` verifies and presents (its CA,
+    client certificate, verify_ssl), for the benches' own aiohttp clients of the API server."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def pooled_client(kube: KubeCluster, threads: int) -> Any:

@@ -42,7 +42,6 @@ import argparse
 import asyncio
 import json
 import os
-import ssl
 import statistics
 import sys
 import time
@@ -52,7 +51,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import BenchRun, descendants, install_vpol, pooled_client, table  # noqa: E402
+from common import BenchRun, descendants, install_vpol, pooled_client, table, tls_context  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for, report_name  # noqa: E402
@@ -126,12 +125,7 @@ class LoopWriter:
     def __init__(self, configuration: Any, limit: int) -> None:
         self.host = configuration.host.rstrip("/")
         self.limit = limit
-        context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-        if configuration.cert_file:
-            context.load_cert_chain(configuration.cert_file, configuration.key_file)
-        if not configuration.verify_ssl:
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        self.context = context
+        self.context = tls_context(configuration)
         self.headers = {"Accept": METADATA_ANSWER, "Content-Type": "application/json"}
         bearer = configuration.auth_settings().get("BearerToken")
         if bearer and bearer.get("value"):
