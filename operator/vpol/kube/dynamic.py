@@ -13,6 +13,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from vpol.kube.list_answer import ListReader
+
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
@@ -108,6 +110,58 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
 
 #: Expired continue tokens replaced in a row for one page before its 410 is raised.
 EXPIRED_CONTINUES = 3
+
+#: Bytes read from the socket at a time by :func:`list_items`.
+STREAM_CHUNK = 64 * 1024
+
+
+def list_items(api: client.ApiClient, group: str, version: str, resource: str, *, namespace: str = "",
+               page_size: int = PAGE_SIZE, label_selector: str = "") -> Iterator[dict[str, Any]]:
+    """Yields a list's items one at a time, each parsed as its bytes arrive (vpol.kube.list_answer), page by page.
+
+    For servers that answer a list whole whatever its ``limit`` says (Kyverno's reports-server): the operator
+    holds one item of the answer, not all of them parsed. Items get the list's apiVersion and kind when the
+    answer names them before its items, as typed lists do (the API server's lists of custom resources name them
+    after, and their items carry their own). Unlike :func:`list_pages` nothing is fetched ahead: a page's
+    ``continue`` token may come after its items. An expired token is replaced as there."""
+    path = collection_path(group, version, resource, namespace)
+    cont, replaced = "", 0
+    while True:
+        query: list[tuple[str, Any]] = [("limit", page_size)]
+        if cont:
+            query.append(("continue", cont))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            resp = _call(api, path, query, timeout=120)
+        except ApiException as exc:
+            offered = _continue_offered(exc) if cont and replaced < EXPIRED_CONTINUES else ""
+            if not offered:
+                raise
+            logger.info("listing %s: the list's continue token expired; reading the rest at the newest version", path)
+            cont, replaced = offered, replaced + 1
+            continue
+        replaced = 0
+        reader = ListReader(resp.stream(STREAM_CHUNK))
+        finished = False
+        try:
+            for item in reader.items():
+                if isinstance(item, dict):
+                    item.setdefault("apiVersion", reader.head.get("apiVersion") or
+                                    (f"{group}/{version}" if group else version))
+                    if "kind" in reader.head:
+                        item.setdefault("kind", str(reader.head["kind"]).removesuffix("List"))
+                    yield item
+            finished = True
+        finally:
+            # A connection with unread bytes cannot serve another request: closed, not given back.
+            if finished:
+                resp.release_conn()
+            else:
+                resp.close()
+        cont = str((reader.head.get("metadata") or {}).get("continue") or "")
+        if not cont:
+            return
 
 
 def _continue_offered(exc: ApiException) -> str:

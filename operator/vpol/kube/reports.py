@@ -15,6 +15,7 @@ from vpol.kube.dynamic import (
     collection_path,
     encoded,
     get_object,
+    list_items,
     list_pages,
     object_path,
     send_encoded,
@@ -42,17 +43,23 @@ class Reports:
         caller works on this one (a restart reads back one report per scanned resource).
 
         Served by another API server (:meth:`aggregated`: Kyverno's reports-server), whose lists ignore ``limit``
-        and come whole, PolicyReports are read namespace by namespace: a restart then holds one namespace's
-        reports at a time instead of every report in one answer (at 10,000 Pods, 480 MiB against 144 MiB)."""
+        and come whole, PolicyReports are read namespace by namespace, each answer one report at a time as it
+        arrives (:func:`list_items`): a restart holds one report of the answer in hand, not a whole namespace's
+        parsed (1,000 reports: 18.5 MiB), nor every report in one answer (at 10,000 Pods, 480 MiB)."""
+        aggregated = self.aggregated()
         namespaces: list[str] = [""]
-        if self.aggregated():
+        if aggregated:
             namespaces = [str((n.get("metadata") or {}).get("name", "")) for items, _rv in
                           list_pages(self.api, "", "v1", "namespaces") for n in items]
             logger.info("reports are served by the APIService %s's own server (its lists are not paged): reading "
-                        "them back namespace by namespace (%d)", APISERVICE, len(namespaces))
+                        "them back namespace by namespace (%d), one report at a time", APISERVICE, len(namespaces))
         for plural in ("policyreports", "clusterpolicyreports"):
             try:
                 for namespace in namespaces if plural == "policyreports" else [""]:
+                    if aggregated:
+                        yield from list_items(self.api, GROUP, VERSION, plural, namespace=namespace,
+                                              label_selector=label_selector, page_size=REPORT_PAGE_SIZE)
+                        continue
                     for items, _rv in list_pages(self.api, GROUP, VERSION, plural, namespace=namespace,
                                                  label_selector=label_selector, page_size=REPORT_PAGE_SIZE,
                                                  prefetch=True):

@@ -1,6 +1,7 @@
 """Paged lists (vpol.kube.dynamic.list_pages): every page once, in order, each connection given back; with
 prefetch, the next page is already asked for while the caller works on the one it was given (how a restart
-reads its reports back)."""
+reads its reports back). Lists read one item at a time (list_items, how a restart reads reports back from
+reports-server): the same items, pages and expired tokens."""
 
 from __future__ import annotations
 
@@ -19,12 +20,24 @@ PAGES = 4
 
 
 class _Answer:
+    """What vpol.kube.dynamic._call returns: urllib3's response, its body whole (``data``) or in pieces."""
+
     def __init__(self, body: dict[str, Any]):
         self.data = json.dumps(body).encode()
         self.released = False
+        self.closed = False
+        self.streamed = False
+
+    def stream(self, amt: int) -> Iterator[bytes]:
+        self.streamed = True
+        for at in range(0, len(self.data), 7):  # small pieces: items are parsed across them
+            yield self.data[at:at + 7]
 
     def release_conn(self) -> None:
         self.released = True
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class _Server:
@@ -198,10 +211,12 @@ def test_reports_are_read_back_with_the_next_page_in_flight(monkeypatch: pytest.
 def test_reports_served_by_another_api_server_are_read_back_namespace_by_namespace(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Kyverno's reports-server answers a list whole, whatever its limit: with its APIService in place the
-    PolicyReports are read one namespace at a time (ClusterPolicyReports as before)."""
+    PolicyReports are read one namespace at a time (ClusterPolicyReports as before), each answer one report at a
+    time as its bytes arrive."""
     import vpol.kube.reports as reports_module
 
     asked: list[str] = []
+    report_answers: list[_Answer] = []
 
     def call(_api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
         asked.append(path)
@@ -211,8 +226,9 @@ def test_reports_served_by_another_api_server_are_read_back_namespace_by_namespa
         namespace = path.split("/namespaces/")[1].split("/")[0] if "/namespaces/" in path else ""
         kind = "PolicyReport" if "/policyreports" in path else "ClusterPolicyReport"
         items = [{"metadata": {"name": f"{kind}-{namespace}-{i}", "namespace": namespace}} for i in range(3)]
-        return _Answer({"kind": f"{kind}List", "apiVersion": "wgpolicyk8s.io/v1alpha2",
-                        "metadata": {"resourceVersion": "1"}, "items": items})
+        report_answers.append(_Answer({"kind": f"{kind}List", "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                                       "metadata": {"resourceVersion": "1"}, "items": items}))
+        return report_answers[-1]
 
     monkeypatch.setattr(dynamic, "_call", call)
     apiservice = {"spec": {"group": "wgpolicyk8s.io", "service": {"name": "reports-server",
@@ -225,6 +241,7 @@ def test_reports_served_by_another_api_server_are_read_back_namespace_by_namespa
     assert asked == ["/api/v1/namespaces", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports",
                      "/apis/wgpolicyk8s.io/v1alpha2/namespaces/b/policyreports",
                      "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports"]
+    assert len(report_answers) == 3 and all(a.streamed and a.released for a in report_answers)
 
 
 @pytest.mark.parametrize("answer", [None, {"spec": {"group": "wgpolicyk8s.io", "groupPriorityMinimum": 1000}}, 403])
@@ -243,3 +260,50 @@ def test_reports_are_served_by_the_api_server_itself_unless_the_apiservice_names
     monkeypatch.setattr(reports_module, "get_object", get)
     api: Any = None
     assert Reports(api).aggregated() is False
+
+
+def _items(**kw: Any) -> Iterator[dict[str, Any]]:
+    api: Any = None  # the fake _call does not use it
+    return dynamic.list_items(api, "", "v1", "configmaps", namespace="ns", page_size=2, **kw)
+
+
+def test_a_list_read_one_item_at_a_time_reads_every_page_once_in_order(server: _Server) -> None:
+    items = list(_items())
+    assert [i["metadata"]["name"] for i in items] == [f"o-{p}-{i}" for p in range(PAGES) for i in range(2)]
+    assert all(i["kind"] == "ConfigMap" and i["apiVersion"] == "v1" for i in items)
+    assert [index for index, _done in server.asked] == list(range(PAGES))
+    assert all(a.released and not a.closed for a in server.answers)
+
+
+def test_a_list_whose_items_come_before_its_continue_token_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server writes a list of custom resources with its keys in order: items, kind, metadata."""
+    def call(_api: Any, path: str, query: list[tuple[str, Any]], *, timeout: float | None = None) -> _Answer:
+        index = int(dict(query).get("continue", "0"))
+        more = {"continue": str(index + 1)} if index + 1 < PAGES else {}
+        items = [{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": f"w-{index}-{i}"}}
+                 for i in range(2)]
+        return _Answer({"apiVersion": "example.com/v1", "items": items, "kind": "WidgetList",
+                        "metadata": {"resourceVersion": "9", **more}})
+
+    monkeypatch.setattr(dynamic, "_call", call)
+    api: Any = None
+    items = list(dynamic.list_items(api, "example.com", "v1", "widgets", page_size=2))
+    assert [i["metadata"]["name"] for i in items] == [f"w-{p}-{i}" for p in range(PAGES) for i in range(2)]
+    assert {(i["apiVersion"], i["kind"]) for i in items} == {("example.com/v1", "Widget")}
+
+
+def test_a_list_read_one_item_at_a_time_and_left_early_closes_its_connection(server: _Server) -> None:
+    items = _items()
+    next(items)
+    items.close()
+    assert len(server.answers) == 1 and server.answers[0].closed and not server.answers[0].released
+
+
+def test_a_list_read_one_item_at_a_time_goes_on_past_an_expired_token(
+        server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamic, "_call", _expiring(server, "2-newest"))
+    assert [i["metadata"]["name"] for i in _items()] == [f"o-{p}-{i}" for p in range(PAGES) for i in range(2)]
+    monkeypatch.setattr(dynamic, "_call", _expiring(server, ""))
+    from kubernetes.client.rest import ApiException
+    with pytest.raises(ApiException):
+        list(_items())
