@@ -149,6 +149,8 @@ OTHER_BENCHES = [
     ("global_context.py", ("--objects", "20", "--rounds", "1"), r"new worker \(first request\)\s+[\d.]+ ms"),
     ("apply_bulk.py", ("--pods", "100"), r"vpol apply -o json: [\d.]+ s wall, \d+ results"),
     ("cel_core.py", ("--quick",), r"ratio: vpol is [\d.]+x faster"),
+    ("list_read.py", ("--reports", "50", "--rounds", "1"),
+     r"\| one report at a time \(ListReader\) \| 50 \| [\d.]+ MiB \| [\d.]+ ms \|"),
     ("controlplane_start.py", ("--runs", "1"), r"run 1: start->ready [\d.]+s"),
     ("generate.py", ("--namespaces", "10"),
      r"vpol: writes of the three kinds \(API server\)\s*\|\s*30 \(1\.00 per downstream"),
