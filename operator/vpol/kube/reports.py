@@ -37,6 +37,8 @@ class Reports:
     def __init__(self, api: client.ApiClient):
         self.api = api
         self.custom: Any = client.CustomObjectsApi(api)
+        #: Whether another API server served the reports when they were last read back (:meth:`existing`).
+        self.served_elsewhere = False
 
     def existing(self, label_selector: str) -> Iterator[dict[str, Any]]:
         """Every report carrying ``label_selector``, both kinds, page by page; the next page is fetched while the
@@ -46,7 +48,7 @@ class Reports:
         and come whole, PolicyReports are read namespace by namespace, each answer one report at a time as it
         arrives (:func:`list_items`): a restart holds one report of the answer in hand, not a whole namespace's
         parsed (1,000 reports: 18.5 MiB), nor every report in one answer (at 10,000 Pods, 480 MiB)."""
-        aggregated = self.aggregated()
+        aggregated = self.served_elsewhere = self.aggregated()
         namespaces: list[str] = [""]
         if aggregated:
             namespaces = [str((n.get("metadata") or {}).get("name", "")) for items, _rv in

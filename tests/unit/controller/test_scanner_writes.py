@@ -21,6 +21,7 @@ class RecordingReports:
         self.stale: set[str] = set()
         self.calls: list[tuple[str, str, str]] = []
         self.version = 100
+        self.served_elsewhere = False
 
     def existing(self, _selector: str) -> list[dict[str, Any]]:
         return self.existing_reports
@@ -153,3 +154,17 @@ def test_report_result_counts_follow_a_new_severity() -> None:
     write(scanner, "u1", "fail")
     assert reports.calls[calls:] == [("update", "vpol-u1", "101")]
     metrics.REPORT_RESULTS.clear()
+
+
+def test_a_gone_resources_report_is_left_to_the_garbage_collector_unless_another_server_serves_reports() -> None:
+    """Its owner reference deletes it; behind reports-server (another API server) vpol deletes it too."""
+    for elsewhere, wanted in ((False, []), (True, [("delete", "vpol-u1", "")])):
+        reports = RecordingReports()
+        reports.served_elsewhere = elsewhere
+        scanner = scanner_with(reports)
+        write(scanner, "u1", "fail")
+        scanner.store.forget("u1")
+        scanner.store.drain()
+        scanner.store.forget("never-written")
+        scanner.store.drain()
+        assert reports.calls[1:] == wanted, elsewhere
