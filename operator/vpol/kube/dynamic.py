@@ -76,12 +76,7 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
         return fetch(cont)
 
     def fetch(cont: str) -> tuple[list[dict[str, Any]], str, str]:
-        query: list[tuple[str, Any]] = [("limit", page_size)]
-        if cont:
-            query.append(("continue", cont))
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        resp = _call(api, path, query, timeout=120)
+        resp = _call(api, path, _list_query(page_size, cont, label_selector), timeout=120)
         data = json.loads(resp.data)
         resp.release_conn()
         kind = str(data.get("kind", "")).removesuffix("List")
@@ -108,6 +103,16 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
             ahead.shutdown()
 
 
+def _list_query(page_size: int, cont: str, label_selector: str) -> list[tuple[str, Any]]:
+    """The query of one page of a list (:func:`list_pages`, :func:`list_items`)."""
+    query: list[tuple[str, Any]] = [("limit", page_size)]
+    if cont:
+        query.append(("continue", cont))
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    return query
+
+
 #: Expired continue tokens replaced in a row for one page before its 410 is raised.
 EXPIRED_CONTINUES = 3
 
@@ -127,13 +132,8 @@ def list_items(api: client.ApiClient, group: str, version: str, resource: str, *
     path = collection_path(group, version, resource, namespace)
     cont, replaced = "", 0
     while True:
-        query: list[tuple[str, Any]] = [("limit", page_size)]
-        if cont:
-            query.append(("continue", cont))
-        if label_selector:
-            query.append(("labelSelector", label_selector))
         try:
-            resp = _call(api, path, query, timeout=120)
+            resp = _call(api, path, _list_query(page_size, cont, label_selector), timeout=120)
         except ApiException as exc:
             offered = _continue_offered(exc) if cont and replaced < EXPIRED_CONTINUES else ""
             if not offered:
