@@ -1337,7 +1337,9 @@ def enforce_phase(kube: Any, work: Path, args: argparse.Namespace, files: list[P
         custom.delete_cluster_custom_object(POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL, name)
     # The garbage collector removes their VAPs and bindings; the Pods' write floor is measured after that. A
     # report its scan wrote (about vpol's own Deployment, which the policies match through autogen) goes too.
-    wait_until(lambda: not vaps & _vap_names(admission), 120, 0.5)
+    if not wait_until(lambda: not vaps & _vap_names(admission), 120, 0.5):
+        print(f"  [enforce] generated ValidatingAdmissionPolicies left 120 s after their policies were deleted: "
+              f"{sorted(vaps & _vap_names(admission))}")
     clear_reports(kube, args.namespaces)
 
     return [
@@ -1581,7 +1583,12 @@ def report_floor(kube: Any, args: argparse.Namespace, threads: int = WRITERS) ->
 
 
 def _vap_names(admission: Any) -> set[str]:
-    return {v.metadata.name for v in admission.list_validating_admission_policy().items if v.metadata}
+    """The ValidatingAdmissionPolicies generated from a policy (owned by one). Not the operator's enforcement probe
+    (vpol.desired.probe), which it writes when its first policy arrives and which outlives every policy: counted
+    among the generated ones, it was waited for after the policies were deleted until the wait's 120 s ran out."""
+    return {v.metadata.name for v in admission.list_validating_admission_policy().items
+            if v.metadata and any(ref.api_version.startswith(f"{POLICY_GROUP}/")
+                                  for ref in v.metadata.owner_references or ())}
 
 
 def _ready(kube: Any, name: str) -> bool:
