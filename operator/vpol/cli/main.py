@@ -592,7 +592,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 webhook_service=args.webhook_service, webhook_timeout=args.webhook_timeout,
                 webhook_cert_secret=args.webhook_cert_secret, webhook_workers=args.webhook_workers,
                 webhook_client_ca=args.webhook_client_ca,
-                webhook_eval_timeout=args.webhook_eval_timeout,
+                webhook_eval_timeout=args.webhook_eval_timeout, webhook_drain=args.webhook_drain,
                 webhook_excluded_namespaces=tuple(args.webhook_exclude_namespaces or ()),
                 webhook_inline=args.webhook_inline == "on",
                 policy_validation=args.policy_validation == "on",
@@ -723,6 +723,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation worker processes of the webhook (default 2)")
     p.add_argument("--webhook-eval-timeout", type=float, default=3.0, metavar="SECONDS",
                    help="longest evaluation of one admission request; beyond it the failurePolicy answers")
+    p.add_argument("--webhook-drain", type=float, default=5.0, metavar="SECONDS",
+                   help="on shutdown, keep answering admission requests for this long, each answer closing its "
+                        "connection, so that the API server moves to the other replicas without a failed request "
+                        "(default 5; not with --webhook-url)")
     p.add_argument("--webhook-exclude-namespaces", nargs="+", metavar="NAMESPACE",
                    help="namespaces vpol's webhooks never match (the API server does not call them for requests "
                         "there), besides kube-system and --namespace, which are always left out")

@@ -266,8 +266,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in rt.tasks:
         task.cancel()
     await asyncio.gather(*rt.tasks, return_exceptions=True)
-    if rt.admission:
-        await rt.admission.stop()
+    # The webhook drains (seconds: WebhookServer.stop) while the rest stops, the scanner's Lease released meanwhile.
+    admission = asyncio.create_task(rt.admission.stop()) if rt.admission else None
     if rt.scanner:
         rt.scanner.stop()
         await asyncio.to_thread(rt.scanner.join, 10)
@@ -281,6 +281,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if rt.leader:
         rt.leader.stop()
         await asyncio.to_thread(rt.leader.join, 10)
+    if admission:
+        await admission
 
 
 def _seen(memo: Any, key: PolicyKey, event_type: str | None) -> None:

@@ -52,6 +52,9 @@ class Options:
     #: A CA file: the webhook requires a client certificate it signed (the API server's); "": none required.
     webhook_client_ca: str = ""
     webhook_eval_timeout: float = 3.0
+    #: Seconds a stopping replica keeps answering, each answer closing its connection, before it closes
+    #: (vpol.controller.admission.server.WebhookServer.stop); none with ``webhook_url`` (no other replica there).
+    webhook_drain: float = 5.0
     #: Namespaces vpol's webhooks never match, besides kube-system and ``namespace`` (Kyverno's equivalent is the
     #: namespaceSelector of its ConfigMap's ``webhooks``): requests there are not sent to vpol at all.
     webhook_excluded_namespaces: tuple[str, ...] = ()

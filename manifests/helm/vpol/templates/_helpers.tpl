@@ -48,6 +48,7 @@ vpol-webhook-cert
 - --webhook-workers={{ int64 .Values.webhook.workers }}
 - --webhook-eval-timeout={{ .Values.webhook.evalTimeout }}
 - --webhook-inline={{ ternary "on" "off" .Values.webhook.inline }}
+- --webhook-drain={{ .Values.webhook.drainSeconds }}
 {{- with .Values.webhook.excludeNamespaces }}
 - --webhook-exclude-namespaces
 {{- range . }}

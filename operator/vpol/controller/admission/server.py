@@ -84,6 +84,8 @@ FAILURE_POLICIES = {webhook_path(fp): fp for fp in ("Fail", "Ignore")}
 READY_PATH = "/readyz"
 #: Why a replica does not answer yet (a 429 to the API server, a 503 to the readiness probe).
 NOT_LOADED = "the webhook has not loaded its policies yet"
+#: Why a stopping replica is not ready (WebhookServer.stop).
+DRAINING = "the webhook is stopping"
 #: Longest a request waits for the workers of newer policies to be built (see WebhookServer._current_pool).
 REBUILD_WAIT = 2.0
 MUTATING_FAILURE_POLICIES = {webhook_path(fp, mutating=True): fp for fp in ("Fail", "Ignore")}
@@ -114,6 +116,8 @@ class ServerOptions:
     read_seconds: float = 10.0
     #: Longest request line and header field (bytes).
     max_header_bytes: int = 8190
+    #: Seconds a stopping server keeps serving before it closes (WebhookServer.stop: the drain).
+    drain_seconds: float = 0.0
 
 
 class EvaluatorPool:
@@ -298,6 +302,8 @@ class WebhookServer:
         self.serving_version = -1
         #: Whether the TLS site accepts connections (it waits for the serving certificate first).
         self.listening = False
+        #: Whether the server is stopping: every answer then closes its connection (WebhookServer.stop).
+        self.draining = False
         self._listener: asyncio.AbstractServer | None = None
         #: Refusals logged per reason (one line per reason and LOG_EVERY seconds: a flood logs little).
         self._refusals_logged: dict[str, tuple[float, int]] = {}
@@ -368,6 +374,24 @@ class WebhookServer:
         return self.serving_version if self.listening else -1
 
     async def stop(self) -> None:
+        """Drain, then close: connections, evaluation workers, the image webhooks' threads.
+
+        Draining (options.drain_seconds, when serving): the server keeps accepting connections and answering for
+        that long, but /readyz says 503 and every answer carries `Connection: close`. The API server pools its
+        connections to a webhook by the Service's host name, so it keeps sending requests to a stopping replica
+        on connections it already holds, whatever the Service's endpoints say; a connection closed by the server
+        while the API server writes a request on it fails that request with EOF (Go's client retries a POST only
+        when none of it was written), so closing kept-alive connections at once fails a request now and then
+        under load. Each answer closing its own connection lets the API server close it instead, after reading
+        the answer, and dial again (to a replica that is not stopping, once its endpoint is gone); connections
+        accepted meanwhile (endpoints reach the API server's dialer a little late) are answered the same way.
+        What is left after the drain (connections the API server did not use during it) is closed as before,
+        requests in flight answered first."""
+        if self.listening and self.options.drain_seconds > 0:
+            self.draining = True
+            logger.info("admission webhook: draining for %.1f s (every answer closes its connection)",
+                        self.options.drain_seconds)
+            await asyncio.sleep(self.options.drain_seconds)
         self.listening = False
         for task in self._tasks:
             task.cancel()
@@ -436,7 +460,9 @@ class WebhookServer:
     async def _readyz(self, _request: web.Request) -> web.Response:
         """What the chart's readiness probe reads: ready once this replica answers with every policy loaded, so
         that a starting one (a failover, a rollout) joins its Service's endpoints only then; until then the API
-        server would get 429s from it and retry elsewhere."""
+        server would get 429s from it and retry elsewhere. Not ready again while it drains (stop)."""
+        if self.draining:
+            return web.json_response({"ready": False, "reason": DRAINING}, status=503)
         if self._pool is None:
             return web.json_response({"ready": False, "reason": NOT_LOADED}, status=503)
         return web.json_response({"ready": True, "version": self.serving_version})
@@ -447,6 +473,8 @@ class WebhookServer:
         failurePolicy), one log line with an error id, the traceback at debug level."""
         try:
             response: web.StreamResponse = await handler(request)
+            if self.draining:
+                response.force_close()  # `Connection: close`: see stop()
             return response
         except web.HTTPException:
             raise

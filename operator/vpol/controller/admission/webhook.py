@@ -76,7 +76,10 @@ class Admission:
                                   eval_timeout=min(options.webhook_eval_timeout, max(1.0, options.webhook_timeout - 1)),
                                   eval_memory_mib=options.eval_memory_mib,
                                   inline=InlineLimits() if options.webhook_inline else None,
-                                  image_timeout=options.webhook_timeout), events=events,
+                                  image_timeout=options.webhook_timeout,
+                                  # Behind a URL there is no other replica to hand requests to.
+                                  drain_seconds=0.0 if options.webhook_url else options.webhook_drain),
+            events=events,
             global_context=global_context,
             registry_clients=RegistryClients(api, options.namespace, timeout=REGISTRY_TIMEOUT))
         service = {"namespace": options.namespace, "name": options.webhook_service, "port": 443}

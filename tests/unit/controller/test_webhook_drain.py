@@ -1,0 +1,103 @@
+"""A stopping webhook drains: for ServerOptions.drain_seconds it still answers on the connections the API server
+holds (and on new ones), each answer saying `Connection: close`, /readyz says it is stopping; then it closes.
+
+Without the drain a stopping server closed kept-alive connections at once, and a request the API server was
+writing on one of them at that moment failed with EOF (seen once in about ten runs of tests/e2e/test_helm_node.py's
+leader deletion under load)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import ssl
+
+from vpol.controller.admission.server import DRAINING, READY_PATH, CertificateFiles, ServerOptions, WebhookServer
+from vpol.desired.certificates import new_serving_certificate
+from vpol.model.discovery import builtin
+
+from .test_webhook_listen import Policies
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    path: str) -> tuple[int, dict[str, str], bytes]:
+    """One kept-alive HTTP/1.1 GET: (status, headers in lower case, body); EOF raises IncompleteReadError."""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: vpol-webhook.vpol-system.svc\r\n\r\n".encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_a_stopping_server_answers_on_held_connections_with_connection_close_then_closes() -> None:
+    bundle = new_serving_certificate(["localhost"], ["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
+    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: bundle),  # type: ignore[arg-type]
+                           options=ServerOptions(host="127.0.0.1", port=0, inline=None, drain_seconds=1.5))
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    async def scenario() -> None:
+        await server.start()
+        for _ in range(100):
+            if server.listening:
+                break
+            await asyncio.sleep(0.05)
+        assert server._listener is not None  # noqa: SLF001
+        port = server._listener.sockets[0].getsockname()[1]  # type: ignore[attr-defined]  # noqa: SLF001
+        held = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        status, headers, _ = await _exchange(*held, "/healthz")
+        assert status == 200 and headers.get("connection", "").lower() != "close"  # kept alive before the stop
+
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0.3)
+        assert not stopping.done() and server.draining
+        # A request on a connection held from before the stop is still answered, and that answer closes it.
+        status, headers, _ = await _exchange(*held, "/healthz")
+        assert status == 200 and headers["connection"].lower() == "close"
+        assert await held[0].read() == b""  # the server closed it after the answer
+        held[1].close()
+        # A connection made while draining is served the same way; the replica is no longer ready.
+        late = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        status, headers, body = await _exchange(*late, READY_PATH)
+        assert status == 503 and headers["connection"].lower() == "close"
+        assert json.loads(body) == {"ready": False, "reason": DRAINING}
+        late[1].close()
+
+        await asyncio.wait_for(stopping, 10)
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        except OSError:
+            return
+        writer.close()
+        raise AssertionError("the stopped server still accepts connections")
+
+    asyncio.run(scenario())
+
+
+def test_without_a_drain_the_server_closes_held_connections_at_once() -> None:
+    """drain_seconds 0 (the operator behind --webhook-url: no other replica to hand requests to): stop() closes
+    the connections it holds without answering on them again."""
+    bundle = new_serving_certificate(["localhost"], ["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
+    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: bundle),  # type: ignore[arg-type]
+                           options=ServerOptions(host="127.0.0.1", port=0, inline=None))
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    async def scenario() -> None:
+        await server.start()
+        for _ in range(100):
+            if server.listening:
+                break
+            await asyncio.sleep(0.05)
+        assert server._listener is not None  # noqa: SLF001
+        port = server._listener.sockets[0].getsockname()[1]  # type: ignore[attr-defined]  # noqa: SLF001
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        assert (await _exchange(reader, writer, "/healthz"))[0] == 200
+        await server.stop()
+        assert not server.draining
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+
+    asyncio.run(scenario())
