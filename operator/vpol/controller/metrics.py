@@ -126,7 +126,7 @@ def image_registry_requests(requests: Mapping[str, int]) -> None:
     """Registry requests ImageValidatingPolicies sent (by kind: manifest, blob, referrer, token), as an evaluation
     worker tells them back."""
     for kind, n in requests.items():
-        IMAGE_REGISTRY_REQUESTS.labels(kind).inc(n)
+        _child(IMAGE_REGISTRY_REQUESTS, kind).inc(n)
 
 
 def admission_decision(policy: str, decision: str) -> None:

@@ -63,20 +63,7 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
     path = collection_path(group, version, resource, namespace)
 
     def page(cont: str) -> tuple[list[dict[str, Any]], str, str]:
-        for _attempt in range(EXPIRED_CONTINUES):
-            try:
-                return fetch(cont)
-            except ApiException as exc:
-                offered = "" if consistent or not cont else _continue_offered(exc)
-                if not offered:
-                    raise
-                logger.info("listing %s: the list's continue token expired; reading the rest at the newest version",
-                            path)
-                cont = offered
-        return fetch(cont)
-
-    def fetch(cont: str) -> tuple[list[dict[str, Any]], str, str]:
-        resp = _call(api, path, _list_query(page_size, cont, label_selector), timeout=120)
+        resp = _page_answer(api, path, _list_query(page_size, cont, label_selector), replace_expired=not consistent)
         data = json.loads(resp.data)
         resp.release_conn()
         kind = str(data.get("kind", "")).removesuffix("List")
@@ -116,6 +103,25 @@ def _list_query(page_size: int, cont: str, label_selector: str) -> list[tuple[st
 #: Expired continue tokens replaced in a row for one page before its 410 is raised.
 EXPIRED_CONTINUES = 3
 
+
+def _page_answer(api: client.ApiClient, path: str, query: list[tuple[str, Any]], *,
+                 replace_expired: bool = True) -> Any:
+    """The API server's answer to one page of a list (unread). A ``continue`` token that expired (410 Gone) is
+    replaced by the one the API server offers for the rest of the list, up to EXPIRED_CONTINUES times in a row;
+    then, or without ``replace_expired``, the 410 is raised."""
+    replaced = 0
+    while True:
+        try:
+            return _call(api, path, query, timeout=120)
+        except ApiException as exc:
+            cont = dict(query).get("continue")
+            offered = _continue_offered(exc) if replace_expired and cont and replaced < EXPIRED_CONTINUES else ""
+            if not offered:
+                raise
+            logger.info("listing %s: the list's continue token expired; reading the rest at the newest version", path)
+            query = [(k, offered if k == "continue" else v) for k, v in query]
+            replaced += 1
+
 #: Bytes read from the socket at a time by :func:`list_items`.
 STREAM_CHUNK = 64 * 1024
 
@@ -128,20 +134,11 @@ def list_items(api: client.ApiClient, group: str, version: str, resource: str, *
     holds one item of the answer, not all of them parsed. Items get the list's apiVersion and kind when the
     answer names them before its items, as typed lists do (the API server's lists of custom resources name them
     after, and their items carry their own). Unlike :func:`list_pages` nothing is fetched ahead: a page's
-    ``continue`` token may come after its items. An expired token is replaced as there."""
+    ``continue`` token may come after its items. An expired token is replaced as there (_page_answer)."""
     path = collection_path(group, version, resource, namespace)
-    cont, replaced = "", 0
+    cont = ""
     while True:
-        try:
-            resp = _call(api, path, _list_query(page_size, cont, label_selector), timeout=120)
-        except ApiException as exc:
-            offered = _continue_offered(exc) if cont and replaced < EXPIRED_CONTINUES else ""
-            if not offered:
-                raise
-            logger.info("listing %s: the list's continue token expired; reading the rest at the newest version", path)
-            cont, replaced = offered, replaced + 1
-            continue
-        replaced = 0
+        resp = _page_answer(api, path, _list_query(page_size, cont, label_selector))
         reader = ListReader(resp.stream(STREAM_CHUNK))
         finished = False
         try:
