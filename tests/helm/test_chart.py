@@ -163,6 +163,7 @@ EFFECTS: dict[str, Check] = {
     "webhook.timeoutSeconds": lambda c, v: flags(c)["webhook_timeout"] == 20,
     "webhook.workers": lambda c, v: flags(c)["webhook_workers"] == 3,
     "webhook.evalTimeout": lambda c, v: flags(c)["webhook_eval_timeout"] == 1.5,
+    "webhook.drainSeconds": lambda c, v: flags(c)["webhook_drain"] == 12,
     "webhook.inline": lambda c, v: flags(c)["webhook_inline"] == "off",
     "webhook.excludeNamespaces": lambda c, v: flags(c)["webhook_exclude_namespaces"] == ["legacy-apps", "sandbox"],
     "webhook.url": lambda c, v: flags(c)["webhook_url"] == "https://127.0.0.1:19443",
