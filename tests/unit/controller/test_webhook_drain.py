@@ -31,22 +31,33 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     return int(lines[0].split()[1]), headers, body
 
 
-def test_a_stopping_server_answers_on_held_connections_with_connection_close_then_closes() -> None:
+def _server(drain_seconds: float) -> WebhookServer:
     bundle = new_serving_certificate(["localhost"], ["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
-    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: bundle),  # type: ignore[arg-type]
-                           options=ServerOptions(host="127.0.0.1", port=0, inline=None, drain_seconds=1.5))
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: bundle),  # type: ignore[arg-type]
+                         options=ServerOptions(host="127.0.0.1", port=0, inline=None, drain_seconds=drain_seconds))
+
+
+async def _listening(server: WebhookServer) -> int:
+    """Start ``server``; the port it listens on."""
+    await server.start()
+    for _ in range(100):
+        if server.listening:
+            break
+        await asyncio.sleep(0.05)
+    assert server._listener is not None  # noqa: SLF001
+    return int(server._listener.sockets[0].getsockname()[1])  # type: ignore[attr-defined]  # noqa: SLF001
+
+
+CONTEXT = ssl.create_default_context()
+CONTEXT.check_hostname, CONTEXT.verify_mode = False, ssl.CERT_NONE
+
+
+def test_a_stopping_server_answers_on_held_connections_with_connection_close_then_closes() -> None:
+    server = _server(drain_seconds=1.5)
 
     async def scenario() -> None:
-        await server.start()
-        for _ in range(100):
-            if server.listening:
-                break
-            await asyncio.sleep(0.05)
-        assert server._listener is not None  # noqa: SLF001
-        port = server._listener.sockets[0].getsockname()[1]  # type: ignore[attr-defined]  # noqa: SLF001
-        held = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        port = await _listening(server)
+        held = await asyncio.open_connection("127.0.0.1", port, ssl=CONTEXT)
         status, headers, _ = await _exchange(*held, "/healthz")
         assert status == 200 and headers.get("connection", "").lower() != "close"  # kept alive before the stop
 
@@ -59,7 +70,7 @@ def test_a_stopping_server_answers_on_held_connections_with_connection_close_the
         assert await held[0].read() == b""  # the server closed it after the answer
         held[1].close()
         # A connection made while draining is served the same way; the replica is no longer ready.
-        late = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        late = await asyncio.open_connection("127.0.0.1", port, ssl=CONTEXT)
         status, headers, body = await _exchange(*late, READY_PATH)
         assert status == 503 and headers["connection"].lower() == "close"
         assert json.loads(body) == {"ready": False, "reason": DRAINING}
@@ -67,7 +78,7 @@ def test_a_stopping_server_answers_on_held_connections_with_connection_close_the
 
         await asyncio.wait_for(stopping, 10)
         try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=CONTEXT)
         except OSError:
             return
         writer.close()
@@ -79,21 +90,11 @@ def test_a_stopping_server_answers_on_held_connections_with_connection_close_the
 def test_without_a_drain_the_server_closes_held_connections_at_once() -> None:
     """drain_seconds 0 (the operator behind --webhook-url: no other replica to hand requests to): stop() closes
     the connections it holds without answering on them again."""
-    bundle = new_serving_certificate(["localhost"], ["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
-    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: bundle),  # type: ignore[arg-type]
-                           options=ServerOptions(host="127.0.0.1", port=0, inline=None))
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    server = _server(drain_seconds=0.0)
 
     async def scenario() -> None:
-        await server.start()
-        for _ in range(100):
-            if server.listening:
-                break
-            await asyncio.sleep(0.05)
-        assert server._listener is not None  # noqa: SLF001
-        port = server._listener.sockets[0].getsockname()[1]  # type: ignore[attr-defined]  # noqa: SLF001
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        port = await _listening(server)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=CONTEXT)
         assert (await _exchange(reader, writer, "/healthz"))[0] == 200
         await server.stop()
         assert not server.draining
