@@ -9,6 +9,7 @@ Prometheus scrapes every replica at the metrics Service's endpoints (as a Servic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -450,8 +451,9 @@ def test_helm_upgrade_under_load_fails_no_admission_request(enforced: KubeCluste
     assert load.ok > 50 and load.denied > 10 and load.failures == [], (load.ok, load.denied, load.failures[:10])
 
 
-#: ConfigMaps the scan interrupted by the leader's deletion reports on (one PolicyReport each).
-SCANNED = 500
+#: ConfigMaps the scan interrupted by the leader's deletion reports on (one PolicyReport each): enough that the
+#: deletion lands mid-scan on a fast day (500 were all written before it once, in CI beside the other worker).
+SCANNED = 1500
 
 
 def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_replica_scans(
@@ -469,27 +471,28 @@ def test_the_leader_deleted_under_load_fails_no_admission_request_and_the_other_
          "data": {"audited": "1"}} for i in range(SCANNED)]}))
     audit = policy("node-audit-failover", scanned, "audited")
     audit["spec"]["validationActions"] = ["Audit"]
-    with Load(release, ENFORCED) as load, ReportWrites(release, scanned) as writes:
+    log = tmp_path / "leader.log"
+    with log.open("w") as out:
+        following = subprocess.Popen([release.kubectl_path, "logs", "-f", "--since=1s", pod, "-n", NAMESPACE],
+                                     stdout=out, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "KUBECONFIG": str(release.kubeconfig)})
+    core = client.CoreV1Api(release.api_client)
+    stop_following = contextlib.ExitStack()
+    stop_following.callback(following.kill)
+    with stop_following, Load(release, ENFORCED) as load, ReportWrites(release, scanned) as writes:
         time.sleep(3)
-        # A scan that the leader's deletion interrupts: the deletion as soon as its first report is written.
+        # A scan that the leader's deletion interrupts: the deletion (through the API: no kubectl to start) as
+        # soon as its first report is written.
         release.kubectl("apply", "-f", "-", input=json.dumps(audit))
         wait_for("the scan's first report", lambda: writes.writes, 120, 0.05)
-        log = tmp_path / "leader.log"
-        with log.open("w") as out:
-            following = subprocess.Popen([release.kubectl_path, "logs", "-f", "--since=10s", pod, "-n", NAMESPACE],
-                                         stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "KUBECONFIG": str(release.kubeconfig)})
-        release.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")
+        core.delete_namespaced_pod(pod, NAMESPACE)
         at_deletion = len(writes.writes)
         print(f"the leader {pod} deleted with {at_deletion} of {SCANNED + 1} reports written")
         successor = wait_for("another replica holding the scanner Lease",
                              lambda: (h := scanner_holder(release)) and pod not in h and h, 120, 1)
         wait_for("the replacement Pod Ready", lambda: len([p for p in pods(release) if ready(p)
                                                           and p["metadata"]["name"] != pod]) == 2, 120, 1)
-        try:
-            following.wait(60)  # the container's log ends when it exits
-        finally:
-            following.kill()
+        following.wait(60)  # the container's log ends when it exits
         # The successor finishes the scan: a report for every ConfigMap, each written once (the reports the old
         # leader wrote are read back, not written again).
         # (The namespace's kube-root-ca.crt too: the policy matches every ConfigMap there.)
