@@ -63,7 +63,7 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
     path = collection_path(group, version, resource, namespace)
 
     def page(cont: str) -> tuple[list[dict[str, Any]], str, str]:
-        resp = _page_answer(api, path, _list_query(page_size, cont, label_selector), replace_expired=not consistent)
+        resp = _page_answer(api, path, page_size, cont, label_selector, replace_expired=not consistent)
         data = json.loads(resp.data)
         resp.release_conn()
         kind = str(data.get("kind", "")).removesuffix("List")
@@ -91,7 +91,7 @@ def list_pages(api: client.ApiClient, group: str, version: str, resource: str, *
 
 
 def _list_query(page_size: int, cont: str, label_selector: str) -> list[tuple[str, Any]]:
-    """The query of one page of a list (:func:`list_pages`, :func:`list_items`)."""
+    """The query of one page of a list (:func:`_page_answer`, for :func:`list_pages` and :func:`list_items`)."""
     query: list[tuple[str, Any]] = [("limit", page_size)]
     if cont:
         query.append(("continue", cont))
@@ -104,7 +104,7 @@ def _list_query(page_size: int, cont: str, label_selector: str) -> list[tuple[st
 EXPIRED_CONTINUES = 3
 
 
-def _page_answer(api: client.ApiClient, path: str, query: list[tuple[str, Any]], *,
+def _page_answer(api: client.ApiClient, path: str, page_size: int, cont: str, label_selector: str, *,
                  replace_expired: bool = True) -> Any:
     """The API server's answer to one page of a list (unread). A ``continue`` token that expired (410 Gone) is
     replaced by the one the API server offers for the rest of the list, up to EXPIRED_CONTINUES times in a row;
@@ -112,15 +112,14 @@ def _page_answer(api: client.ApiClient, path: str, query: list[tuple[str, Any]],
     replaced = 0
     while True:
         try:
-            return _call(api, path, query, timeout=120)
+            return _call(api, path, _list_query(page_size, cont, label_selector), timeout=120)
         except ApiException as exc:
-            cont = dict(query).get("continue")
             offered = _continue_offered(exc) if replace_expired and cont and replaced < EXPIRED_CONTINUES else ""
             if not offered:
                 raise
             logger.info("listing %s: the list's continue token expired; reading the rest at the newest version", path)
-            query = [(k, offered if k == "continue" else v) for k, v in query]
-            replaced += 1
+            cont, replaced = offered, replaced + 1
+
 
 #: Bytes read from the socket at a time by :func:`list_items`.
 STREAM_CHUNK = 64 * 1024
@@ -138,7 +137,7 @@ def list_items(api: client.ApiClient, group: str, version: str, resource: str, *
     path = collection_path(group, version, resource, namespace)
     cont = ""
     while True:
-        resp = _page_answer(api, path, _list_query(page_size, cont, label_selector))
+        resp = _page_answer(api, path, page_size, cont, label_selector)
         reader = ListReader(resp.stream(STREAM_CHUNK))
         finished = False
         try:
