@@ -268,9 +268,14 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await asyncio.gather(*rt.tasks, return_exceptions=True)
     # The webhook drains (seconds: WebhookServer.stop) while the rest stops, the scanner's Lease released meanwhile.
     admission = asyncio.create_task(rt.admission.stop()) if rt.admission else None
+    scanning = False
     if rt.scanner:
-        rt.scanner.stop()
+        rt.scanner.stop()  # no report is written after this (ReportStore.may_write); writes in flight are waited for
         await asyncio.to_thread(rt.scanner.join, 10)
+        scanning = rt.scanner.is_alive()
+        if scanning:
+            logger.warning("background scans did not stop within 10 s: the scanner Lease is left to expire rather "
+                           "than released, so that no two replicas write reports at once")
     if rt.prover:
         rt.prover.stop()
     if rt.events:
@@ -279,7 +284,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         rt.global_context_controller.stop()
         await asyncio.to_thread(rt.global_context_controller.join, 5)
     if rt.leader:
-        rt.leader.stop()
+        rt.leader.stop(release=not scanning)
         await asyncio.to_thread(rt.leader.join, 10)
     if admission:
         await admission

@@ -9,6 +9,11 @@ writer threads while evaluation goes on; single results (mutateExisting's, a gen
 At start-up the existing reports are read back (:meth:`ReportStore.seed`), so a restart rewrites nothing that is
 unchanged. The results are counted into ``vpol_report_results`` per policy, namespace and result, labelled with the
 policy's severity and category. Objects are never held here: memory holds the compact results per resource.
+
+Only the replica that holds the scanner Lease writes reports, and only until it stops: ``may_write`` is asked before
+every write (a write queued before the replica stopped or lost the Lease is dropped, not sent), and a pass that hands
+over more writes after that ends with :class:`WritingStopped`. The replica that leads next reads the reports back and
+writes what is missing once; a replica still writing would make it write those reports twice.
 """
 
 from __future__ import annotations
@@ -56,6 +61,11 @@ HELD_WRITES = 200
 MAX_PENDING_WRITES = 400
 
 
+class WritingStopped(Exception):
+    """This replica may no longer write reports (it is stopping, or another replica holds the scanner Lease): the
+    pass under way ends here, and whatever it had still to write is the next leader's."""
+
+
 @dataclass(slots=True)
 class Write:
     """One report write the store asks for."""
@@ -92,8 +102,11 @@ class ReportStore:
     """
 
     def __init__(self, reports: Reports, meta: Callable[[], Mapping[str, PolicyMeta]],
-                 full_scope: Callable[[], list[str] | None] = lambda: None) -> None:
+                 full_scope: Callable[[], list[str] | None] = lambda: None,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         self.reports = reports
+        #: Whether this replica may write reports now (asked before each write: see the module's docstring).
+        self.may_write = may_write
         #: The report metadata (severity, category, scored) of every policy whose results are kept: results of a
         #: policy not in it are dropped.
         self._meta = meta
@@ -105,7 +118,7 @@ class ReportStore:
         self._deferred: dict[str, Write] = {}
         self.pool = EntryPool()
         self._writers = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="vpol-report-writer")
-        self._pending: deque[tuple[Write, Future[None]]] = deque()
+        self._pending: deque[tuple[Write, Future[bool]]] = deque()
         #: Results in reports per (policy, namespace, result); published with the policy's severity and category.
         self._counts: Counter[tuple[str, str, str]] = Counter()
         #: Counts changed since they were last published (or whose policy's severity or category changed).
@@ -214,7 +227,9 @@ class ReportStore:
 
     def flush(self, writes: list[Write]) -> None:
         """Queue report writes (or deletions) to the writer threads; a failed write is retried at the next scan.
-        Waits only when too many are queued (see drain)."""
+        Waits only when too many are queued (see drain). Raises WritingStopped once this replica may not write."""
+        if not self.may_write():
+            raise WritingStopped()
         self.publish_counts()
         for w in writes:
             # A newer write of a report store_one holds replaces the held one (written after it, the held one
@@ -232,19 +247,21 @@ class ReportStore:
         while len(self._pending) > keep:
             w, future = self._pending.popleft()
             try:
-                future.result()
+                written = future.result()
             except Exception as exc:  # noqa: BLE001 - logged and counted; the next scan retries
                 logger.warning("writing the report of %s/%s failed: %s", w.ref.kind, w.ref.name, exc)
                 metrics.RECONCILE_ERRORS.labels("scan").inc()
             else:
-                self.writes += 1
+                self.writes += written
 
-    def write(self, w: Write) -> None:
-        """One report write (runs in a writer thread)."""
+    def write(self, w: Write) -> bool:
+        """One report write (runs in a writer thread); False when it was not sent (this replica may not write)."""
+        if not self.may_write():
+            return False
         if w.entries is None:
             self.reports.delete(report_name(w.ref.uid), w.ref.namespace)
             metrics.REPORT_WRITES.labels("delete").inc()
-            return
+            return True
         report = report_for(w.ref, by_policy(w.entries), w.meta or {}, w.key)
         version = self.reports.create(report) if w.create else None
         if version is None:
@@ -261,6 +278,7 @@ class ReportStore:
             held.version = version
             if held.entries is w.entries:
                 held.written = True
+        return True
 
     def _superseding(self, write: Write) -> Write:
         """``write``, taking the place of the write store_one holds for the same report (if any): a create still,

@@ -38,7 +38,7 @@ from vpol.controller.generation import Generation
 from vpol.controller.image_scans import ImageScans
 from vpol.controller.queue_keys import PolicyKey
 from vpol.controller.registry_credentials import RegistryClients
-from vpol.controller.report_store import ReportStore
+from vpol.controller.report_store import ReportStore, WritingStopped
 from vpol.controller.scan_evaluator import ScanEvaluator, start_quietly
 from vpol.controller.scan_events import Batch, Event, ScanEvents
 from vpol.controller.scan_startup import StartupGate, StartupPolicies, scanned_policy
@@ -95,7 +95,8 @@ class Scanner(threading.Thread):
         #: does not take its own reports for stale and rewrite them.
         self.startup = StartupGate()
         self.watches = ScanWatches(api, self._on_object)
-        self.store = ReportStore(Reports(api), meta=self._meta, full_scope=self._full_scope)
+        self.store = ReportStore(Reports(api), meta=self._meta, full_scope=self._full_scope,
+                                 may_write=lambda: self.leading.is_set() and not self._stop_event.is_set())
         self.evaluation = ScanEvaluator(backend, self.options.limits, global_context)
         fresh = backend.fresh() if isinstance(backend, LiveBackend) else backend
         #: The worker GeneratingPolicies, DeletingPolicies and ImageValidatingPolicies are evaluated in, with the
@@ -229,6 +230,8 @@ class Scanner(threading.Thread):
             if not self._active:
                 try:
                     self._activate()
+                except WritingStopped:
+                    continue  # stopping, or the Lease was lost: the loop's tests say which
                 except Exception as exc:  # noqa: BLE001 - retry activation later
                     logger.warning("starting background scans failed: %s", describe(exc))
                     metrics.RECONCILE_ERRORS.labels("scan").inc()
@@ -236,6 +239,10 @@ class Scanner(threading.Thread):
                     continue
             try:
                 self._step()
+            except WritingStopped:
+                why = "stopping" if self._stop_event.is_set() else "the scanner Lease was lost"
+                logger.info("background scans: the pass under way ends here (%s); what it had left to write is the "
+                            "next leader's", why)
             except Exception as exc:  # noqa: BLE001 - a scan error never stops the scanner
                 logger.exception("background scan step failed: %s", exc)
                 metrics.RECONCILE_ERRORS.labels("scan").inc()

@@ -43,8 +43,12 @@ class LeaderElection(threading.Thread):
         self._stop_event = threading.Event()
         #: What stops this replica from even trying to lead ("" when nothing does).
         self.problem = ""
+        self._release_at_stop = True
 
-    def stop(self) -> None:
+    def stop(self, *, release: bool = True) -> None:
+        """Stop renewing; the Lease is released (another replica may take it at once) unless ``release`` is false:
+        then it is left to expire (``duration`` seconds), for a holder whose work may not have stopped yet."""
+        self._release_at_stop = release
         self._stop_event.set()
 
     def run(self) -> None:
@@ -62,7 +66,7 @@ class LeaderElection(threading.Thread):
                 logger.warning("lost the scanner lease")
                 self.leading.clear()
             self._stop_event.wait(self.renew)
-        if self.leading.is_set():
+        if self.leading.is_set() and self._release_at_stop:
             self._release()
 
     def _explain(self, exc: BaseException) -> str:

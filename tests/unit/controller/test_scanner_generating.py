@@ -106,8 +106,8 @@ def _writing_scanner(monkeypatch: Any, *policies: str) -> tuple[Scanner, list[An
     submitted: list[Any] = []
 
     class Done:
-        def result(self) -> None:
-            return None
+        def result(self) -> bool:
+            return True  # written
 
     def submit(_fn: Any, write: Any) -> Done:
         submitted.append(write)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from tests.unit.policies import make_policy
+from vpol.controller.report_store import WRITERS, WritingStopped
 from vpol.controller.scanner import Scanner
 from vpol.desired.report import PolicyMeta, ReportEntry, ResourceRef, report_for
 from vpol.controller.queue_keys import PolicyKey
@@ -168,3 +171,46 @@ def test_a_gone_resources_report_is_left_to_the_garbage_collector_unless_another
         scanner.store.forget("never-written")
         scanner.store.drain()
         assert reports.calls[1:] == wanted, elsewhere
+
+
+class HeldCreates(RecordingReports):
+    """Creates that wait until they are let go (a write in flight when the replica stops)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def create(self, report: dict[str, Any]) -> str | None:
+        self.started.release()
+        assert self.let_go.wait(10)
+        return super().create(report)
+
+
+@pytest.mark.parametrize("how", ["stopped", "lease lost"])
+def test_no_report_is_written_once_the_replica_stops_or_loses_the_lease(how: str) -> None:
+    """A replica that stops (or loses the scanner Lease) with writes queued sends none of them, and the pass that
+    hands over more ends: the replica that leads next reads the reports back and would otherwise see some written
+    twice. Writes already in flight are waited for."""
+    reports = HeldCreates()
+    leading = threading.Event()
+    leading.set()
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None, leading=leading)  # type: ignore[arg-type]
+    scanner.store.reports = reports  # type: ignore[assignment]
+    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), POLICY)
+    queued = [scanner.store.store(ref(f"u{i}"), [entry("fail")], None, "k") for i in range(WRITERS + 20)]
+    scanner.store.flush([w for w in queued if w is not None])
+    for _ in range(WRITERS):  # every writer thread holds one write in flight
+        assert reports.started.acquire(timeout=10)
+    if how == "stopped":
+        scanner.stop()
+    else:
+        leading.clear()
+    reports.let_go.set()
+    scanner.store.drain()
+    assert len(reports.calls) == WRITERS and scanner.store.writes == WRITERS, reports.calls
+    more = scanner.store.store(ref("late"), [entry("fail")], None, "k")
+    assert more is not None
+    with pytest.raises(WritingStopped):
+        scanner.store.flush([more])
+    assert len(reports.calls) == WRITERS
