@@ -102,3 +102,25 @@ def test_without_a_drain_the_server_closes_held_connections_at_once() -> None:
         writer.close()
 
     asyncio.run(scenario())
+
+
+#: How long the API server keeps an idle connection to a webhook (Go's http.DefaultTransport IdleConnTimeout, kept
+#: by client-go's transport cache; read in k8s.io/client-go and k8s.io/apimachinery v0.37.2).
+API_SERVER_IDLE_SECONDS = 90
+
+
+def test_a_serving_webhook_keeps_idle_connections_longer_than_the_api_server_does() -> None:
+    """The API server closes an idle connection first: were it the webhook, a request the API server began writing
+    as the webhook closed the connection would fail with EOF (30 s before: a rare failure on a quiet cluster)."""
+    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: None),  # type: ignore[arg-type]
+                           options=ServerOptions(host="127.0.0.1", port=0, inline=None))
+
+    async def scenario() -> float:
+        await server.start()
+        try:
+            assert server._runner is not None and server._runner.server is not None  # noqa: SLF001
+            return float(server._runner.server._kwargs["keepalive_timeout"])  # noqa: SLF001
+        finally:
+            await server.stop()
+
+    assert asyncio.run(scenario()) > API_SERVER_IDLE_SECONDS

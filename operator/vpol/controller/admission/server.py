@@ -109,9 +109,13 @@ class ServerOptions:
     image_timeout: int = 10
     #: Open connections at most (beyond, a new one is closed at once); the API server keeps a few per replica.
     max_connections: int = 256
-    #: Seconds a connection may stay idle between requests, a TLS handshake may take, and a body may take to
-    #: arrive.
-    idle_seconds: float = 30.0
+    #: Seconds a connection may stay idle between requests: longer than the API server keeps an idle webhook
+    #: connection (90 s, Go's IdleConnTimeout, which client-go's transports keep), so the API server always closes
+    #: first. A server that closes an idle connection as the API server starts writing a request on it fails that
+    #: request with EOF (a POST is not retried once written), and the webhook's failurePolicy decides it. Kyverno's
+    #: webhook server keeps them 5 minutes (IdleTimeout in its pkg/webhooks/server.go); so does this one.
+    idle_seconds: float = 300.0
+    #: Seconds a TLS handshake may take, and a body may take to arrive.
     handshake_seconds: float = 10.0
     read_seconds: float = 10.0
     #: Longest request line and header field (bytes).
