@@ -231,7 +231,8 @@ class Scanner(threading.Thread):
                 try:
                     self._activate()
                 except WritingStopped:
-                    continue  # stopping, or the Lease was lost: the loop's tests say which
+                    self._writing_stopped()
+                    continue
                 except Exception as exc:  # noqa: BLE001 - retry activation later
                     logger.warning("starting background scans failed: %s", describe(exc))
                     metrics.RECONCILE_ERRORS.labels("scan").inc()
@@ -240,13 +241,20 @@ class Scanner(threading.Thread):
             try:
                 self._step()
             except WritingStopped:
-                why = "stopping" if self._stop_event.is_set() else "the scanner Lease was lost"
-                logger.info("background scans: the pass under way ends here (%s); what it had left to write is the "
-                            "next leader's", why)
+                self._writing_stopped()
             except Exception as exc:  # noqa: BLE001 - a scan error never stops the scanner
                 logger.exception("background scan step failed: %s", exc)
                 metrics.RECONCILE_ERRORS.labels("scan").inc()
                 self._stop_event.wait(1)
+        self._deactivate()
+
+    def _writing_stopped(self) -> None:
+        """A pass ended because this replica may no longer write reports (ReportStore.may_write). What the store
+        holds is then not what the reports say (writes were dropped): the scans stop, and a replica that leads
+        again reads the reports back first, as any new leader does."""
+        why = "stopping" if self._stop_event.is_set() else "the scanner Lease was lost"
+        logger.info("background scans: the pass under way ends here (%s); what it had left to write is the next "
+                    "leader's", why)
         self._deactivate()
 
     def _activate(self) -> None:

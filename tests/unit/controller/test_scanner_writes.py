@@ -214,3 +214,33 @@ def test_no_report_is_written_once_the_replica_stops_or_loses_the_lease(how: str
     with pytest.raises(WritingStopped):
         scanner.store.flush([more])
     assert len(reports.calls) == WRITERS
+
+
+def test_a_pass_ended_by_a_lost_lease_starts_over_from_the_reports_when_the_lease_is_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Lease lost and taken back within a second: the writes the pass dropped are not remembered as done. The
+    scans stop (the store cleared) and start again from the reports read back, as any new leader's do."""
+    leading = threading.Event()
+    leading.set()
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None, leading=leading)  # type: ignore[arg-type]
+    calls: list[str] = []
+
+    def activate() -> None:
+        calls.append("activate")
+        scanner._active = True  # noqa: SLF001
+
+    def step() -> None:
+        calls.append("step")
+        if calls.count("step") == 1:
+            raise WritingStopped()  # the Lease was lost (and is back by the loop's next turn)
+        scanner._stop_event.set()  # noqa: SLF001
+
+    def deactivate() -> None:
+        calls.append("deactivate")
+        scanner._active = False  # noqa: SLF001
+
+    monkeypatch.setattr(scanner, "_activate", activate)
+    monkeypatch.setattr(scanner, "_step", step)
+    monkeypatch.setattr(scanner, "_deactivate", deactivate)
+    scanner.run()
+    assert calls == ["activate", "step", "deactivate", "activate", "step", "deactivate"]
