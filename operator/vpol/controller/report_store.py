@@ -62,8 +62,9 @@ MAX_PENDING_WRITES = 400
 
 
 class WritingStopped(Exception):
-    """This replica may no longer write reports (it is stopping, or another replica holds the scanner Lease): the
-    pass under way ends here, and whatever it had still to write is the next leader's."""
+    """This replica may no longer write reports (it is stopping, or it no longer holds the scanner Lease: another
+    replica took it, or it could not renew it): the pass under way ends here, and whatever it had still to write is
+    the next leader's."""
 
 
 @dataclass(slots=True)

@@ -252,7 +252,7 @@ class Scanner(threading.Thread):
         """A pass ended because this replica may no longer write reports (ReportStore.may_write). What the store
         holds is then not what the reports say (writes were dropped): the scans stop, and a replica that leads
         again reads the reports back first, as any new leader does."""
-        why = "stopping" if self._stop_event.is_set() else "the scanner Lease was lost"
+        why = "stopping" if self._stop_event.is_set() else "the scanner Lease is not held"
         logger.info("background scans: the pass under way ends here (%s); what it had left to write is the next "
                     "leader's", why)
         self._deactivate()
