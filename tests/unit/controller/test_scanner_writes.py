@@ -70,8 +70,8 @@ def stored(uid: str, result: str, version: str, *managers: str) -> dict[str, Any
     return body
 
 
-def scanner_with(reports: RecordingReports) -> Scanner:
-    scanner = Scanner(client.ApiClient(), backend=None, discovery=None)  # type: ignore[arg-type]
+def scanner_with(reports: RecordingReports, leading: threading.Event | None = None) -> Scanner:
+    scanner = Scanner(client.ApiClient(), backend=None, discovery=None, leading=leading)  # type: ignore[arg-type]
     scanner.store.reports = reports  # type: ignore[assignment]
     scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), POLICY)
     return scanner
@@ -195,9 +195,7 @@ def test_no_report_is_written_once_the_replica_stops_or_loses_the_lease(how: str
     reports = HeldCreates()
     leading = threading.Event()
     leading.set()
-    scanner = Scanner(client.ApiClient(), backend=None, discovery=None, leading=leading)  # type: ignore[arg-type]
-    scanner.store.reports = reports  # type: ignore[assignment]
-    scanner.hand_over(PolicyKey.of("ValidatingPolicy", "p"), POLICY)
+    scanner = scanner_with(reports, leading)
     queued = [scanner.store.store(ref(f"u{i}"), [entry("fail")], None, "k") for i in range(WRITERS + 20)]
     scanner.store.flush([w for w in queued if w is not None])
     for _ in range(WRITERS):  # every writer thread holds one write in flight

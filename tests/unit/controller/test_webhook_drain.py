@@ -112,8 +112,7 @@ API_SERVER_IDLE_SECONDS = 90
 def test_a_serving_webhook_keeps_idle_connections_longer_than_the_api_server_does() -> None:
     """The API server closes an idle connection first: were it the webhook, a request the API server began writing
     as the webhook closed the connection would fail with EOF (30 s before: a rare failure on a quiet cluster)."""
-    server = WebhookServer(Policies(), None, builtin, CertificateFiles(lambda: None),  # type: ignore[arg-type]
-                           options=ServerOptions(host="127.0.0.1", port=0, inline=None))
+    server = _server(drain_seconds=0.0)
 
     async def scenario() -> float:
         await server.start()
